@@ -1,0 +1,174 @@
+#pragma once
+/// \file communicator.h
+/// A Communicator connects the ranks of one node over symmetric memory and runs collectives on it.
+///
+/// Backends: kHost (shared memory between processes; buffers are ordinary host memory) and kCuda (cuMem
+/// allocations mapped on every GPU over NVLink; buffers are device memory, collectives are enqueued on a
+/// stream). Both offer the same collectives with the same semantics and bitwise-identical results on all
+/// ranks.
+///
+/// Every collective must be called by every rank in the same order with matching arguments (count, dtype,
+/// op, root). Argument errors throw Error(kInvalidArgument) before anything is launched and leave the
+/// communicator usable. A dead peer, a timeout or abort() makes the pending and every later collective fail
+/// with an Error that names the rank(s) involved; the communicator can then only be destroyed.
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "symcomm/config.h"
+#include "symcomm/error.h"
+#include "symcomm/store.h"
+#include "symcomm/types.h"
+
+struct CUstream_st;
+
+namespace symcomm {
+
+/// A CUDA stream (cudaStream_t) without including CUDA headers. nullptr is the legacy default stream.
+using Stream = CUstream_st*;
+
+/// Position of this process in the job.
+struct RankInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+};
+
+/// Where to meet: the store address, the job token and this process's rank.
+struct Rendezvous {
+  RankInfo ranks;
+  std::string store_host = "127.0.0.1";  ///< rank 0 binds it; the others connect to it
+  uint16_t store_port = 0;
+  std::string token;  ///< shared secret of the job; required by the store
+
+  /// torchrun-compatible variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+  /// MASTER_PORT) or, if RANK is unset, Open MPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} with
+  /// MASTER_ADDR/MASTER_PORT (under mpirun without them, use create_communicator_mpi() from symcomm/mpi.h).
+  /// The token is SYMCOMM_TOKEN (set by symcomm-run); without it a token is derived from
+  /// TORCHELASTIC_RUN_ID, MASTER_ADDR and MASTER_PORT and a warning is logged.
+  /// Throws Error(kInvalidArgument) naming a missing or malformed variable.
+  static Rendezvous from_env();
+};
+
+/// Per-call options of a collective.
+struct CollOptions {
+  /// CUDA backend: the stream the collective is ordered on. Ignored by the host backend.
+  Stream stream = nullptr;
+  /// Force an algorithm (Error(kInvalidArgument) if it cannot run this request); kAuto selects.
+  Algorithm algorithm = Algorithm::kAuto;
+  /// Low: leave the SMs to compute running beside the collective (copy engine); throughput: fastest alone.
+  Contention contention = Contention::kAuto;
+};
+
+/// Options of a communicator.
+struct CommOptions {
+  BackendKind backend = BackendKind::kHost;
+  /// CUDA backend: device ordinal; -1 means the local rank.
+  int device = -1;
+  /// Store key prefix; must be equal on all ranks. Empty: "c<n>" where n counts the communicators this
+  /// process created (so ranks that create communicators in the same order agree).
+  std::string name;
+  /// nullopt: Config::from_env().
+  std::optional<Config> config;
+};
+
+/// Completion handle of an asynchronous collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Non-blocking: true once the collective finished (successfully or not).
+  virtual bool is_completed() = 0;
+  /// Blocks until completion; rethrows the collective's error. On the CUDA backend it waits for the
+  /// device work, so the result is visible to the host afterwards.
+  virtual void wait() = 0;
+  /// Like wait() but gives up after timeout and returns false (the collective keeps running).
+  virtual bool wait_for(std::chrono::milliseconds timeout) = 0;
+  /// The collective's error once completed, or nullptr.
+  virtual std::exception_ptr exception() = 0;
+};
+
+namespace detail {
+class CommCore;
+}
+
+class Communicator {
+ public:
+  /// Creates a communicator over an existing store connection (collective over all ranks).
+  static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, const RankInfo& ranks,
+                                              const CommOptions& options = {});
+  /// Rank 0 starts the store server at rendezvous.store_host:store_port (and keeps it for the
+  /// communicator's life); every rank connects and creates the communicator.
+  static std::unique_ptr<Communicator> create(const Rendezvous& rendezvous, const CommOptions& options = {});
+  /// create(Rendezvous::from_env(), options).
+  static std::unique_ptr<Communicator> create_from_env(const CommOptions& options = {});
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  const RankInfo& rank_info() const;
+  BackendKind backend() const;
+  /// CUDA backend: the device in use; host backend: -1.
+  int device() const;
+  const Config& config() const;
+
+  /// Allocates `bytes` from the symmetric heap: the same offset on every rank, mapped by every peer.
+  /// Collectives on such buffers skip the staging copy. Must be called by all ranks in the same order with
+  /// the same sizes (on the CUDA backend it is collective and blocks until all ranks call it).
+  void* alloc(size_t bytes);
+  /// Returns memory from alloc(); same ordering rule. nullptr is ignored.
+  void free(void* ptr);
+  /// Address at which `peer` 's copy of the symmetric allocation containing `ptr` is mapped in this
+  /// process. Throws Error(kInvalidArgument) if ptr is not in the symmetric heap.
+  void* peer_ptr(const void* ptr, int peer) const;
+
+  /// out[i] = op over ranks of in[i], i < count. in == out is allowed (in place).
+  void all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, const CollOptions& o = {});
+  /// out[r*count + i] = in_r[i]. `count` is per rank; out holds world_size*count elements.
+  void all_gather(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o = {});
+  /// out[i] = op over ranks of in_r[rank*count + i]. `count` is the output count per rank.
+  void reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                      const CollOptions& o = {});
+  /// out[i] = in_root[i] on every rank (in is read on root only; in == out allowed).
+  void broadcast(const void* in, void* out, size_t count, DataType dtype, int root, const CollOptions& o = {});
+  /// out[p*count + i] = in_p[rank*count + i]: block p of the output comes from peer p. `count` per peer.
+  void all_to_all(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o = {});
+  /// Returns (host) or completes on the stream (CUDA) once every rank has arrived.
+  void barrier(const CollOptions& o = {});
+
+  /// Asynchronous variants: return at once; Work::wait() completes them. Operations (sync and async) on
+  /// one communicator run in the order they were issued.
+  std::shared_ptr<Work> all_reduce_async(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                         const CollOptions& o = {});
+  std::shared_ptr<Work> all_gather_async(const void* in, void* out, size_t count, DataType dtype,
+                                         const CollOptions& o = {});
+  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out, size_t count, DataType dtype,
+                                             ReduceOp op, const CollOptions& o = {});
+  std::shared_ptr<Work> broadcast_async(const void* in, void* out, size_t count, DataType dtype, int root,
+                                        const CollOptions& o = {});
+  std::shared_ptr<Work> all_to_all_async(const void* in, void* out, size_t count, DataType dtype,
+                                         const CollOptions& o = {});
+  std::shared_ptr<Work> barrier_async(const CollOptions& o = {});
+
+  /// The algorithm the last collective issued by this process ran with (test and benchmark hook).
+  Algorithm last_algorithm() const;
+
+  /// Local, non-blocking, idempotent: every pending and later collective of this communicator fails with
+  /// Error(kAborted). Memory stays mapped until destruction, so peers never touch freed memory.
+  void abort();
+  bool is_aborted() const;
+  /// Throws the communicator's sticky error (peer death, timeout, abort), if any.
+  void check() const;
+
+ private:
+  explicit Communicator(std::unique_ptr<detail::CommCore> core);
+  std::unique_ptr<detail::CommCore> core_;
+};
+
+}  // namespace symcomm

@@ -1,0 +1,8 @@
+#pragma once
+/// \file symcomm.h
+/// Umbrella header: everything a user of symcomm needs.
+#include "symcomm/communicator.h"
+#include "symcomm/config.h"
+#include "symcomm/error.h"
+#include "symcomm/store.h"
+#include "symcomm/types.h"

@@ -1,0 +1,80 @@
+#include "algos/select.h"
+
+#include "core/check.h"
+
+namespace symcomm::detail {
+namespace {
+
+Algorithm select_host(const SelectRequest& r, const Capabilities& caps, const Tuning& t) {
+  bool reducing = r.kind == Collective::kAllReduce;
+  switch (r.forced) {
+    case Algorithm::kAuto: break;
+    case Algorithm::kOneShot:
+    case Algorithm::kTwoShot:
+      SYMCOMM_CHECK_ARG(reducing, "algorithm {} applies to all_reduce only", to_string(r.forced));
+      return r.forced;
+    case Algorithm::kDirect:
+      SYMCOMM_CHECK_ARG(!reducing, "all_reduce has no direct algorithm (use one_shot or two_shot)");
+      return r.forced;
+    case Algorithm::kCopyEngine:
+    case Algorithm::kNccl:
+      SYMCOMM_THROW(kInvalidArgument, "algorithm {} needs the CUDA backend", to_string(r.forced));
+  }
+  if (!reducing) return Algorithm::kDirect;
+  return r.bytes <= t.host_one_shot_max_bytes ? Algorithm::kOneShot : Algorithm::kTwoShot;
+}
+
+bool copy_engine_capable(Collective c) {
+  return c == Collective::kAllGather || c == Collective::kReduceScatter || c == Collective::kAllToAll ||
+         c == Collective::kBroadcast;
+}
+
+Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tuning& t) {
+  bool reducing = r.kind == Collective::kAllReduce;
+  switch (r.forced) {
+    case Algorithm::kAuto: break;
+    case Algorithm::kOneShot:
+    case Algorithm::kTwoShot:
+      SYMCOMM_CHECK_ARG(reducing, "algorithm {} applies to all_reduce only", to_string(r.forced));
+      SYMCOMM_CHECK(caps.full_nvlink, kUnsupported, "{} needs NVLink peer access between all GPUs",
+                    to_string(r.forced));
+      return r.forced;
+    case Algorithm::kDirect:
+      SYMCOMM_CHECK_ARG(!reducing, "all_reduce has no direct algorithm (use one_shot or two_shot)");
+      SYMCOMM_CHECK(caps.full_nvlink, kUnsupported, "direct needs NVLink peer access between all GPUs");
+      return r.forced;
+    case Algorithm::kCopyEngine:
+      SYMCOMM_CHECK_ARG(copy_engine_capable(r.kind), "{} has no copy-engine algorithm", to_string(r.kind));
+      SYMCOMM_CHECK(caps.copy_engine, kUnsupported, "copy-engine collectives are not available here");
+      return r.forced;
+    case Algorithm::kNccl:
+      SYMCOMM_CHECK(caps.nccl_available, kUnsupported, "NCCL is not available to this communicator");
+      return r.forced;
+  }
+  if (!caps.full_nvlink || (r.bytes >= t.cuda_nccl_min_bytes && r.kind != Collective::kBarrier)) {
+    SYMCOMM_CHECK(caps.nccl_available, kUnsupported, "no symmetric-memory path and no NCCL fallback");
+    return Algorithm::kNccl;
+  }
+  if (!reducing) {
+    if (r.contention == Contention::kLow && caps.copy_engine && copy_engine_capable(r.kind)) {
+      return Algorithm::kCopyEngine;
+    }
+    return Algorithm::kDirect;
+  }
+  if (r.bytes <= t.cuda_one_shot_max_bytes) return Algorithm::kOneShot;
+  if (r.bytes <= t.cuda_two_shot_max_bytes || !caps.nccl_available) return Algorithm::kTwoShot;
+  return Algorithm::kNccl;
+}
+
+}  // namespace
+
+Algorithm select_algorithm(const SelectRequest& r, const Capabilities& caps, const Tuning& t) {
+  SYMCOMM_CHECK_ARG(is_valid(r.forced), "invalid algorithm value {}", static_cast<int>(r.forced));
+  if (caps.world_size == 1 || r.kind == Collective::kBarrier) {
+    // Nothing to choose: a single rank copies locally; a barrier is one signal round.
+    if (r.forced == Algorithm::kAuto || r.forced == Algorithm::kDirect) return Algorithm::kDirect;
+  }
+  return caps.backend == BackendKind::kHost ? select_host(r, caps, t) : select_cuda(r, caps, t);
+}
+
+}  // namespace symcomm::detail

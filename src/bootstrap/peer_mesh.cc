@@ -1,0 +1,410 @@
+#include "bootstrap/peer_mesh.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace symcomm::detail {
+namespace {
+
+constexpr uint32_t kMagic = 0x53594d43;  // "SYMC"
+constexpr uint32_t kTagHello = 1;
+constexpr uint32_t kTagBye = 2;
+constexpr uint32_t kMaxFds = 16;
+constexpr uint32_t kMaxPayload = 1 << 20;
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t tag;
+  uint32_t len;
+  uint32_t nfds;
+};
+
+struct Hello {
+  int32_t rank;
+  char token[64];
+};
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+sockaddr_un abstract_address(const std::string& token, const std::string& prefix, int rank, socklen_t* len) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string name = fmt::format("symcomm.{:016x}.{}", fnv1a(token + "|" + prefix), rank);
+  addr.sun_path[0] = '\0';  // abstract namespace: nothing on the file system, gone with the socket
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return addr;
+}
+
+/// Waits until fd is readable or the deadline passes; false on timeout.
+bool wait_readable(int fd, Deadline deadline) {
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    int ms = static_cast<int>(std::min<long long>(deadline.remaining_ms(), 100));
+    int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) SYMCOMM_CHECK_SYS(-1, "poll");
+    if (deadline.expired()) return false;
+  }
+}
+
+/// Reads exactly n bytes (blocking); false on EOF or error.
+bool read_full(int fd, void* buf, size_t n) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t got = ::recv(fd, p, n, 0);
+    if (got == 0) return false;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+/// Reads one frame. Returns false on EOF/error/garbage (the connection is then considered lost).
+bool read_frame(int fd, MeshMessage* out) {
+  FrameHeader h{};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  iovec iov{&h, sizeof(h)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t got;
+  do {
+    got = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  } while (got < 0 && errno == EINTR);
+  if (got <= 0) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      const int* fds = reinterpret_cast<const int*>(CMSG_DATA(c));
+      out->fds.insert(out->fds.end(), fds, fds + n);
+    }
+  }
+  auto fail = [&] {
+    for (int f : out->fds) ::close(f);
+    out->fds.clear();
+    return false;
+  };
+  if (static_cast<size_t>(got) < sizeof(h) && !read_full(fd, reinterpret_cast<uint8_t*>(&h) + got, sizeof(h) - got)) {
+    return fail();
+  }
+  if (h.magic != kMagic || h.len > kMaxPayload || h.nfds > kMaxFds || h.nfds != out->fds.size()) return fail();
+  out->tag = h.tag;
+  out->payload.resize(h.len);
+  if (h.len > 0 && !read_full(fd, out->payload.data(), h.len)) return fail();
+  return true;
+}
+
+/// Sends one frame; false if the peer is gone.
+bool write_frame(int fd, uint32_t tag, const std::vector<uint8_t>& payload, const std::vector<int>& fds) {
+  FrameHeader h{kMagic, tag, static_cast<uint32_t>(payload.size()), static_cast<uint32_t>(fds.size())};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+  iovec iov[2] = {{&h, sizeof(h)}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = payload.empty() ? 1 : 2;
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  size_t total = sizeof(h) + payload.size(), sent = 0;
+  while (sent < total) {
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    sent += static_cast<size_t>(n);
+    if (sent >= total) break;
+    // Partial write: continue with the remaining bytes, without the descriptors (already sent).
+    msg.msg_control = nullptr;
+    msg.msg_controllen = 0;
+    size_t skip = sent;
+    int k = 0;
+    while (skip >= iov[k].iov_len) skip -= iov[k++].iov_len;
+    iov[k].iov_base = static_cast<uint8_t*>(iov[k].iov_base) + skip;
+    iov[k].iov_len -= skip;
+    msg.msg_iov = &iov[k];
+    msg.msg_iovlen = static_cast<size_t>((payload.empty() ? 1 : 2) - k);
+  }
+  return true;
+}
+
+class PeerMeshImpl final : public PeerMesh {
+ public:
+  PeerMeshImpl(const RankInfo& ranks) : ranks_(ranks), socks_(ranks.world_size, -1), pids_(ranks.world_size, 0) {
+    inbox_.resize(ranks.world_size);
+    for (int i = 0; i < ranks.world_size; ++i) send_mu_.push_back(std::make_unique<std::mutex>());
+    pids_[ranks.rank] = ::getpid();
+  }
+  ~PeerMeshImpl() override { close(); }
+
+  void connect_all(Store& store, const std::string& prefix, const std::string& token, Deadline deadline);
+
+  void send(int peer, uint32_t tag, const std::vector<uint8_t>& payload, const std::vector<int>& fds) override {
+    SYMCOMM_CHECK(peer >= 0 && peer < ranks_.world_size && peer != ranks_.rank, kInternal, "bad mesh peer {}", peer);
+    SYMCOMM_CHECK(fds.size() <= kMaxFds && payload.size() <= kMaxPayload, kInternal, "mesh message too large");
+    std::lock_guard lock(*send_mu_[peer]);
+    uint64_t bit = uint64_t{1} << peer;
+    if (((dead_.load() | left_.load()) & bit) || !write_frame(socks_[peer], tag, payload, fds)) {
+      SYMCOMM_THROW(kPeerDead, "rank {}: cannot send to rank {} (pid {}): it died or left", ranks_.rank, peer,
+                    pids_[peer]);
+    }
+  }
+
+  MeshMessage receive(int peer, uint32_t tag, Deadline deadline, const std::atomic<bool>* abort_flag) override {
+    std::unique_lock lock(inbox_mu_);
+    uint64_t bit = uint64_t{1} << peer;
+    while (true) {
+      auto& q = inbox_[peer];
+      for (auto it = q.begin(); it != q.end(); ++it) {
+        if (it->tag == tag) {
+          MeshMessage m = std::move(*it);
+          q.erase(it);
+          return m;
+        }
+      }
+      if ((dead_.load() | left_.load()) & bit) {
+        SYMCOMM_THROW(kPeerDead, "rank {}: rank {} (pid {}) died or left while this rank waited for it",
+                      ranks_.rank, peer, pids_[peer]);
+      }
+      if (abort_flag && abort_flag->load()) SYMCOMM_THROW(kAborted, "rank {}: aborted", ranks_.rank);
+      if (deadline.expired()) {
+        throw Error(ErrorCode::kTimeout, fmt::format("rank {}: no message from rank {} before the deadline",
+                                                     ranks_.rank, peer), __FILE__, __LINE__, {peer});
+      }
+      inbox_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+
+  uint64_t dead_mask() const override { return dead_.load(std::memory_order_acquire); }
+  uint64_t left_mask() const override { return left_.load(std::memory_order_acquire); }
+  const std::vector<int>& pids() const override { return pids_; }
+
+  void on_peer_lost(std::function<void(int, bool)> callback) override {
+    std::lock_guard lock(cb_mu_);
+    callbacks_.push_back(std::move(callback));
+  }
+
+  void close() override {
+    if (closed_.exchange(true)) return;
+    for (int p = 0; p < ranks_.world_size; ++p) {
+      if (socks_[p] < 0) continue;
+      std::lock_guard lock(*send_mu_[p]);
+      write_frame(socks_[p], kTagBye, {}, {});  // best effort: the peer may be gone already
+    }
+    if (wake_fd_ >= 0) {
+      uint64_t one = 1;
+      ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+      (void)ignored;
+    }
+    if (watchdog_.joinable()) watchdog_.join();
+    for (int& s : socks_) {
+      if (s >= 0) ::close(s);
+      s = -1;
+    }
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    wake_fd_ = -1;
+    std::lock_guard lock(inbox_mu_);
+    for (auto& q : inbox_) {
+      for (auto& m : q) {
+        for (int f : m.fds) ::close(f);
+      }
+      q.clear();
+    }
+  }
+
+  void start_watchdog() {
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+    SYMCOMM_CHECK_SYS(wake_fd_, "eventfd");
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+ private:
+  void watch();
+  void lost(int peer, bool died);
+
+  RankInfo ranks_;
+  std::vector<int> socks_;
+  std::vector<int> pids_;
+  std::vector<std::unique_ptr<std::mutex>> send_mu_;
+  std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  std::vector<std::deque<MeshMessage>> inbox_;
+  std::atomic<uint64_t> dead_{0}, left_{0};
+  std::mutex cb_mu_;
+  std::vector<std::function<void(int, bool)>> callbacks_;
+  int wake_fd_ = -1;
+  std::thread watchdog_;
+  std::atomic<bool> closed_{false};
+};
+
+void PeerMeshImpl::lost(int peer, bool died) {
+  uint64_t bit = uint64_t{1} << peer;
+  (died ? dead_ : left_).fetch_or(bit, std::memory_order_acq_rel);
+  if (died) {
+    SYMCOMM_LOG_WARN("rank {}: rank {} (pid {}) died: its connection closed without goodbye", ranks_.rank, peer,
+                     pids_[peer]);
+  } else {
+    SYMCOMM_LOG_DEBUG("rank {}: rank {} left", ranks_.rank, peer);
+  }
+  {
+    std::lock_guard lock(cb_mu_);
+    for (auto& cb : callbacks_) cb(peer, died);
+  }
+  std::lock_guard lock(inbox_mu_);
+  inbox_cv_.notify_all();
+}
+
+void PeerMeshImpl::watch() {
+  std::vector<bool> open(ranks_.world_size, false);
+  for (int p = 0; p < ranks_.world_size; ++p) open[p] = socks_[p] >= 0;
+  while (true) {
+    std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
+    std::vector<int> who{-1};
+    for (int p = 0; p < ranks_.world_size; ++p) {
+      if (open[p]) {
+        fds.push_back({socks_[p], POLLIN, 0});
+        who.push_back(p);
+      }
+    }
+    int rc = ::poll(fds.data(), fds.size(), -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      SYMCOMM_LOG_ERROR("mesh watchdog: poll failed: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[0].revents) return;  // close() asked us to stop
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      int p = who[i];
+      MeshMessage m;
+      if (!read_frame(socks_[p], &m)) {
+        open[p] = false;
+        lost(p, true);
+      } else if (m.tag == kTagBye) {
+        open[p] = false;
+        lost(p, false);
+      } else {
+        std::lock_guard lock(inbox_mu_);
+        inbox_[p].push_back(std::move(m));
+        inbox_cv_.notify_all();
+      }
+    }
+  }
+}
+
+void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const std::string& token, Deadline deadline) {
+  const int me = ranks_.rank, n = ranks_.world_size;
+  int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  SYMCOMM_CHECK_SYS(listener, "socket(AF_UNIX)");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{listener};
+  socklen_t len;
+  sockaddr_un addr = abstract_address(token, prefix, me, &len);
+  SYMCOMM_CHECK_SYS(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len), "bind(abstract unix socket)");
+  SYMCOMM_CHECK_SYS(::listen(listener, n), "listen");
+  std::string my_key = fmt::format("{}/mesh/{}", prefix, me);
+  store.set(my_key, std::to_string(::getpid()));
+
+  Hello hello{};
+  hello.rank = me;
+  std::strncpy(hello.token, token.c_str(), sizeof(hello.token) - 1);
+  std::vector<uint8_t> hello_bytes(sizeof(hello));
+  std::memcpy(hello_bytes.data(), &hello, sizeof(hello));
+  for (int p = 0; p < me; ++p) {
+    store.get(fmt::format("{}/mesh/{}", prefix, p));  // p is listening once its key exists
+    int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    SYMCOMM_CHECK_SYS(s, "socket(AF_UNIX)");
+    socks_[p] = s;
+    sockaddr_un peer_addr = abstract_address(token, prefix, p, &len);
+    while (::connect(s, reinterpret_cast<sockaddr*>(&peer_addr), len) != 0) {
+      SYMCOMM_CHECK(errno == EINTR || errno == ECONNREFUSED || errno == EAGAIN, kSystem,
+                    "connect to rank {} failed: {}", p, std::strerror(errno));
+      if (deadline.expired()) {
+        throw Error(ErrorCode::kTimeout, fmt::format("rank {}: could not connect to rank {}", me, p), __FILE__,
+                    __LINE__, {p});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    SYMCOMM_CHECK(write_frame(s, kTagHello, hello_bytes, {}), kPeerDead, "rank {} closed the connection", p);
+  }
+  for (int accepted = 0; accepted < n - 1 - me; ++accepted) {
+    if (!wait_readable(listener, deadline)) {
+      std::vector<int> missing;
+      for (int p = me + 1; p < n; ++p) {
+        if (socks_[p] < 0) missing.push_back(p);
+      }
+      throw Error(ErrorCode::kTimeout, fmt::format("rank {}: ranks {} did not connect before the deadline", me,
+                                                   fmt::join(missing, ", ")), __FILE__, __LINE__, missing);
+    }
+    int s = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    SYMCOMM_CHECK_SYS(s, "accept");
+    MeshMessage m;
+    Hello h{};
+    bool ok = wait_readable(s, deadline) && read_frame(s, &m) && m.tag == kTagHello && m.payload.size() == sizeof(h);
+    if (ok) std::memcpy(&h, m.payload.data(), sizeof(h));
+    h.token[sizeof(h.token) - 1] = '\0';
+    ok = ok && h.rank > me && h.rank < n && socks_[h.rank] < 0 && token == h.token;
+    if (!ok) {
+      ::close(s);
+      SYMCOMM_LOG_WARN("rank {}: refused a mesh connection with a bad hello", me);
+      --accepted;
+      continue;
+    }
+    socks_[h.rank] = s;
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    ucred cred{};
+    socklen_t cl = sizeof(cred);
+    if (::getsockopt(socks_[p], SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) pids_[p] = cred.pid;
+  }
+  store.remove(my_key);  // every higher rank read it before connecting; lower ranks never read it
+}
+
+}  // namespace
+
+std::unique_ptr<PeerMesh> PeerMesh::create(Store& store, const std::string& prefix, const RankInfo& ranks,
+                                           const std::string& token, Deadline deadline) {
+  auto mesh = std::make_unique<PeerMeshImpl>(ranks);
+  mesh->connect_all(store, prefix, token, deadline);
+  mesh->start_watchdog();
+  return mesh;
+}
+
+}  // namespace symcomm::detail

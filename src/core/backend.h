@@ -1,0 +1,74 @@
+#pragma once
+// The interface every backend implements (host shared memory, CUDA), and the context a communicator shares
+// with its backend: ranks, configuration, store, peer mesh, abort flag, sticky error and op history.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "algos/select.h"
+#include "bootstrap/peer_mesh.h"
+#include "core/op_history.h"
+#include "core/request.h"
+#include "symcomm/communicator.h"
+
+namespace symcomm::detail {
+
+struct CommContext {
+  RankInfo ranks;
+  Config config;
+  std::string prefix;  ///< store key prefix of this communicator
+  std::string token;
+  std::shared_ptr<Store> store;
+  std::unique_ptr<StoreServer> server;  ///< rank 0 of Communicator::create(Rendezvous) owns the server
+  std::unique_ptr<PeerMesh> mesh;
+  std::atomic<bool> aborted{false};
+  OpHistory history;
+
+  Deadline deadline() const { return Deadline(config.timeout); }
+
+  /// Records the first fatal error (peer death, timeout, abort); later operations rethrow it.
+  void set_sticky(const Error& e);
+  std::optional<Error> sticky() const;
+  /// Throws the sticky error if any, else kAborted if aborted, else kPeerDead if the mesh reports a peer
+  /// dead or gone.
+  void throw_if_failed() const;
+  /// Builds (does not throw) the error for a lost peer; `mask` = dead | left bits.
+  Error peer_lost_error(uint64_t dead, uint64_t left, const char* file, int line) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<Error> sticky_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual int device() const { return -1; }
+  /// Capabilities agreed by all ranks at creation (input of select_algorithm).
+  virtual const Capabilities& capabilities() const = 0;
+
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  /// Peer's mapping of the symmetric allocation containing ptr, or nullptr if ptr is not symmetric.
+  virtual void* peer_ptr(const void* ptr, int peer) const = 0;
+
+  /// Backend-specific argument checks (pointer kinds, devices, alignment rules). Throws kInvalidArgument.
+  virtual void check_buffers(const Request& r) = 0;
+  /// Runs a validated request with the selected algorithm. Host: returns when done. CUDA: returns when
+  /// enqueued on r.options.stream.
+  virtual void run(const Request& r, Algorithm algo) = 0;
+  /// Asynchronous run; the Work completes when the collective has.
+  virtual std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) = 0;
+  /// Called by Communicator::abort() after the context's abort flag is set: wake every wait.
+  virtual void abort() = 0;
+};
+
+std::unique_ptr<Backend> make_host_backend(CommContext& ctx);
+/// Without the CUDA backend compiled in, throws Error(kUnsupported).
+std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device);
+
+}  // namespace symcomm::detail

@@ -1,0 +1,44 @@
+#include <fmt/format.h>
+
+#include "core/backend.h"
+#include "core/check.h"
+
+namespace symcomm::detail {
+
+void CommContext::set_sticky(const Error& e) {
+  std::lock_guard lock(mu_);
+  if (!sticky_) sticky_ = e;
+}
+
+std::optional<Error> CommContext::sticky() const {
+  std::lock_guard lock(mu_);
+  return sticky_;
+}
+
+Error CommContext::peer_lost_error(uint64_t dead, uint64_t left, const char* file, int line) const {
+  std::vector<int> ranks_lost;
+  std::string what;
+  const std::vector<int>* pids = mesh ? &mesh->pids() : nullptr;
+  for (int r = 0; r < ranks.world_size; ++r) {
+    uint64_t bit = uint64_t{1} << r;
+    if (!((dead | left) & bit)) continue;
+    ranks_lost.push_back(r);
+    int pid = pids && r < static_cast<int>(pids->size()) ? (*pids)[r] : -1;
+    what += fmt::format("{}rank {} (pid {}) {}", what.empty() ? "" : ", ", r, pid,
+                        (dead & bit) ? "died (its connection closed without goodbye)" : "left the communicator");
+  }
+  return Error(ErrorCode::kPeerDead, fmt::format("rank {}: {}", ranks.rank, what), file, line, ranks_lost);
+}
+
+void CommContext::throw_if_failed() const {
+  if (auto e = sticky()) throw *e;
+  if (aborted.load(std::memory_order_acquire)) {
+    SYMCOMM_THROW(kAborted, "rank {}: the communicator was aborted", ranks.rank);
+  }
+  if (mesh) {
+    uint64_t dead = mesh->dead_mask(), left = mesh->left_mask();
+    if (dead | left) throw peer_lost_error(dead, left, __FILE__, __LINE__);
+  }
+}
+
+}  // namespace symcomm::detail

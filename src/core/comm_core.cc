@@ -1,0 +1,117 @@
+#include "core/comm_core.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace symcomm::detail {
+
+bool is_fatal(ErrorCode code) { return code != ErrorCode::kInvalidArgument && code != ErrorCode::kUnsupported; }
+
+CommCore::CommCore(std::unique_ptr<CommContext> ctx, BackendKind kind, int device) : ctx_(std::move(ctx)) {
+  backend_ = kind == BackendKind::kCuda ? make_cuda_backend(*ctx_, device) : make_host_backend(*ctx_);
+}
+
+CommCore::~CommCore() {
+  backend_.reset();  // unmaps peers' memory; peers keep their own mappings alive
+  if (ctx_->mesh) ctx_->mesh->close();
+  ctx_->store.reset();
+  ctx_->server.reset();
+}
+
+Algorithm CommCore::select(const Request& r) const {
+  SelectRequest s{.kind = r.kind,
+                  .dtype = r.dtype,
+                  .op = r.op,
+                  .bytes = r.count * r.elem_size(),
+                  .forced = r.options.algorithm,
+                  .contention = r.options.contention};
+  return select_algorithm(s, backend_->capabilities(), ctx_->config.tuning);
+}
+
+std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
+  ctx_->throw_if_failed();
+  validate_request(r, ctx_->ranks.world_size);
+  backend_->check_buffers(r);
+  Algorithm algo = select(r);
+  uint64_t seq = ctx_->history.record(
+      OpRecord{.kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kIssued});
+  last_algo_.store(algo, std::memory_order_relaxed);
+  try {
+    if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq);
+    ctx_->history.set_state(seq, OpState::kRunning);
+    if (async) {
+      auto work = backend_->run_async(r, algo);
+      return work;
+    }
+    backend_->run(r, algo);
+    ctx_->history.set_state(seq, OpState::kDone);
+    return nullptr;
+  } catch (const Error& e) {
+    ctx_->history.set_state(seq, OpState::kFailed);
+    if (is_fatal(e.code())) {
+      ctx_->set_sticky(e);
+      SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), ctx_->prefix, ctx_->history.dump());
+    }
+    throw;
+  }
+}
+
+void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq) {
+  // Every rank publishes its arguments for this op and compares them with everyone's before launching, so a
+  // mismatch is reported field by field instead of hanging or corrupting memory.
+  struct Fields {
+    uint32_t kind, dtype, op, root, algo;
+    uint64_t count;
+  } mine{static_cast<uint32_t>(r.kind), static_cast<uint32_t>(r.dtype),
+         static_cast<uint32_t>(r.has_reduction() ? r.op : ReduceOp::kSum), static_cast<uint32_t>(r.root),
+         static_cast<uint32_t>(algo), r.count};
+  Bytes bytes(sizeof(Fields));
+  std::memcpy(bytes.data(), &mine, sizeof(Fields));
+  std::string base = fmt::format("{}/dbg/{}/", ctx_->prefix, seq);
+  ctx_->store->set(base + std::to_string(ctx_->ranks.rank), bytes);
+  std::string report;
+  std::vector<int> bad;
+  for (int p = 0; p < ctx_->ranks.world_size; ++p) {
+    Bytes theirs_b = ctx_->store->get(base + std::to_string(p));
+    Fields theirs{};
+    SYMCOMM_CHECK(theirs_b.size() == sizeof(Fields), kInternal, "bad debug-check record from rank {}", p);
+    std::memcpy(&theirs, theirs_b.data(), sizeof(Fields));
+    std::string diff;
+    auto cmp = [&](const char* name, auto a, auto b, auto show) {
+      if (a != b) diff += fmt::format(" {}: rank {} has {}, rank {} has {};", name, ctx_->ranks.rank, show(a), p, show(b));
+    };
+    auto num = [](auto v) { return fmt::format("{}", v); };
+    cmp("collective", mine.kind, theirs.kind, [](uint32_t v) { return std::string(to_string(static_cast<Collective>(v))); });
+    cmp("dtype", mine.dtype, theirs.dtype, [](uint32_t v) { return std::string(to_string(static_cast<DataType>(v))); });
+    cmp("op", mine.op, theirs.op, [](uint32_t v) { return std::string(to_string(static_cast<ReduceOp>(v))); });
+    cmp("count", mine.count, theirs.count, num);
+    cmp("root", mine.root, theirs.root, num);
+    cmp("algorithm", mine.algo, theirs.algo, [](uint32_t v) { return std::string(to_string(static_cast<Algorithm>(v))); });
+    if (!diff.empty()) {
+      bad.push_back(p);
+      report += diff;
+    }
+  }
+  // Everyone has read every record once all ranks published "done"; the last reader cleans up.
+  if (ctx_->store->add(base + "done", 1) == ctx_->ranks.world_size) {
+    for (int p = 0; p < ctx_->ranks.world_size; ++p) ctx_->store->remove(base + std::to_string(p));
+    ctx_->store->remove(base + "done");
+  }
+  if (!bad.empty()) {
+    throw Error(ErrorCode::kMismatch, fmt::format("op {} {} differs across ranks:{}", seq, to_string(r.kind), report),
+                __FILE__, __LINE__, bad);
+  }
+}
+
+void CommCore::abort() {
+  if (ctx_->aborted.exchange(true)) return;
+  SYMCOMM_LOG_WARN("communicator {} aborted by rank {}\nlast operations:\n{}", ctx_->prefix, ctx_->ranks.rank,
+                   ctx_->history.dump());
+  backend_->abort();
+}
+
+}  // namespace symcomm::detail

@@ -1,0 +1,189 @@
+// Communicator: creation (store, mesh, backend) and the thin public entry points, each of which builds a
+// Request and calls CommCore::enqueue.
+
+#include "symcomm/communicator.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/comm_core.h"
+#include "core/logging.h"
+
+namespace symcomm {
+
+using detail::CommContext;
+using detail::CommCore;
+using detail::Request;
+
+namespace {
+
+std::atomic<uint64_t> g_comm_counter{0};
+
+void validate_rank_info(const RankInfo& r) {
+  SYMCOMM_CHECK_ARG(r.world_size >= 1 && r.world_size <= kMaxRanks, "world_size {} is outside [1, {}]",
+                    r.world_size, kMaxRanks);
+  SYMCOMM_CHECK_ARG(r.rank >= 0 && r.rank < r.world_size, "rank {} is outside [0, {})", r.rank, r.world_size);
+  SYMCOMM_CHECK_ARG(r.local_world_size == r.world_size,
+                    "symcomm communicators span one node: local_world_size ({}) must equal world_size ({})",
+                    r.local_world_size, r.world_size);
+  SYMCOMM_CHECK_ARG(r.local_rank == r.rank, "local_rank ({}) must equal rank ({}) within one node", r.local_rank,
+                    r.rank);
+}
+
+std::string random_hex(size_t n) {
+  std::random_device rd;
+  std::string out;
+  while (out.size() < n) out += fmt::format("{:08x}", rd());
+  out.resize(n);
+  return out;
+}
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<detail::CommCore> core) : core_(std::move(core)) {}
+Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, const RankInfo& ranks,
+                                                   const CommOptions& options) {
+  SYMCOMM_CHECK_ARG(store != nullptr, "store is null");
+  validate_rank_info(ranks);
+  SYMCOMM_CHECK_ARG(is_valid(options.backend), "invalid backend value {}", static_cast<int>(options.backend));
+  auto ctx = std::make_unique<CommContext>();
+  ctx->ranks = ranks;
+  ctx->config = options.config ? *options.config : Config::from_env();
+  detail::set_log_level(ctx->config.log_level);
+  detail::set_log_rank(ranks.rank);
+  ctx->history.set_capacity(static_cast<size_t>(ctx->config.op_history));
+  uint64_t n = g_comm_counter.fetch_add(1);
+  ctx->prefix = options.name.empty() ? fmt::format("symcomm/c{}", n) : "symcomm/" + options.name;
+  ctx->store = std::move(store);
+
+  // A nonce of rank 0 names the mesh sockets and authenticates their hellos, so that two jobs (or two
+  // communicators with the same name over different stores) never connect to each other.
+  std::string nonce_key = ctx->prefix + "/nonce";
+  if (ranks.rank == 0) {
+    ctx->token = random_hex(32);
+    ctx->store->set(nonce_key, std::string_view(ctx->token));
+  } else {
+    ctx->token = ctx->store->get_string(nonce_key);
+  }
+  ctx->mesh = detail::PeerMesh::create(*ctx->store, ctx->prefix, ranks, ctx->token, ctx->deadline());
+  if (ranks.rank == 0) ctx->store->remove(nonce_key);  // every rank read it before connecting to rank 0
+
+  auto core = std::make_unique<CommCore>(std::move(ctx), options.backend, options.device);
+  SYMCOMM_LOG_INFO("communicator {} ready: rank {}/{}, backend {}", core->ctx().prefix, ranks.rank,
+                   ranks.world_size, to_string(options.backend));
+  return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
+}
+
+std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const CommOptions& options) {
+  validate_rank_info(rv.ranks);
+  SYMCOMM_CHECK_ARG(!rv.token.empty(), "the rendezvous token is empty");
+  Config config = options.config ? *options.config : Config::from_env();
+  std::unique_ptr<StoreServer> server;
+  if (rv.ranks.rank == 0) {
+    server = StoreServer::start(StoreServerOptions{.host = rv.store_host, .port = rv.store_port, .token = rv.token, .limits = {}});
+  }
+  uint16_t port = server ? server->port() : rv.store_port;
+  SYMCOMM_CHECK_ARG(port != 0, "the store port is 0 on rank {} (only rank 0 may pick a free port)", rv.ranks.rank);
+  std::shared_ptr<Store> store(
+      Store::connect(StoreOptions{.host = rv.store_host, .port = port, .token = rv.token, .timeout = config.timeout}));
+  CommOptions opts = options;
+  opts.config = config;
+  auto comm = create(std::move(store), rv.ranks, opts);
+  comm->core_->ctx().server = std::move(server);
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::create_from_env(const CommOptions& options) {
+  return create(Rendezvous::from_env(), options);
+}
+
+int Communicator::rank() const { return core_->ctx().ranks.rank; }
+int Communicator::world_size() const { return core_->ctx().ranks.world_size; }
+const RankInfo& Communicator::rank_info() const { return core_->ctx().ranks; }
+BackendKind Communicator::backend() const { return core_->backend().kind(); }
+int Communicator::device() const { return core_->backend().device(); }
+const Config& Communicator::config() const { return core_->ctx().config; }
+
+void* Communicator::alloc(size_t bytes) {
+  core_->ctx().throw_if_failed();
+  return core_->backend().alloc(bytes);
+}
+void Communicator::free(void* ptr) {
+  if (ptr != nullptr) core_->backend().free(ptr);
+}
+void* Communicator::peer_ptr(const void* ptr, int peer) const {
+  SYMCOMM_CHECK_ARG(peer >= 0 && peer < world_size(), "peer {} is outside [0, {})", peer, world_size());
+  void* p = core_->backend().peer_ptr(ptr, peer);
+  SYMCOMM_CHECK_ARG(p != nullptr, "{} is not in the symmetric heap", ptr);
+  return p;
+}
+
+namespace {
+Request make_request(Collective kind, const void* in, void* out, size_t count, DataType dtype, ReduceOp op, int root,
+                     const CollOptions& o) {
+  return Request{.kind = kind, .in = in, .out = out, .count = count, .dtype = dtype, .op = op, .root = root,
+                 .options = o};
+}
+}  // namespace
+
+void Communicator::all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                              const CollOptions& o) {
+  core_->enqueue(make_request(Collective::kAllReduce, in, out, count, dtype, op, 0, o), false);
+}
+void Communicator::all_gather(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o) {
+  core_->enqueue(make_request(Collective::kAllGather, in, out, count, dtype, ReduceOp::kSum, 0, o), false);
+}
+void Communicator::reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                  const CollOptions& o) {
+  core_->enqueue(make_request(Collective::kReduceScatter, in, out, count, dtype, op, 0, o), false);
+}
+void Communicator::broadcast(const void* in, void* out, size_t count, DataType dtype, int root,
+                             const CollOptions& o) {
+  core_->enqueue(make_request(Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root, o), false);
+}
+void Communicator::all_to_all(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o) {
+  core_->enqueue(make_request(Collective::kAllToAll, in, out, count, dtype, ReduceOp::kSum, 0, o), false);
+}
+void Communicator::barrier(const CollOptions& o) {
+  core_->enqueue(make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0, o),
+                 false);
+}
+
+std::shared_ptr<Work> Communicator::all_reduce_async(const void* in, void* out, size_t count, DataType dtype,
+                                                     ReduceOp op, const CollOptions& o) {
+  return core_->enqueue(make_request(Collective::kAllReduce, in, out, count, dtype, op, 0, o), true);
+}
+std::shared_ptr<Work> Communicator::all_gather_async(const void* in, void* out, size_t count, DataType dtype,
+                                                     const CollOptions& o) {
+  return core_->enqueue(make_request(Collective::kAllGather, in, out, count, dtype, ReduceOp::kSum, 0, o), true);
+}
+std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* in, void* out, size_t count, DataType dtype,
+                                                         ReduceOp op, const CollOptions& o) {
+  return core_->enqueue(make_request(Collective::kReduceScatter, in, out, count, dtype, op, 0, o), true);
+}
+std::shared_ptr<Work> Communicator::broadcast_async(const void* in, void* out, size_t count, DataType dtype,
+                                                    int root, const CollOptions& o) {
+  return core_->enqueue(make_request(Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root, o), true);
+}
+std::shared_ptr<Work> Communicator::all_to_all_async(const void* in, void* out, size_t count, DataType dtype,
+                                                     const CollOptions& o) {
+  return core_->enqueue(make_request(Collective::kAllToAll, in, out, count, dtype, ReduceOp::kSum, 0, o), true);
+}
+std::shared_ptr<Work> Communicator::barrier_async(const CollOptions& o) {
+  return core_->enqueue(
+      make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0, o), true);
+}
+
+Algorithm Communicator::last_algorithm() const { return core_->last_algorithm(); }
+void Communicator::abort() { core_->abort(); }
+bool Communicator::is_aborted() const { return core_->ctx().aborted.load(std::memory_order_acquire); }
+void Communicator::check() const { core_->ctx().throw_if_failed(); }
+
+}  // namespace symcomm

@@ -1,0 +1,143 @@
+#include "symcomm/config.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+
+namespace symcomm {
+namespace {
+
+// NOTE [one environment table]
+// Every SYMCOMM_* variable is declared here once: name, documentation and a parser that writes the typed
+// field of Config and throws on a malformed value. Nothing else in symcomm calls getenv for SYMCOMM_*.
+struct EnvVar {
+  const char* name;
+  const char* doc;
+  std::function<void(Config&, std::string_view)> parse;
+  std::function<std::string(const Config&)> show;
+};
+
+uint64_t parse_u64(std::string_view name, std::string_view v) {
+  // Accepts plain integers and K/M/G suffixes (powers of 1024) for byte sizes.
+  uint64_t mult = 1;
+  std::string_view digits = v;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+      default: break;
+    }
+    if (mult != 1) digits.remove_suffix(1);
+  }
+  uint64_t out = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+  SYMCOMM_CHECK_ARG(ec == std::errc() && ptr == digits.data() + digits.size() && !digits.empty(),
+                    "{}='{}' is not a non-negative integer", name, v);
+  SYMCOMM_CHECK_ARG(out <= UINT64_MAX / mult, "{}='{}' is too large", name, v);
+  return out * mult;
+}
+
+bool parse_bool(std::string_view name, std::string_view v) {
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  SYMCOMM_THROW(kInvalidArgument, "{}='{}' is not a boolean (1/0/true/false)", name, v);
+}
+
+LogLevel parse_log_level(std::string_view name, std::string_view v) {
+  if (v == "off" || v == "none") return LogLevel::kOff;
+  if (v == "error") return LogLevel::kError;
+  if (v == "warn" || v == "warning") return LogLevel::kWarn;
+  if (v == "info") return LogLevel::kInfo;
+  if (v == "debug" || v == "trace") return LogLevel::kDebug;
+  SYMCOMM_THROW(kInvalidArgument, "{}='{}' is not one of off|error|warn|info|debug", name, v);
+}
+
+const char* log_level_name(LogLevel l) {
+  switch (l) {
+    case LogLevel::kOff: return "off";
+    case LogLevel::kError: return "error";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kDebug: return "debug";
+  }
+  return "?";
+}
+
+template <class T>
+EnvVar size_var(const char* name, const char* doc, T Config::*field, uint64_t min_value = 0) {
+  return EnvVar{name, doc,
+                [=](Config& c, std::string_view v) {
+                  uint64_t x = parse_u64(name, v);
+                  SYMCOMM_CHECK_ARG(x >= min_value, "{}={} is below the minimum {}", name, x, min_value);
+                  c.*field = static_cast<T>(x);
+                },
+                [=](const Config& c) { return std::to_string(c.*field); }};
+}
+
+template <class T>
+EnvVar tuning_var(const char* name, const char* doc, T Tuning::*field) {
+  return EnvVar{name, doc, [=](Config& c, std::string_view v) { c.tuning.*field = static_cast<T>(parse_u64(name, v)); },
+                [=](const Config& c) { return std::to_string(c.tuning.*field); }};
+}
+
+const std::vector<EnvVar>& env_table() {
+  static const std::vector<EnvVar> table = {
+      {"SYMCOMM_TIMEOUT_MS", "deadline of every wait, in milliseconds",
+       [](Config& c, std::string_view v) {
+         uint64_t ms = parse_u64("SYMCOMM_TIMEOUT_MS", v);
+         SYMCOMM_CHECK_ARG(ms > 0, "SYMCOMM_TIMEOUT_MS must be positive");
+         c.timeout = std::chrono::milliseconds(ms);
+       },
+       [](const Config& c) { return std::to_string(c.timeout.count()); }},
+      size_var("SYMCOMM_HEAP_BYTES", "symmetric heap per rank for alloc() (K/M/G suffixes)", &Config::heap_bytes,
+               1 << 20),
+      size_var("SYMCOMM_SCRATCH_BYTES", "staging memory per rank for buffers outside the heap",
+               &Config::scratch_bytes, 64 << 10),
+      {"SYMCOMM_LOG", "log level: off|error|warn|info|debug",
+       [](Config& c, std::string_view v) { c.log_level = parse_log_level("SYMCOMM_LOG", v); },
+       [](const Config& c) { return std::string(log_level_name(c.log_level)); }},
+      {"SYMCOMM_DEBUG_CHECKS", "check every collective's arguments across ranks before running it",
+       [](Config& c, std::string_view v) { c.debug_checks = parse_bool("SYMCOMM_DEBUG_CHECKS", v); },
+       [](const Config& c) { return std::string(c.debug_checks ? "1" : "0"); }},
+      size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1),
+      tuning_var("SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "host all-reduce: one-shot up to this size",
+                 &Tuning::host_one_shot_max_bytes),
+      tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES", "CUDA all-reduce: one-shot up to this size",
+                 &Tuning::cuda_one_shot_max_bytes),
+      tuning_var("SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES", "CUDA all-reduce: two-shot up to this size",
+                 &Tuning::cuda_two_shot_max_bytes),
+      tuning_var("SYMCOMM_CUDA_NCCL_MIN_BYTES", "CUDA collectives: NCCL from this size on",
+                 &Tuning::cuda_nccl_min_bytes),
+  };
+  return table;
+}
+
+}  // namespace
+
+Config Config::from_env() {
+  Config c;
+  for (const EnvVar& var : env_table()) {
+    if (const char* v = std::getenv(var.name); v != nullptr && *v != '\0') {
+      var.parse(c, v);
+    }
+  }
+  return c;
+}
+
+std::string Config::env_help() {
+  Config defaults;
+  std::string out;
+  for (const EnvVar& var : env_table()) {
+    out += fmt::format("  {:<36} {} (default {})\n", var.name, var.doc, var.show(defaults));
+  }
+  return out;
+}
+
+}  // namespace symcomm

@@ -1,0 +1,11 @@
+// Stand-in for the CUDA backend in builds without CUDA (see src/CMakeLists.txt).
+#include "core/backend.h"
+#include "core/check.h"
+
+namespace symcomm::detail {
+
+std::unique_ptr<Backend> make_cuda_backend(CommContext&, int) {
+  SYMCOMM_THROW(kUnsupported, "this build of symcomm has no CUDA backend (nvcc was not found at build time)");
+}
+
+}  // namespace symcomm::detail

@@ -1,0 +1,187 @@
+// The host backend: memfd symmetric segments, the step-protocol collectives, and a worker thread for the
+// asynchronous variants.
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "algos/host_algos.h"
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/comm_core.h"
+#include "core/logging.h"
+#include "memory/heap_allocator.h"
+#include "memory/host_heap.h"
+
+namespace symcomm::detail {
+namespace {
+
+class HostWork final : public Work {
+ public:
+  bool is_completed() override {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+  void wait() override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+  std::exception_ptr exception() override {
+    std::lock_guard lock(mu_);
+    return error_;
+  }
+  void complete(std::exception_ptr error) {
+    std::lock_guard lock(mu_);
+    error_ = error;
+    done_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+class HostBackend final : public Backend {
+ public:
+  explicit HostBackend(CommContext& ctx)
+      : ctx_(ctx), segments_(ctx), engine_(ctx, segments_), allocator_(segments_.heap_bytes()) {
+    caps_.backend = BackendKind::kHost;
+    caps_.world_size = ctx.ranks.world_size;
+  }
+
+  ~HostBackend() override {
+    {
+      std::lock_guard lock(queue_mu_);
+      stopping_ = true;
+      // Queued work would wait for peers that may be gone: fail it instead of blocking destruction.
+      if (!queue_.empty() || busy_) ctx_.aborted.store(true);
+      queue_cv_.notify_all();
+    }
+    if (worker_.joinable()) worker_.join();
+  }
+
+  BackendKind kind() const override { return BackendKind::kHost; }
+  const Capabilities& capabilities() const override { return caps_; }
+
+  void* alloc(size_t bytes) override {
+    std::lock_guard lock(alloc_mu_);
+    return segments_.heap(ctx_.ranks.rank) + allocator_.allocate(bytes);
+  }
+  void free(void* ptr) override {
+    std::lock_guard lock(alloc_mu_);
+    auto off = segments_.own_heap_offset(ptr, 0);
+    SYMCOMM_CHECK_ARG(off.has_value(), "free({}): not a pointer from alloc()", ptr);
+    allocator_.release(*off - segments_.heap_offset());
+  }
+  void* peer_ptr(const void* ptr, int peer) const override {
+    auto off = segments_.own_heap_offset(ptr, 0);
+    return off ? segments_.base(peer) + *off : nullptr;
+  }
+
+  void check_buffers(const Request&) override {}
+
+  void run(const Request& r, Algorithm algo) override {
+    wait_idle();
+    execute(r, algo);
+  }
+
+  std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) override {
+    auto work = std::make_shared<HostWork>();
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back(Job{r, algo, work});
+    if (!worker_.joinable()) worker_ = std::thread([this] { work_loop(); });
+    queue_cv_.notify_all();
+    return work;
+  }
+
+  void abort() override {
+    // Waits poll ctx_.aborted; wake the worker in case it sleeps on an empty queue.
+    std::lock_guard lock(queue_mu_);
+    queue_cv_.notify_all();
+  }
+
+ private:
+  struct Job {
+    Request request;
+    Algorithm algo;
+    std::shared_ptr<HostWork> work;
+  };
+
+  void execute(const Request& r, Algorithm algo) {
+    std::lock_guard lock(exec_mu_);  // one collective at a time per communicator
+    ctx_.throw_if_failed();
+    engine_.begin_op();
+    switch (r.kind) {
+      case Collective::kAllReduce:
+        return algo == Algorithm::kTwoShot ? host_all_reduce_two_shot(engine_, r)
+                                           : host_all_reduce_one_shot(engine_, r);
+      case Collective::kAllGather: return host_all_gather(engine_, r);
+      case Collective::kReduceScatter: return host_reduce_scatter(engine_, r);
+      case Collective::kBroadcast: return host_broadcast(engine_, r);
+      case Collective::kAllToAll: return host_all_to_all(engine_, r);
+      case Collective::kBarrier: return host_barrier(engine_, r);
+    }
+    SYMCOMM_THROW(kInternal, "unhandled collective {}", static_cast<int>(r.kind));
+  }
+
+  void wait_idle() {
+    std::unique_lock lock(queue_mu_);
+    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+
+  void work_loop() {
+    std::unique_lock lock(queue_mu_);
+    while (true) {
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        execute(job.request, job.algo);
+      } catch (const Error& e) {
+        if (is_fatal(e.code())) ctx_.set_sticky(e);
+        error = std::current_exception();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      job.work->complete(error);
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty()) idle_cv_.notify_all();
+    }
+  }
+
+  CommContext& ctx_;
+  Capabilities caps_;
+  HostSegments segments_;
+  HostEngine engine_;
+  std::mutex alloc_mu_;
+  HeapAllocator allocator_;
+  std::mutex exec_mu_;
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_, idle_cv_;
+  std::deque<Job> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend(CommContext& ctx) { return std::make_unique<HostBackend>(ctx); }
+
+}  // namespace symcomm::detail

@@ -1,0 +1,165 @@
+#include "memory/cuda_heap_cuda.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/driver_api_cuda.h"
+#include "core/logging.h"
+
+namespace symcomm::detail {
+namespace {
+
+constexpr uint32_t kTagCudaHeap = 32;
+
+struct AllocMsg {
+  uint64_t id;
+  uint64_t stride;
+  uint64_t requested;
+};
+
+CUmemAllocationProp allocation_prop(int device) {
+  CUmemAllocationProp prop;
+  std::memset(&prop, 0, sizeof(prop));
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+// Closes an fd on scope exit.
+struct FdGuard {
+  int fd = -1;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+CudaHeap::CudaHeap(CommContext& ctx, int device, size_t capacity)
+    : ctx_(ctx), device_(device), capacity_(capacity) {
+  CUmemAllocationProp prop = allocation_prop(device_);
+  SYMCOMM_CU_CHECK(driver().mem_get_granularity(&granularity_, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  if (granularity_ == 0) granularity_ = size_t{2} << 20;
+}
+
+CudaHeap::~CudaHeap() {
+  std::lock_guard lock(mu_);
+  for (auto& [base, m] : live_) unmap(m);
+  live_.clear();
+}
+
+void CudaHeap::unmap(Mapping& m) {
+  const DriverApi& d = driver();
+  int n = static_cast<int>(m.handles.size());
+  // Best effort: teardown must not throw; a failure here leaks address space, not peers' memory.
+  for (int p = 0; p < n; ++p) {
+    if (m.handles[p] == 0) continue;
+    d.mem_unmap(m.va + p * m.stride, m.stride);
+    d.mem_release(m.handles[p]);
+  }
+  if (m.va) d.mem_address_free(m.va, m.stride * ctx_.ranks.world_size);
+  m.handles.clear();
+  m.va = 0;
+}
+
+void* CudaHeap::alloc(size_t bytes) {
+  SYMCOMM_CHECK_ARG(bytes > 0, "alloc(0)");
+  const DriverApi& d = driver();
+  const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
+  size_t stride = (bytes + granularity_ - 1) / granularity_ * granularity_;
+  std::lock_guard lock(mu_);
+  SYMCOMM_CHECK_ARG(used_ + stride <= capacity_,
+                    "symmetric heap exhausted: {} bytes in use, {} requested, capacity {} (Config::heap_bytes)",
+                    used_, stride, capacity_);
+  SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  Mapping m;
+  m.stride = stride;
+  m.requested = bytes;
+  m.handles.assign(n, 0);
+  uint64_t id = next_id_++;
+  try {
+    CUmemAllocationProp prop = allocation_prop(device_);
+    SYMCOMM_CU_CHECK(d.mem_create(&m.handles[me], stride, &prop, 0));
+    FdGuard own;
+    SYMCOMM_CU_CHECK(d.mem_export(&own.fd, m.handles[me], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    SYMCOMM_CU_CHECK(d.mem_address_reserve(&m.va, stride * n, granularity_, 0, 0));
+    SYMCOMM_CU_CHECK(d.mem_map(m.va + me * stride, stride, 0, m.handles[me], 0));
+
+    AllocMsg msg{id, stride, bytes};
+    std::vector<uint8_t> payload(sizeof(msg));
+    std::memcpy(payload.data(), &msg, sizeof(msg));
+    for (int p = 0; p < n; ++p) {
+      if (p != me) ctx_.mesh->send(p, kTagCudaHeap, payload, {own.fd});
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      MeshMessage r = ctx_.mesh->receive(p, kTagCudaHeap, ctx_.deadline(), &ctx_.aborted);
+      FdGuard peer;
+      if (!r.fds.empty()) peer.fd = r.fds[0];
+      for (size_t i = 1; i < r.fds.size(); ++i) ::close(r.fds[i]);
+      AllocMsg pm{};
+      if (r.payload.size() == sizeof(pm)) std::memcpy(&pm, r.payload.data(), sizeof(pm));
+      if (r.payload.size() != sizeof(pm) || pm.id != id || pm.requested != bytes || pm.stride != stride ||
+          peer.fd < 0) {
+        throw Error(ErrorCode::kMismatch,
+                    fmt::format("rank {}: symmetric alloc #{} of {} bytes does not match rank {}'s (#{} of {} bytes)",
+                                me, id, bytes, p, pm.id, pm.requested),
+                    __FILE__, __LINE__, {p});
+      }
+      SYMCOMM_CU_CHECK(d.mem_import(&m.handles[p], reinterpret_cast<void*>(static_cast<uintptr_t>(peer.fd)),
+                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+      SYMCOMM_CU_CHECK(d.mem_map(m.va + p * stride, stride, 0, m.handles[p], 0));
+    }
+    CUmemAccessDesc access;
+    std::memset(&access, 0, sizeof(access));
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    SYMCOMM_CU_CHECK(d.mem_set_access(m.va, stride * n, &access, 1));
+  } catch (...) {
+    unmap(m);
+    throw;
+  }
+  char* base = reinterpret_cast<char*>(m.va + me * stride);
+  used_ += stride;
+  live_.emplace(reinterpret_cast<uintptr_t>(base), std::move(m));
+  SYMCOMM_LOG_DEBUG("cuda heap: alloc #{} {} bytes at {} (stride {})", id, bytes, static_cast<void*>(base), stride);
+  return base;
+}
+
+void CudaHeap::free(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard lock(mu_);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+  SYMCOMM_CHECK_ARG(it != live_.end(), "free({}): not a pointer returned by alloc()", ptr);
+  used_ -= it->second.stride;
+  unmap(it->second);
+  live_.erase(it);
+}
+
+bool CudaHeap::find(const void* ptr, size_t bytes, char** base, size_t* stride) const {
+  uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard lock(mu_);
+  auto it = live_.upper_bound(p);
+  if (it == live_.begin()) return false;
+  --it;
+  if (p < it->first || p + bytes > it->first + it->second.requested) return false;
+  *base = reinterpret_cast<char*>(it->first);
+  *stride = it->second.stride;
+  return true;
+}
+
+void* CudaHeap::peer_ptr(const void* ptr, int peer) const {
+  char* base = nullptr;
+  size_t stride = 0;
+  if (peer < 0 || peer >= ctx_.ranks.world_size || !find(ptr, 0, &base, &stride)) return nullptr;
+  return const_cast<char*>(static_cast<const char*>(ptr)) +
+         (static_cast<ptrdiff_t>(peer) - ctx_.ranks.rank) * static_cast<ptrdiff_t>(stride);
+}
+
+}  // namespace symcomm::detail

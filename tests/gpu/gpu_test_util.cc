@@ -1,0 +1,110 @@
+#include "gpu_test_util.h"
+
+#include <algorithm>
+
+#include "algos/half.h"
+
+namespace symcomm::gputest {
+
+int64_t input_value(DataType dt, ReduceOp op, uint64_t seed, int rank, size_t i) {
+  uint64_t h = (i * 2654435761ull + seed * 40503ull + static_cast<uint64_t>(rank) * 977ull) >> 3;
+  int64_t b = static_cast<int64_t>(h % 7) + 1;  // 1..7
+  if (op == ReduceOp::kProd) return b % 2 + 1;  // 1..2
+  return dt == DataType::kUInt8 ? b : b - 3;    // -2..4 for signed types
+}
+
+void encode(DataType dt, int64_t v, void* dst) {
+  switch (dt) {
+    case DataType::kFloat32: { float f = static_cast<float>(v); std::memcpy(dst, &f, 4); return; }
+    case DataType::kFloat64: { double f = static_cast<double>(v); std::memcpy(dst, &f, 8); return; }
+    case DataType::kFloat16: { uint16_t b = detail::float_to_half(static_cast<float>(v)); std::memcpy(dst, &b, 2); return; }
+    case DataType::kBFloat16: { uint16_t b = detail::float_to_bf16(static_cast<float>(v)); std::memcpy(dst, &b, 2); return; }
+    case DataType::kInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(dst, &x, 1); return; }
+    case DataType::kUInt8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(dst, &x, 1); return; }
+    case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(dst, &x, 4); return; }
+    case DataType::kInt64: { std::memcpy(dst, &v, 8); return; }
+  }
+}
+
+void expected_reduce(DataType dt, ReduceOp op, uint64_t seed, int world, size_t i, void* dst) {
+  const bool is_float = dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 ||
+                        dt == DataType::kBFloat16;
+  int64_t acc = input_value(dt, op, seed, 0, i);
+  for (int r = 1; r < world; ++r) {
+    int64_t v = input_value(dt, op, seed, r, i);
+    switch (op) {
+      case ReduceOp::kSum: case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMin: acc = v < acc ? v : acc; break;
+      case ReduceOp::kMax: acc = v > acc ? v : acc; break;
+    }
+  }
+  if (op != ReduceOp::kAvg) return encode(dt, acc, dst);
+  if (is_float) {
+    double avg = static_cast<double>(acc) / world;  // exact: a small integer over 2, 4 or 8
+    switch (dt) {
+      case DataType::kFloat32: { float f = static_cast<float>(avg); std::memcpy(dst, &f, 4); return; }
+      case DataType::kFloat64: std::memcpy(dst, &avg, 8); return;
+      case DataType::kFloat16: { uint16_t b = detail::float_to_half(static_cast<float>(avg)); std::memcpy(dst, &b, 2); return; }
+      default: { uint16_t b = detail::float_to_bf16(static_cast<float>(avg)); std::memcpy(dst, &b, 2); return; }
+    }
+  }
+  // Integers: the wrapped sum in the dtype, then truncating division (host_reduce's semantics).
+  uint8_t tmp[8];
+  encode(dt, acc, tmp);
+  int64_t wrapped = 0;
+  switch (dt) {
+    case DataType::kInt8: wrapped = *reinterpret_cast<int8_t*>(tmp); break;
+    case DataType::kUInt8: wrapped = *reinterpret_cast<uint8_t*>(tmp); break;
+    case DataType::kInt32: { int32_t x; std::memcpy(&x, tmp, 4); wrapped = x; break; }
+    default: std::memcpy(&wrapped, tmp, 8); break;
+  }
+  encode(dt, wrapped / world, dst);
+}
+
+std::vector<uint8_t> make_input(DataType dt, ReduceOp op, uint64_t seed, int rank, size_t first, size_t count) {
+  size_t es = dtype_size(dt);
+  std::vector<uint8_t> v(count * es);
+  for (size_t i = 0; i < count; ++i) encode(dt, input_value(dt, op, seed, rank, first + i), v.data() + i * es);
+  return v;
+}
+
+GuardedBuffer::GuardedBuffer(Communicator& comm, BufKind kind, size_t capacity)
+    : comm_(comm), kind_(kind), capacity_(capacity + 2 * kGuard + 64) {
+  if (kind_ == BufKind::kSymmetric) {
+    base_ = static_cast<char*>(comm_.alloc(capacity_));
+  } else if (cudaMalloc(reinterpret_cast<void**>(&base_), capacity_) != cudaSuccess) {
+    base_ = nullptr;
+  }
+}
+
+GuardedBuffer::~GuardedBuffer() {
+  if (!base_) return;
+  if (kind_ == BufKind::kSymmetric) {
+    comm_.free(base_);
+  } else {
+    cudaFree(base_);
+  }
+}
+
+char* GuardedBuffer::prepare(size_t offset, size_t bytes, uint8_t fill) {
+  cudaMemset(base_, kGuardByte, capacity_);
+  char* p = base_ + kGuard + offset;
+  if (bytes) cudaMemset(p, fill, bytes);
+  cudaDeviceSynchronize();
+  return p;
+}
+
+std::vector<uint8_t> GuardedBuffer::read(const char* ptr, size_t bytes, bool* guards_ok) {
+  // Only the payload and its two guards travel back.
+  const char* lo = ptr - kGuard;
+  size_t span = std::min(bytes + 2 * kGuard, capacity_ - static_cast<size_t>(lo - base_));
+  std::vector<uint8_t> win(span);
+  cudaMemcpy(win.data(), lo, span, cudaMemcpyDeviceToHost);
+  *guards_ok = true;
+  for (size_t i = 0; i < kGuard; ++i) *guards_ok = *guards_ok && win[i] == kGuardByte;
+  for (size_t i = kGuard + bytes; i < span; ++i) *guards_ok = *guards_ok && win[i] == kGuardByte;
+  return std::vector<uint8_t>(win.begin() + kGuard, win.begin() + kGuard + bytes);
+}
+
+}  // namespace symcomm::gputest

@@ -1,0 +1,65 @@
+#pragma once
+// Helpers of the GPU tests: exact small-integer inputs for every dtype, expected values computed on the host
+// independently of the kernels, guarded and poisoned device buffers.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "symcomm/communicator.h"
+
+namespace symcomm::gputest {
+
+inline constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                                          DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+                                          DataType::kInt32,   DataType::kInt64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
+                                       ReduceOp::kAvg};
+/// 0, 1, odd, prime, large (several staging rounds with the test config's 1 MB scratch).
+inline constexpr size_t kCounts[] = {0, 1, 7, 1031, 300007};
+/// Bytes of guard (0xA5) around every buffer and the output poison byte.
+inline constexpr size_t kGuard = 256;
+inline constexpr uint8_t kGuardByte = 0xA5, kPoisonByte = 0xCD;
+
+#define GPU_CHECK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+/// Small integer input of element i on rank r: exact in every dtype, and its sums/products over a few
+/// ranks too. Signed types get negatives; products use 1..2.
+int64_t input_value(DataType dt, ReduceOp op, uint64_t seed, int rank, size_t i);
+/// Host-side expected reduction of the inputs of element i over `world` ranks, in the dtype's semantics
+/// (integers wrap; avg truncates for integers).
+void expected_reduce(DataType dt, ReduceOp op, uint64_t seed, int world, size_t i, void* dst);
+/// Writes integer v in dtype dt.
+void encode(DataType dt, int64_t v, void* dst);
+/// Host array of count elements: input_value(dt, op, seed, rank, first + i).
+std::vector<uint8_t> make_input(DataType dt, ReduceOp op, uint64_t seed, int rank, size_t first, size_t count);
+
+enum class BufKind { kDevice, kSymmetric };
+inline const char* name(BufKind k) { return k == BufKind::kDevice ? "device" : "symmetric"; }
+
+/// A device region with guard bytes around the part handed out.
+class GuardedBuffer {
+ public:
+  GuardedBuffer(Communicator& comm, BufKind kind, size_t capacity);
+  ~GuardedBuffer();
+  /// Fills everything with the guard byte and [offset, offset+bytes) of the payload with `fill`; returns
+  /// the payload pointer (kGuard + offset into the region).
+  char* prepare(size_t offset, size_t bytes, uint8_t fill);
+  /// Copies [ptr, ptr+bytes) to the host and checks both guards around it.
+  std::vector<uint8_t> read(const char* ptr, size_t bytes, bool* guards_ok);
+  char* base() const { return base_; }
+
+ private:
+  Communicator& comm_;
+  BufKind kind_;
+  size_t capacity_;
+  char* base_ = nullptr;
+};
+
+/// Device fill of count elements with input_value(dt, op, seed, rank, i) (test_kernels.cu), on a stream.
+void fill_input_async(void* dst, DataType dt, ReduceOp op, uint64_t seed, int rank, size_t count, cudaStream_t s);
+
+}  // namespace symcomm::gputest

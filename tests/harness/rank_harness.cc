@@ -1,0 +1,165 @@
+#include "harness/rank_harness.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#if defined(SYMCOMM_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+namespace symcomm::testing {
+namespace {
+
+// Shared between the parent and the forked ranks (MAP_SHARED | MAP_ANONYMOUS, created before fork).
+struct SharedPage {
+  std::atomic<int> store_port;
+  std::atomic<int> others_done;  ///< set by the parent once every rank but 0 has ended
+};
+
+constexpr const char* kToken = "rank-harness-token";
+
+[[noreturn]] void child_main(int rank, int world_size, SharedPage* page, const std::function<void(RankEnv&)>& body,
+                             const HarnessOptions& options) {
+  int code = 0;
+  try {
+    std::unique_ptr<StoreServer> server;
+    if (rank == 0) {
+      server = StoreServer::start(StoreServerOptions{.host = "127.0.0.1", .port = 0, .token = kToken, .limits = {}});
+      page->store_port.store(server->port());
+    }
+    while (page->store_port.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    RankEnv env;
+    env.info = RankInfo{rank, world_size, rank, world_size};
+    env.config = options.config;
+    env.store = Store::connect(StoreOptions{.host = "127.0.0.1",
+                                            .port = static_cast<uint16_t>(page->store_port.load()),
+                                            .token = kToken,
+                                            .timeout = std::chrono::seconds(30)});
+    body(env);
+    if (::testing::Test::HasFailure()) code = 1;
+    if (rank == 0) {
+      // Keep the store up until every other rank has ended (they may still use it).
+      auto until = std::chrono::steady_clock::now() + options.timeout;
+      while (page->others_done.load() == 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] uncaught exception: %s\n", rank, e.what());
+    code = 2;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(code);
+}
+
+}  // namespace
+
+Config HarnessOptions::default_test_config() {
+  Config c;
+  c.timeout = std::chrono::seconds(3);
+  c.heap_bytes = 64 << 20;
+  c.scratch_bytes = 1 << 20;  // small, so that "large" test counts run several rounds
+  return c;
+}
+
+std::unique_ptr<Communicator> RankEnv::make_comm(CommOptions options) {
+  if (!options.config) options.config = config;
+  return Communicator::create(store, info, options);
+}
+
+std::vector<RankOutcome> run_ranks(int world_size, const std::function<void(RankEnv&)>& body,
+                                   const HarnessOptions& options) {
+  void* mem = ::mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) throw std::runtime_error("mmap failed");
+  auto* page = new (mem) SharedPage{};
+  if (world_size == 1) page->others_done.store(1);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) child_main(r, world_size, page, body, options);
+    pids[r] = pid;
+  }
+  std::vector<RankOutcome> out(world_size);
+  auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  int alive = world_size;
+  while (alive > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < world_size; ++r) {
+        if (pids[r] != pid) continue;
+        out[r].rank = r;
+        out[r].exited = WIFEXITED(status);
+        out[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        out[r].signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        pids[r] = -1;
+        --alive;
+      }
+      bool others = true;
+      for (int r = 1; r < world_size; ++r) others = others && pids[r] == -1;
+      if (others) page->others_done.store(1);
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < world_size; ++r) {
+        if (pids[r] > 0) {
+          ::kill(pids[r], SIGKILL);
+          out[r].timed_out = true;
+        }
+      }
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::munmap(mem, sizeof(SharedPage));
+  return out;
+}
+
+std::vector<RankOutcome> expect_success(int world_size, const std::function<void(RankEnv&)>& body,
+                                        const HarnessOptions& options) {
+  auto out = run_ranks(world_size, body, options);
+  for (const RankOutcome& o : out) {
+    bool excused = std::find(options.may_fail.begin(), options.may_fail.end(), o.rank) != options.may_fail.end();
+    if (excused) continue;
+    EXPECT_FALSE(o.timed_out) << "rank " << o.rank << " of " << world_size << " timed out (killed by the harness)";
+    EXPECT_TRUE(o.exited && o.exit_code == 0)
+        << "rank " << o.rank << " of " << world_size << " failed: exit code " << o.exit_code << ", signal "
+        << o.signal << " (its output above says why)";
+  }
+  return out;
+}
+
+int count_gpus_in_child() {
+#if defined(SYMCOMM_HAVE_CUDA)
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    ::_exit(n > 100 ? 100 : n);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+#else
+  return 0;
+#endif
+}
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace symcomm::testing

@@ -1,0 +1,58 @@
+#pragma once
+// Multi-process rank harness (in the spirit of Gloo's spawn()): runs a test body in N forked processes, each
+// a rank with its own store connection, and reports every rank's fate to the parent test.
+//
+// The parent must not have initialised CUDA (fork after CUDA init is undefined): count GPUs with
+// count_gpus_in_child(). Inside the body, GoogleTest assertions work as usual; a failed assertion, an
+// exception or a crash makes that rank exit non-zero, and run_ranks() reports it to the parent's test.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "symcomm/communicator.h"
+
+namespace symcomm::testing {
+
+struct RankEnv {
+  RankInfo info;
+  Config config;                 ///< test defaults: 2 s timeout, small heap
+  std::shared_ptr<Store> store;  ///< connected to the job's store (hosted by rank 0's process)
+  /// Creates a communicator over `store` with options.config defaulting to `config`.
+  std::unique_ptr<Communicator> make_comm(CommOptions options = {});
+};
+
+struct RankOutcome {
+  int rank = 0;
+  bool exited = false;  ///< normal exit (then exit_code is valid)
+  int exit_code = -1;
+  int signal = 0;  ///< killing signal if !exited
+  bool timed_out = false;
+};
+
+struct HarnessOptions {
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  ///< whole job; stragglers are SIGKILLed
+  Config config = default_test_config();
+  /// Ranks expected to die or fail (their outcome is not checked by expect_success()).
+  std::vector<int> may_fail;
+
+  static Config default_test_config();
+};
+
+/// Forks `world_size` ranks; rank 0 hosts the store. Returns when all have ended (or the timeout hit).
+std::vector<RankOutcome> run_ranks(int world_size, const std::function<void(RankEnv&)>& body,
+                                   const HarnessOptions& options = {});
+
+/// run_ranks() + ADD_FAILURE() for every rank (except options.may_fail) that did not exit 0.
+std::vector<RankOutcome> expect_success(int world_size, const std::function<void(RankEnv&)>& body,
+                                        const HarnessOptions& options = {});
+
+/// Number of CUDA devices, counted in a forked child so that this process never initialises CUDA.
+int count_gpus_in_child();
+
+/// Deterministic pseudo-random generator for test inputs (splitmix64).
+uint64_t mix64(uint64_t x);
+
+}  // namespace symcomm::testing

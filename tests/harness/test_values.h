@@ -1,0 +1,123 @@
+#pragma once
+// Exactly-known test inputs and an independent reference for the collectives tests (host and GPU).
+//
+// Inputs are small integers chosen per reduce op so that every result is exact in every dtype (sums of up
+// to 8 ranks of [-3, 3]; products of {-1, 1, 2}; min/max of [-50, 50]), so results are compared bit for
+// bit; only avg, whose quotient may be inexact, is compared within one unit in the last place of the dtype.
+// Conversions here use the compiler's _Float16 and plain bit truncation for bfloat16 (exact for these
+// integers), independent of the library's own conversion code.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "harness/rank_harness.h"
+#include "symcomm/types.h"
+
+namespace symcomm::testing {
+
+inline bool is_signed_type(DataType d) { return d != DataType::kUInt8; }
+inline bool is_float_type(DataType d) {
+  return d == DataType::kFloat32 || d == DataType::kFloat64 || d == DataType::kFloat16 || d == DataType::kBFloat16;
+}
+
+/// Input of `rank` at element i for a test case identified by `seed`.
+inline double input_value(uint64_t seed, int rank, size_t i, ReduceOp op, DataType d, bool reduction) {
+  uint64_t h = mix64(seed * 1000003ull + static_cast<uint64_t>(rank) * 7919ull + i);
+  bool s = is_signed_type(d);
+  if (!reduction || op == ReduceOp::kMin || op == ReduceOp::kMax) {
+    return s ? static_cast<double>(h % 101) - 50 : static_cast<double>(h % 101);
+  }
+  if (op == ReduceOp::kProd) {
+    uint64_t k = h % 3;
+    return k == 0 ? (s ? -1.0 : 1.0) : static_cast<double>(k);
+  }
+  return s ? static_cast<double>(h % 7) - 3 : static_cast<double>(h % 4);  // sum, avg
+}
+
+/// Converts an exact integer result to what the dtype holds (integers wrap modulo 2^bits).
+inline double to_dtype_value(double v, DataType d) {
+  switch (d) {
+    case DataType::kInt8: return static_cast<int8_t>(static_cast<int64_t>(v));
+    case DataType::kUInt8: return static_cast<uint8_t>(static_cast<int64_t>(v));
+    case DataType::kInt32: return static_cast<int32_t>(static_cast<int64_t>(v));
+    default: return v;
+  }
+}
+
+inline void store_value(DataType d, void* buf, size_t i, double v) {
+  switch (d) {
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); return;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; return;
+    case DataType::kFloat16: static_cast<_Float16*>(buf)[i] = static_cast<_Float16>(v); return;
+    case DataType::kBFloat16: {
+      float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(bits >> 16);  // exact for our small integers
+      return;
+    }
+    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); return;
+    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); return;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); return;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); return;
+  }
+}
+
+inline double load_value(DataType d, const void* buf, size_t i) {
+  switch (d) {
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kFloat16: return static_cast<double>(static_cast<const _Float16*>(buf)[i]);
+    case DataType::kBFloat16: {
+      uint32_t bits = uint32_t{static_cast<const uint16_t*>(buf)[i]} << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+  }
+  return NAN;
+}
+
+/// Reference reduction over ranks 0..n-1 of input_value(), in the dtype's arithmetic.
+inline double expected_reduction(uint64_t seed, int n, size_t i, ReduceOp op, DataType d) {
+  double acc = input_value(seed, 0, i, op, d, true);
+  for (int r = 1; r < n; ++r) {
+    double v = input_value(seed, r, i, op, d, true);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) {
+    if (is_float_type(d)) return acc / n;
+    return std::trunc(acc / n);  // C++ integer division truncates toward zero
+  }
+  return to_dtype_value(acc, d);
+}
+
+/// Tolerance for comparing `got` with the reference: 0 (bitwise) except avg of floats (one ulp).
+inline double tolerance(ReduceOp op, DataType d, double expected) {
+  if (op != ReduceOp::kAvg || !is_float_type(d)) return 0;
+  double ulp = d == DataType::kBFloat16 ? 0x1p-7 : d == DataType::kFloat16 ? 0x1p-10 : d == DataType::kFloat32 ? 0x1p-23 : 0x1p-52;
+  return std::fabs(expected) * ulp * 1.01 + 1e-300;
+}
+
+inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace symcomm::testing
