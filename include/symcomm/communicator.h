@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,6 +45,9 @@ struct Rendezvous {
   std::string store_host = "127.0.0.1";  ///< rank 0 binds it; the others connect to it
   uint16_t store_port = 0;
   std::string token;  ///< shared secret of the job; required by the store
+  /// Rank 0 only: called with the port actually bound once the store server is up. With store_port 0 (pick a
+  /// free port) this is how the port reaches the other ranks, e.g. through MPI (see symcomm/mpi.h).
+  std::function<void(uint16_t port)> on_store_started;
 
   /// torchrun-compatible variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
   /// MASTER_PORT) or, if RANK is unset, Open MPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} with

@@ -32,8 +32,8 @@ struct CommContext {
   /// Records the first fatal error (peer death, timeout, abort); later operations rethrow it.
   void set_sticky(const Error& e);
   std::optional<Error> sticky() const;
-  /// Throws the sticky error if any, else kAborted if aborted, else kPeerDead if the mesh reports a peer
-  /// dead or gone.
+  /// Throws the sticky error if any, else kAborted if aborted, else kPeerDead if the mesh reports a dead
+  /// peer (peers that left cleanly fail only the waits for them).
   void throw_if_failed() const;
   /// Builds (does not throw) the error for a lost peer; `mask` = dead | left bits.
   Error peer_lost_error(uint64_t dead, uint64_t left, const char* file, int line) const;

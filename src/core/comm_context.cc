@@ -35,9 +35,10 @@ void CommContext::throw_if_failed() const {
   if (aborted.load(std::memory_order_acquire)) {
     SYMCOMM_THROW(kAborted, "rank {}: the communicator was aborted", ranks.rank);
   }
+  // A dead peer breaks the communicator. A peer that left cleanly (destroyed its communicator) only fails
+  // the operations that wait for it: a rank may still finish, or run count-0 no-ops, after a peer left.
   if (mesh) {
-    uint64_t dead = mesh->dead_mask(), left = mesh->left_mask();
-    if (dead | left) throw peer_lost_error(dead, left, __FILE__, __LINE__);
+    if (uint64_t dead = mesh->dead_mask()) throw peer_lost_error(dead, 0, __FILE__, __LINE__);
   }
 }
 

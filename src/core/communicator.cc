@@ -90,6 +90,7 @@ std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const C
     server = StoreServer::start(StoreServerOptions{.host = rv.store_host, .port = rv.store_port, .token = rv.token, .limits = {}});
   }
   uint16_t port = server ? server->port() : rv.store_port;
+  if (server && rv.on_store_started) rv.on_store_started(port);
   SYMCOMM_CHECK_ARG(port != 0, "the store port is 0 on rank {} (only rank 0 may pick a free port)", rv.ranks.rank);
   std::shared_ptr<Store> store(
       Store::connect(StoreOptions{.host = rv.store_host, .port = port, .token = rv.token, .timeout = config.timeout}));

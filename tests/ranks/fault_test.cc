@@ -1,0 +1,295 @@
+// Faults on the host backend: dead, late and missing ranks, abort, bad arguments, cross-rank mismatches,
+// store death, and leaks over many create/destroy cycles. Every expectation can fail: errors must carry
+// the right code and name the right rank, within the stated time.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "harness/rank_harness.h"
+
+namespace symcomm::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count();
+}
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+/// Runs `fn`, expects it to throw symcomm::Error with `code`; returns it.
+template <class Fn>
+Error expect_error(ErrorCode code, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << "got: " << e.what();
+    return e;
+  }
+  ADD_FAILURE() << "expected an error with code " << to_string(code) << ", none was thrown";
+  return Error(ErrorCode::kInternal, "no error");
+}
+
+enum class DeathKind { kSigkill, kSigterm, kSigsegv, kExit0, kExit1 };
+
+void die(DeathKind how) {
+  switch (how) {
+    case DeathKind::kSigkill: ::raise(SIGKILL); break;
+    case DeathKind::kSigterm: ::raise(SIGTERM); break;
+    case DeathKind::kSigsegv: ::signal(SIGSEGV, SIG_DFL); ::raise(SIGSEGV); break;
+    case DeathKind::kExit0: std::fflush(nullptr); ::_exit(0);
+    case DeathKind::kExit1: std::fflush(nullptr); ::_exit(1);
+  }
+  ::_exit(99);
+}
+
+class RankDeath : public ::testing::TestWithParam<DeathKind> {};
+
+// A rank dies between two collectives while the others are inside the second one (waiting for it): every
+// survivor gets kPeerDead naming it within about a second (the op deadline is 30 s), then every later
+// call fails the same way, and the communicator still destroys cleanly.
+TEST_P(RankDeath, SurvivorsGetPeerDeadNamingTheRankWithinASecond) {
+  const int n = 3, victim = 2;
+  HarnessOptions opts;
+  opts.config.timeout = 30s;
+  opts.may_fail = {victim};
+  DeathKind how = GetParam();
+  expect_success(n, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    std::vector<float> in(1 << 16, 1.0f), out(1 << 16);
+    for (int it = 0; it < 5; ++it) comm->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+    if (env.info.rank == victim) {
+      std::this_thread::sleep_for(200ms);  // let the survivors enter the next collective
+      env.store->set("killed_at", std::to_string(now_ns()));
+      die(how);
+    }
+    Error e = expect_error(ErrorCode::kPeerDead, [&] {
+      comm->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+    });
+    int64_t detected = now_ns();
+    EXPECT_TRUE(contains(e.ranks(), victim)) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+    int64_t killed = std::stoll(env.store->get_string("killed_at"));
+    EXPECT_LT(detected - killed, 1'500'000'000) << "detection took " << (detected - killed) / 1e6 << " ms";
+    expect_error(ErrorCode::kPeerDead, [&] { comm->barrier(); });  // sticky
+  }, opts);
+}
+
+std::string death_name(const ::testing::TestParamInfo<DeathKind>& info) {
+  static const char* const kNames[] = {"sigkill", "sigterm", "sigsegv", "exit0", "exit1"};
+  return kNames[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWays, RankDeath,
+                         ::testing::Values(DeathKind::kSigkill, DeathKind::kSigterm, DeathKind::kSigsegv,
+                                           DeathKind::kExit0, DeathKind::kExit1),
+                         death_name);
+
+TEST(Faults, RankThatNeverArrivesTimesOutNamingIt) {
+  HarnessOptions opts;
+  opts.config.timeout = 1s;
+  expect_success(3, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    if (env.info.rank == 2) {
+      std::this_thread::sleep_for(2500ms);  // never calls the collective
+      return;
+    }
+    int32_t x = 1, y = 0;
+    auto t0 = SteadyClock::now();
+    Error e = expect_error(ErrorCode::kTimeout, [&] { comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum); });
+    auto took = SteadyClock::now() - t0;
+    EXPECT_EQ(e.ranks(), std::vector<int>{2}) << e.what();
+    EXPECT_GE(took, 900ms);
+    EXPECT_LT(took, 2500ms);
+  }, opts);
+}
+
+TEST(Faults, LateRankStillCompletesCorrectly) {
+  expect_success(3, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    if (env.info.rank == 1) std::this_thread::sleep_for(100ms);
+    std::vector<int64_t> in(1000), out(1000, -7);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int64_t>(i) * (env.info.rank + 1);
+    comm->all_reduce(in.data(), out.data(), in.size(), DataType::kInt64, ReduceOp::kSum);
+    for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], static_cast<int64_t>(i) * 6);
+  });
+}
+
+TEST(Faults, AbortFromAnotherThreadWakesAWaitingCollective) {
+  HarnessOptions opts;
+  opts.config.timeout = 30s;
+  expect_success(2, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    if (env.info.rank == 1) {
+      std::this_thread::sleep_for(1500ms);  // rank 0 waits for us in vain until it aborts
+      return;
+    }
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(200ms);
+      comm->abort();
+      comm->abort();  // idempotent
+    });
+    float x = 1, y = 0;
+    auto t0 = SteadyClock::now();
+    expect_error(ErrorCode::kAborted, [&] { comm->all_reduce(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum); });
+    EXPECT_LT(SteadyClock::now() - t0, 1s);
+    aborter.join();
+    EXPECT_TRUE(comm->is_aborted());
+    expect_error(ErrorCode::kAborted, [&] { comm->barrier(); });
+  }, opts);
+}
+
+TEST(Faults, InvalidArgumentsThrowAtOnceAndLeaveTheCommunicatorUsable) {
+  expect_success(2, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    float buf[4] = {1, 2, 3, 4}, out[8];
+    auto bad = [&](auto fn) { expect_error(ErrorCode::kInvalidArgument, fn); };
+    bad([&] { comm->all_reduce(nullptr, out, 4, DataType::kFloat32, ReduceOp::kSum); });
+    bad([&] { comm->all_reduce(buf, nullptr, 4, DataType::kFloat32, ReduceOp::kSum); });
+    bad([&] { comm->all_reduce(buf, out, 4, static_cast<DataType>(99), ReduceOp::kSum); });
+    bad([&] { comm->all_reduce(buf, out, 4, DataType::kFloat32, static_cast<ReduceOp>(42)); });
+    bad([&] { comm->all_reduce(buf, out, SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum); });
+    bad([&] { comm->all_gather(buf, out, SIZE_MAX / 4, DataType::kFloat64); });
+    bad([&] { comm->broadcast(buf, out, 4, DataType::kFloat32, 2); });
+    bad([&] { comm->broadcast(buf, out, 4, DataType::kFloat32, -1); });
+    bad([&] { comm->all_reduce(buf, out, 4, DataType::kFloat32, ReduceOp::kSum, {.algorithm = Algorithm::kNccl}); });
+    bad([&] { comm->all_gather(buf, out, 4, DataType::kFloat32, {.algorithm = Algorithm::kOneShot}); });
+    bad([&] { comm->all_reduce(buf, out, 4, DataType::kFloat32, ReduceOp::kSum,
+                               {.algorithm = static_cast<Algorithm>(77)}); });
+    bad([&] { comm->free(buf); });
+    bad([&] { comm->peer_ptr(buf, 1); });
+    bad([&] { comm->alloc(size_t{1} << 40); });
+    // Still usable, and still in step with the other rank.
+    comm->all_reduce(buf, out, 4, DataType::kFloat32, ReduceOp::kSum);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], 2 * buf[i]);
+    // Count 0 is valid and does nothing.
+    comm->all_reduce(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum);
+  });
+}
+
+struct MismatchCase {
+  const char* name;
+  std::function<void(Communicator&, int rank)> issue;
+  const char* field;  ///< what the debug check must name
+};
+
+std::vector<MismatchCase> mismatch_cases() {
+  static float in[64], out[64 * 8];
+  return {
+      {"count", [](Communicator& c, int r) { c.all_reduce(in, out, 10 + r, DataType::kFloat32, ReduceOp::kSum); },
+       "count"},
+      {"dtype", [](Communicator& c, int r) {
+         c.all_reduce(in, out, 8, r ? DataType::kInt32 : DataType::kFloat32, ReduceOp::kSum);
+       }, "dtype"},
+      {"op", [](Communicator& c, int r) {
+         c.all_reduce(in, out, 8, DataType::kFloat32, r ? ReduceOp::kMax : ReduceOp::kSum);
+       }, "op"},
+      {"collective", [](Communicator& c, int r) {
+         if (r) c.all_gather(in, out, 8, DataType::kFloat32); else c.all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);
+       }, "collective"},
+      {"root", [](Communicator& c, int r) { c.broadcast(in, out, 8, DataType::kFloat32, r); }, "root"},
+      {"skipped", [](Communicator& c, int r) {
+         if (r == 0) c.all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);
+         c.barrier();
+       }, "collective"},
+  };
+}
+
+// Normal mode: the per-step header check catches the mismatch on every rank (no hang, no corruption).
+// Debug mode: the arguments are compared before launch and the error names the field and the ranks.
+TEST(Faults, CrossRankMismatchIsReportedNotAHang) {
+  for (bool debug : {false, true}) {
+    for (const MismatchCase& mc : mismatch_cases()) {
+      SCOPED_TRACE(fmt::format("{} (debug checks {})", mc.name, debug));
+      HarnessOptions opts;
+      opts.config.timeout = 2s;
+      opts.config.debug_checks = debug;
+      expect_success(2, [&](RankEnv& env) {
+        auto comm = env.make_comm();
+        Error e = expect_error(ErrorCode::kMismatch, [&] { mc.issue(*comm, env.info.rank); });
+        EXPECT_TRUE(contains(e.ranks(), 1 - env.info.rank)) << e.what();
+        if (debug) EXPECT_NE(std::string(e.what()).find(mc.field), std::string::npos) << e.what();
+      }, opts);
+    }
+  }
+}
+
+TEST(Faults, StoreServerDeathDuringRendezvousFailsFast) {
+  HarnessOptions opts;
+  opts.config.timeout = 30s;
+  opts.may_fail = {0};
+  expect_success(3, [&](RankEnv& env) {
+    if (env.info.rank == 0) {
+      env.store->wait({"ready/1", "ready/2"});
+      ::raise(SIGKILL);  // takes the store server with it
+    }
+    env.store->set(fmt::format("ready/{}", env.info.rank), std::string_view("1"));
+    auto t0 = SteadyClock::now();
+    expect_error(ErrorCode::kStore, [&] { env.make_comm(); });
+    EXPECT_LT(SteadyClock::now() - t0, 2s);
+  }, opts);
+}
+
+struct ResourceCounts {
+  int fds = 0, maps = 0, threads = 0;
+  bool operator==(const ResourceCounts&) const = default;
+};
+
+int count_dir(const char* path) {
+  int n = 0;
+  if (DIR* d = ::opendir(path)) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+ResourceCounts resources() {
+  ResourceCounts c;
+  c.fds = count_dir("/proc/self/fd");
+  c.threads = count_dir("/proc/self/task");
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) ++c.maps;
+  return c;
+}
+
+TEST(Lifecycle, ThousandCreateDestroyAndAbortCyclesLeakNothing) {
+  int shm_before = count_dir("/dev/shm");
+  expect_success(2, [&](RankEnv& env) {
+    { auto warm = env.make_comm(); }  // first-use allocations (logging, thread-locals) are not leaks
+    ResourceCounts before = resources();
+    int64_t keys_before = env.store->num_keys();
+    for (int i = 0; i < 1000; ++i) {
+      auto comm = env.make_comm();
+      if (i % 2) {
+        comm->abort();
+      } else {
+        int32_t x = i, y = 0;
+        comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
+        ASSERT_EQ(y, 2 * i);
+      }
+    }
+    ResourceCounts after = resources();
+    EXPECT_EQ(after.fds, before.fds);
+    EXPECT_EQ(after.threads, before.threads);
+    EXPECT_EQ(after.maps, before.maps);
+    // Communicators remove their rendezvous keys: the store does not grow with every cycle.
+    EXPECT_LE(env.store->num_keys(), keys_before + 4);
+  });
+  EXPECT_EQ(count_dir("/dev/shm"), shm_before);
+}
+
+}  // namespace
+}  // namespace symcomm::testing
