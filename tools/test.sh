@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds everything and runs the test suite (ctest): unit tests, the multi-process
-# host-backend tests, and the GPU tests, which ctest reports as skipped where fewer than 2 GPUs exist.
-# Usage: tools/test.sh [build-dir]   (default: build)
+# Installs dependencies, builds everything and runs the whole test suite:
+#   1. the host suite under ASan+UBSan and under TSan (tools/sanitize.sh),
+#   2. the store fuzzer for 60 s (tools/fuzz.sh),
+#   3. lint, then ctest on the normal build: unit, multi-process (with a 100,000-collective soak), install,
+#      and the GPU tests, which ctest reports as skipped where fewer than 2 GPUs exist.
+# Usage: tools/test.sh [--quick] [build-dir]   (--quick: only step 3; default build dir: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
 build=${1:-build}
 bash tools/install-deps.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)"
+if [ $quick = 0 ]; then
+  bash tools/sanitize.sh
+  bash tools/fuzz.sh 60
+fi
 bash tools/lint.sh
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 cd "$build" && ctest --output-on-failure --timeout 1800

@@ -126,20 +126,22 @@ void HostEngine::wait_and_validate(const Request& r, uint64_t round) {
       }
     }
     StepHeader h = seg_.pad(p)->headers[s & 1];
-    auto field_error = [&](const char* field, uint64_t mine, uint64_t theirs) {
+    auto mismatch = [&](const char* field, const std::string& mine, const std::string& theirs) {
       throw Error(ErrorCode::kMismatch,
-                  fmt::format("rank {} and rank {} disagree on the {} of step {} ({}): {} vs {} "
-                              "(a different collective, count, dtype, op or root, or a skipped call)",
-                              me_, p, field, s, r.describe(), mine, theirs),
+                  fmt::format("rank {} and rank {} disagree on the {} of step {}: {} here, {} there; this rank "
+                              "runs {} (a different collective, count, dtype, op or root, or a skipped call)",
+                              me_, p, field, s, mine, theirs, r.describe()),
                   __FILE__, __LINE__, {me_, p});
     };
-    if (h.step != s) field_error("step", s, h.step);
-    if (h.kind != static_cast<uint32_t>(r.kind)) field_error("collective", static_cast<uint32_t>(r.kind), h.kind);
-    if (h.dtype != static_cast<uint32_t>(r.dtype)) field_error("dtype", static_cast<uint32_t>(r.dtype), h.dtype);
-    if (r.has_reduction() && h.op != static_cast<uint32_t>(r.op)) field_error("op", static_cast<uint32_t>(r.op), h.op);
-    if (r.kind == Collective::kBroadcast && h.root != static_cast<uint32_t>(r.root)) field_error("root", r.root, h.root);
-    if (h.count != r.count) field_error("count", r.count, h.count);
-    if (h.round != round) field_error("round", round, h.round);
+    auto num = [](uint64_t v) { return std::to_string(v); };
+    auto name = [](auto e) { return std::string(to_string(e)); };
+    if (h.step != s) mismatch("step", num(s), num(h.step));
+    if (h.kind != static_cast<uint32_t>(r.kind)) mismatch("collective", name(r.kind), name(static_cast<Collective>(h.kind)));
+    if (h.dtype != static_cast<uint32_t>(r.dtype)) mismatch("dtype", name(r.dtype), name(static_cast<DataType>(h.dtype)));
+    if (r.has_reduction() && h.op != static_cast<uint32_t>(r.op)) mismatch("op", name(r.op), name(static_cast<ReduceOp>(h.op)));
+    if (r.kind == Collective::kBroadcast && h.root != static_cast<uint32_t>(r.root)) mismatch("root", num(r.root), num(h.root));
+    if (h.count != r.count) mismatch("count", num(r.count), num(h.count));
+    if (h.round != round) mismatch("round", num(round), num(h.round));
     if (h.flags & kStepZeroCopy) op_zero_copy_ = true;
     seen_[p] = h;
   }

@@ -1,6 +1,7 @@
 #include "algos/host_reduce.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <type_traits>
 
@@ -69,7 +70,7 @@ A combine(A a, A b) {
 constexpr size_t kBlock = 1024;
 
 template <class T, ReduceOp kOp>
-void reduce_typed(void* out_v, const void* const* srcs_v, int nsrc, size_t count) {
+void reduce_aligned(void* out_v, const void* const* srcs_v, int nsrc, size_t count) {
   using Tr = Traits<T>;
   using A = typename Tr::Acc;
   T* out = static_cast<T*>(out_v);
@@ -88,6 +89,28 @@ void reduce_typed(void* out_v, const void* const* srcs_v, int nsrc, size_t count
     }
     T* o = out + base;
     for (size_t j = 0; j < n; ++j) o[j] = Tr::store(acc[j]);
+  }
+}
+
+bool aligned_to(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// Pointers not aligned to the element size (allowed by the API) are never accessed through T*: each block
+// is staged through aligned local buffers with memcpy, then reduced on the aligned path.
+template <class T, ReduceOp kOp>
+void reduce_typed(void* out, const void* const* srcs, int nsrc, size_t count) {
+  bool aligned = aligned_to(out, alignof(T));
+  for (int r = 0; r < nsrc; ++r) aligned = aligned && aligned_to(srcs[r], alignof(T));
+  if (aligned) return reduce_aligned<T, kOp>(out, srcs, nsrc, count);
+  alignas(64) T staged[kMaxRanks][kBlock / 4];
+  alignas(64) T result[kBlock / 4];
+  const void* staged_srcs[kMaxRanks];
+  for (int r = 0; r < nsrc; ++r) staged_srcs[r] = staged[r];
+  constexpr size_t kStage = kBlock / 4;
+  for (size_t base = 0; base < count; base += kStage) {
+    size_t n = std::min(kStage, count - base);
+    for (int r = 0; r < nsrc; ++r) std::memcpy(staged[r], static_cast<const uint8_t*>(srcs[r]) + base * sizeof(T), n * sizeof(T));
+    reduce_aligned<T, kOp>(result, staged_srcs, nsrc, n);
+    std::memcpy(static_cast<uint8_t*>(out) + base * sizeof(T), result, n * sizeof(T));
   }
 }
 

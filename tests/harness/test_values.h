@@ -46,40 +46,51 @@ inline double to_dtype_value(double v, DataType d) {
   }
 }
 
+// Buffers may be deliberately misaligned: every access goes through memcpy (no misaligned typed access).
+template <class T>
+void put_as(void* buf, size_t i, T v) {
+  std::memcpy(static_cast<uint8_t*>(buf) + i * sizeof(T), &v, sizeof(T));
+}
+template <class T>
+T get_as(const void* buf, size_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const uint8_t*>(buf) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
 inline void store_value(DataType d, void* buf, size_t i, double v) {
   switch (d) {
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); return;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; return;
-    case DataType::kFloat16: static_cast<_Float16*>(buf)[i] = static_cast<_Float16>(v); return;
+    case DataType::kFloat32: return put_as(buf, i, static_cast<float>(v));
+    case DataType::kFloat64: return put_as(buf, i, v);
+    case DataType::kFloat16: return put_as(buf, i, static_cast<_Float16>(v));
     case DataType::kBFloat16: {
       float f = static_cast<float>(v);
       uint32_t bits;
       std::memcpy(&bits, &f, 4);
-      static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(bits >> 16);  // exact for our small integers
-      return;
+      return put_as(buf, i, static_cast<uint16_t>(bits >> 16));  // exact for our small integers
     }
-    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); return;
-    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); return;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); return;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); return;
+    case DataType::kInt8: return put_as(buf, i, static_cast<int8_t>(v));
+    case DataType::kUInt8: return put_as(buf, i, static_cast<uint8_t>(v));
+    case DataType::kInt32: return put_as(buf, i, static_cast<int32_t>(v));
+    case DataType::kInt64: return put_as(buf, i, static_cast<int64_t>(v));
   }
 }
 
 inline double load_value(DataType d, const void* buf, size_t i) {
   switch (d) {
-    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
-    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
-    case DataType::kFloat16: return static_cast<double>(static_cast<const _Float16*>(buf)[i]);
+    case DataType::kFloat32: return get_as<float>(buf, i);
+    case DataType::kFloat64: return get_as<double>(buf, i);
+    case DataType::kFloat16: return static_cast<double>(get_as<_Float16>(buf, i));
     case DataType::kBFloat16: {
-      uint32_t bits = uint32_t{static_cast<const uint16_t*>(buf)[i]} << 16;
+      uint32_t bits = uint32_t{get_as<uint16_t>(buf, i)} << 16;
       float f;
       std::memcpy(&f, &bits, 4);
       return f;
     }
-    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
-    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kInt8: return get_as<int8_t>(buf, i);
+    case DataType::kUInt8: return get_as<uint8_t>(buf, i);
+    case DataType::kInt32: return get_as<int32_t>(buf, i);
+    case DataType::kInt64: return static_cast<double>(get_as<int64_t>(buf, i));
   }
   return NAN;
 }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the store's libFuzzer target with clang (ASan + UBSan + coverage) and runs it for a fixed time.
+# Usage: tools/fuzz.sh [seconds] (default 60). A crash, leak or abort fails the run (exit non-zero).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+CC=clang CXX=clang++ cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYMCOMM_WITH_CUDA=OFF \
+  -DSYMCOMM_WITH_MPI=OFF -DSYMCOMM_BUILD_BENCH=OFF -DSYMCOMM_FUZZ=ON \
+  -DSYMCOMM_SANITIZE=address,undefined,fuzzer-no-link >/dev/null
+cmake --build build-fuzz --target symcomm_store_fuzz -j "$(nproc)"
+mkdir -p build-fuzz/corpus
+UBSAN_OPTIONS=halt_on_error=1 build-fuzz/tests/symcomm_store_fuzz -max_total_time="$seconds" -max_len=4096 \
+  -print_final_stats=1 build-fuzz/corpus
