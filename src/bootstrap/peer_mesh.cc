@@ -1,12 +1,15 @@
 #include "bootstrap/peer_mesh.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -160,6 +163,56 @@ bool write_frame(int fd, uint32_t tag, const std::vector<uint8_t>& payload, cons
     msg.msg_iovlen = static_cast<size_t>((payload.empty() ? 1 : 2) - k);
   }
   return true;
+}
+
+// NOTE [death during rendezvous]
+// Before the mesh exists there is no socket to watch, so every rank first publishes its pid under
+// "<prefix>/pid/<rank>"; a rank waiting for a peer (its mesh key, or its connection) checks in 100 ms slices
+// whether that pid still runs (all ranks share one node). A peer that dies after publishing is reported as
+// dead within about 0.1 s instead of at the deadline; one that dies before publishing looks late and times out.
+bool pid_alive(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return errno != ENOENT;
+  char state = '?';
+  int ignored = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+  (void)ignored;
+  std::fclose(f);
+  return state != 'Z' && state != 'X';  // a zombie is dead, just not reaped yet
+}
+
+std::string pid_key(const std::string& prefix, int rank) { return fmt::format("{}/pid/{}", prefix, rank); }
+
+/// Throws kPeerDead if `peer` published its pid and that process is gone.
+void check_peer_alive(Store& store, const std::string& prefix, int me, int peer) {
+  std::optional<Bytes> v = store.try_get(pid_key(prefix, peer));
+  if (!v) return;
+  int pid = std::atoi(std::string(v->begin(), v->end()).c_str());
+  if (pid > 0 && !pid_alive(pid)) {
+    throw Error(ErrorCode::kPeerDead,
+                fmt::format("rank {}: rank {} (pid {}) died during rendezvous", me, peer, pid), __FILE__, __LINE__,
+                {peer});
+  }
+}
+
+/// Waits for a peer's key, in slices, watching the peer's process.
+void wait_peer_key(Store& store, const std::string& prefix, const std::string& key, int me, int peer,
+                   Deadline deadline) {
+  while (true) {
+    try {
+      store.wait({key}, std::chrono::milliseconds(100));
+      return;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kTimeout) throw;
+    }
+    check_peer_alive(store, prefix, me, peer);
+    if (deadline.expired()) {
+      throw Error(ErrorCode::kTimeout, fmt::format("rank {}: rank {} did not join the communicator", me, peer),
+                  __FILE__, __LINE__, {peer});
+    }
+  }
 }
 
 class PeerMeshImpl final : public PeerMesh {
@@ -338,6 +391,7 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
   sockaddr_un addr = abstract_address(token, prefix, me, &len);
   SYMCOMM_CHECK_SYS(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len), "bind(abstract unix socket)");
   SYMCOMM_CHECK_SYS(::listen(listener, n), "listen");
+  store.set(pid_key(prefix, me), std::to_string(::getpid()));
   std::string my_key = fmt::format("{}/mesh/{}", prefix, me);
   store.set(my_key, std::to_string(::getpid()));
 
@@ -347,7 +401,8 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
   std::vector<uint8_t> hello_bytes(sizeof(hello));
   std::memcpy(hello_bytes.data(), &hello, sizeof(hello));
   for (int p = 0; p < me; ++p) {
-    store.get(fmt::format("{}/mesh/{}", prefix, p));  // p is listening once its key exists
+    // p is listening once its key exists.
+    wait_peer_key(store, prefix, fmt::format("{}/mesh/{}", prefix, p), me, p, deadline);
     int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     SYMCOMM_CHECK_SYS(s, "socket(AF_UNIX)");
     socks_[p] = s;
@@ -364,7 +419,15 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
     SYMCOMM_CHECK(write_frame(s, kTagHello, hello_bytes, {}), kPeerDead, "rank {} closed the connection", p);
   }
   for (int accepted = 0; accepted < n - 1 - me; ++accepted) {
-    if (!wait_readable(listener, deadline)) {
+    Deadline slice(std::chrono::milliseconds(std::min<long long>(100, deadline.remaining_ms())));
+    if (!wait_readable(listener, slice)) {
+      for (int p = me + 1; p < n; ++p) {
+        if (socks_[p] < 0) check_peer_alive(store, prefix, me, p);
+      }
+      if (!deadline.expired()) {
+        --accepted;
+        continue;
+      }
       std::vector<int> missing;
       for (int p = me + 1; p < n; ++p) {
         if (socks_[p] < 0) missing.push_back(p);
@@ -394,7 +457,10 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
     socklen_t cl = sizeof(cred);
     if (::getsockopt(socks_[p], SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) pids_[p] = cred.pid;
   }
-  store.remove(my_key);  // every higher rank read it before connecting; lower ranks never read it
+  // Every higher rank read the mesh key before connecting, lower ranks never read it; once this rank is
+  // connected to everyone, nobody waits for it any more, so its pid key is not needed either.
+  store.remove(my_key);
+  store.remove(pid_key(prefix, me));
 }
 
 }  // namespace
