@@ -54,11 +54,11 @@ bool supports(Collective c, DataType d, ReduceOp op) {
 void run(Collective c, const void* in, void* out, size_t count, DataType d, ReduceOp op, int root) {
   int n = static_cast<int>(count);
   switch (c) {
-    case Collective::kAllReduce: MPI_Allreduce(in_or_in_place(in, out), out, n, to_mpi(d), to_mpi(op), MPI_COMM_WORLD); break;
-    case Collective::kAllGather: MPI_Allgather(in, n, to_mpi(d), out, n, to_mpi(d), MPI_COMM_WORLD); break;
-    case Collective::kReduceScatter:
-      MPI_Reduce_scatter_block(in, out, n, to_mpi(d), to_mpi(op), MPI_COMM_WORLD);
+    case Collective::kAllReduce:
+      MPI_Allreduce(in_or_in_place(in, out), out, n, to_mpi(d), to_mpi(op), MPI_COMM_WORLD);
       break;
+    case Collective::kAllGather: MPI_Allgather(in, n, to_mpi(d), out, n, to_mpi(d), MPI_COMM_WORLD); break;
+    case Collective::kReduceScatter: MPI_Reduce_scatter_block(in, out, n, to_mpi(d), to_mpi(op), MPI_COMM_WORLD); break;
     case Collective::kBroadcast: {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -21,8 +21,8 @@ struct BenchOptions {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int warmup = 5;
-  int iters = 20;       ///< timed iterations per batch
-  int batches = 5;      ///< the reported time is the median of the batches' per-iteration means
+  int iters = 20;                      ///< timed iterations per batch
+  int batches = 5;                     ///< the reported time is the median of the batches' per-iteration means
   std::vector<std::string> baselines;  ///< "mpi", "nccl"
   std::vector<std::string> modes;      ///< "eager", "graph" (CUDA)
   Algorithm algorithm = Algorithm::kAuto;

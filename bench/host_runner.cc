@@ -2,14 +2,14 @@
 // buffers (from the symmetric heap by default, --buffers plain for ordinary memory), batch by batch in
 // alternation so that both see the same machine state.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "algos/half.h"
 #include "bench.h"
@@ -91,10 +91,24 @@ Sizes sizes_for(Collective c, size_t bytes, size_t es, int n) {
   size_t total = bytes / es;
   switch (c) {
     case Collective::kAllReduce:
-    case Collective::kBroadcast: s.count = total; s.in_elems = s.out_elems = total; break;
-    case Collective::kAllGather: s.count = total / n; s.in_elems = s.count; s.out_elems = s.count * n; break;
-    case Collective::kReduceScatter: s.count = total / n; s.in_elems = s.count * n; s.out_elems = s.count; break;
-    case Collective::kAllToAll: s.count = total / n; s.in_elems = s.out_elems = s.count * n; break;
+    case Collective::kBroadcast:
+      s.count = total;
+      s.in_elems = s.out_elems = total;
+      break;
+    case Collective::kAllGather:
+      s.count = total / n;
+      s.in_elems = s.count;
+      s.out_elems = s.count * n;
+      break;
+    case Collective::kReduceScatter:
+      s.count = total / n;
+      s.in_elems = s.count * n;
+      s.out_elems = s.count;
+      break;
+    case Collective::kAllToAll:
+      s.count = total / n;
+      s.in_elems = s.out_elems = s.count * n;
+      break;
     default: break;
   }
   s.bytes = std::max(s.in_elems, s.out_elems) * es;
@@ -169,7 +183,8 @@ long long run_host(Communicator& comm, const BenchOptions& o, Reporter& rep) {
       impls.push_back({"symcomm", run_symcomm, [&] { comm.barrier(); }, {}, 0});
 #if defined(SYMCOMM_BENCH_MPI)
       if (use_mpi && mpi::supports(c, o.dtype, o.op)) {
-        impls.push_back({"mpi", [&] { mpi::run(c, in, out, s.count, o.dtype, o.op, 0); }, [] { mpi::barrier(); }, {}, 0});
+        impls.push_back(
+            {"mpi", [&] { mpi::run(c, in, out, s.count, o.dtype, o.op, 0); }, [] { mpi::barrier(); }, {}, 0});
       }
 #endif
       int iters = iters_for(o, s.bytes);
@@ -189,10 +204,17 @@ long long run_host(Communicator& comm, const BenchOptions& o, Reporter& rep) {
         }
       }
       for (Impl& impl : impls) {
-        Measurement m{.collective = std::string(to_string(c)), .backend = "host", .impl = impl.name,
+        Measurement m{.collective = std::string(to_string(c)),
+                      .backend = "host",
+                      .impl = impl.name,
                       .algo = impl.algo,
-                      .mode = "eager", .dtype = std::string(to_string(o.dtype)), .op = std::string(to_string(o.op)),
-                      .bytes = s.bytes, .count = s.count, .world_size = n, .time_us = median(impl.batches),
+                      .mode = "eager",
+                      .dtype = std::string(to_string(o.dtype)),
+                      .op = std::string(to_string(o.op)),
+                      .bytes = s.bytes,
+                      .count = s.count,
+                      .world_size = n,
+                      .time_us = median(impl.batches),
                       .wrong = impl.wrong};
         fill_bandwidth(m, c);
         rep.add(m);

@@ -1,9 +1,9 @@
 // symcomm-bench: sweeps message sizes for the chosen collectives and prints an nccl-tests style table (and
 // JSON lines with --json). Start it with symcomm-run (or torchrun) or, for the Open MPI baseline, mpirun.
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 
@@ -22,9 +22,12 @@ size_t parse_size(const std::string& s) {
   std::string digits = s;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'K': case 'k': mult = 1 << 10; break;
-      case 'M': case 'm': mult = 1 << 20; break;
-      case 'G': case 'g': mult = size_t{1} << 30; break;
+      case 'K':
+      case 'k': mult = 1 << 10; break;
+      case 'M':
+      case 'm': mult = 1 << 20; break;
+      case 'G':
+      case 'g': mult = size_t{1} << 30; break;
       default: break;
     }
     if (mult != 1) digits.pop_back();
@@ -35,8 +38,8 @@ size_t parse_size(const std::string& s) {
 int run(int argc, char** argv) {
   CLI::App app{"symcomm-bench: collective benchmarks (run under symcomm-run, torchrun or mpirun)"};
   bench::BenchOptions o;
-  std::string backend = "host", collectives = "all_reduce", dtype = "", op = "sum", algo = "auto",
-              contention = "auto", min_b = "4K", max_b = "64M";
+  std::string backend = "host", collectives = "all_reduce", dtype = "", op = "sum", algo = "auto", contention = "auto",
+              min_b = "4K", max_b = "64M";
   std::vector<std::string> baselines, modes;
   app.add_option("--backend", backend, "host | cuda")->check(CLI::IsMember({"host", "cuda"}));
   app.add_option("-c,--collective", collectives,
@@ -74,8 +77,9 @@ int run(int argc, char** argv) {
   o.dtype = *dt;
   o.op = *rop;
   o.algorithm = *al;
-  o.contention = contention == "low" ? Contention::kLow : contention == "throughput" ? Contention::kThroughput
-                                                                                       : Contention::kAuto;
+  o.contention = contention == "low"          ? Contention::kLow
+                 : contention == "throughput" ? Contention::kThroughput
+                                              : Contention::kAuto;
   std::string rest = collectives;
   if (rest == "all") rest = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all";
   for (size_t pos = 0; pos <= rest.size();) {

@@ -1,10 +1,10 @@
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <tuple>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "bench.h"
 
@@ -58,24 +58,33 @@ Reporter::~Reporter() {
 void Reporter::header(const std::string& title) {
   if (!root_) return;
   std::printf("#\n# %s\n#\n", title.c_str());
-  std::printf("# %-14s %-6s %-15s %-11s %-5s %-8s %-4s %12s %12s %10s %10s %10s %6s\n", "collective", "backend",
-              "impl", "algo", "mode", "dtype", "op", "bytes", "count", "time(us)", "algbw", "busbw", "wrong");
+  std::printf("# %-14s %-6s %-15s %-11s %-5s %-8s %-4s %12s %12s %10s %10s %10s %6s\n", "collective", "backend", "impl",
+              "algo", "mode", "dtype", "op", "bytes", "count", "time(us)", "algbw", "busbw", "wrong");
   std::fflush(stdout);
 }
 
 void Reporter::add(const Measurement& m) {
   all_.push_back(m);
   if (!root_) return;
-  std::printf("  %-14s %-6s %-15s %-11s %-5s %-8s %-4s %12zu %12zu %10.2f %10.2f %10.2f %6lld\n",
-              m.collective.c_str(), m.backend.c_str(), m.impl.c_str(), m.algo.c_str(), m.mode.c_str(),
-              m.dtype.c_str(), m.op.c_str(), m.bytes, m.count, m.time_us, m.algbw_gbps, m.busbw_gbps, m.wrong);
+  std::printf("  %-14s %-6s %-15s %-11s %-5s %-8s %-4s %12zu %12zu %10.2f %10.2f %10.2f %6lld\n", m.collective.c_str(),
+              m.backend.c_str(), m.impl.c_str(), m.algo.c_str(), m.mode.c_str(), m.dtype.c_str(), m.op.c_str(), m.bytes,
+              m.count, m.time_us, m.algbw_gbps, m.busbw_gbps, m.wrong);
   std::fflush(stdout);
   if (json_) {
-    nlohmann::json j = {{"collective", m.collective}, {"backend", m.backend},     {"impl", m.impl},
-                        {"algo", m.algo},             {"mode", m.mode},           {"dtype", m.dtype},
-                        {"op", m.op},                 {"bytes", m.bytes},         {"count", m.count},
-                        {"world_size", m.world_size}, {"time_us", m.time_us},     {"algbw_gbps", m.algbw_gbps},
-                        {"busbw_gbps", m.busbw_gbps}, {"wrong", m.wrong}};
+    nlohmann::json j = {{"collective", m.collective},
+                        {"backend", m.backend},
+                        {"impl", m.impl},
+                        {"algo", m.algo},
+                        {"mode", m.mode},
+                        {"dtype", m.dtype},
+                        {"op", m.op},
+                        {"bytes", m.bytes},
+                        {"count", m.count},
+                        {"world_size", m.world_size},
+                        {"time_us", m.time_us},
+                        {"algbw_gbps", m.algbw_gbps},
+                        {"busbw_gbps", m.busbw_gbps},
+                        {"wrong", m.wrong}};
     if (!m.extra_json.empty()) {
       nlohmann::json extra = nlohmann::json::parse("{" + m.extra_json + "}");
       j.update(extra);

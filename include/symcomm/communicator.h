@@ -137,8 +137,7 @@ class Communicator {
   /// out[r*count + i] = in_r[i]. `count` is per rank; out holds world_size*count elements.
   void all_gather(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o = {});
   /// out[i] = op over ranks of in_r[rank*count + i]. `count` is the output count per rank.
-  void reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-                      const CollOptions& o = {});
+  void reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, const CollOptions& o = {});
   /// out[i] = in_root[i] on every rank (in is read on root only; in == out allowed).
   void broadcast(const void* in, void* out, size_t count, DataType dtype, int root, const CollOptions& o = {});
   /// out[p*count + i] = in_p[rank*count + i]: block p of the output comes from peer p. `count` per peer.
@@ -152,8 +151,8 @@ class Communicator {
                                          const CollOptions& o = {});
   std::shared_ptr<Work> all_gather_async(const void* in, void* out, size_t count, DataType dtype,
                                          const CollOptions& o = {});
-  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out, size_t count, DataType dtype,
-                                             ReduceOp op, const CollOptions& o = {});
+  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                             const CollOptions& o = {});
   std::shared_ptr<Work> broadcast_async(const void* in, void* out, size_t count, DataType dtype, int root,
                                         const CollOptions& o = {});
   std::shared_ptr<Work> all_to_all_async(const void* in, void* out, size_t count, DataType dtype,

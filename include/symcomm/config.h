@@ -21,10 +21,10 @@ struct Tuning {
   size_t host_one_shot_max_bytes = 64 * 1024;
   /// CUDA backend: all-reduce payloads up to this many bytes use one-shot.
   size_t cuda_one_shot_max_bytes = 256 * 1024;
-  /// CUDA backend: all-reduce payloads up to this many bytes use two-shot; larger ones too unless
-  /// cuda_nccl_min_bytes says NCCL.
+  /// CUDA backend: all-reduce payloads up to this many bytes use two-shot; larger ones go to NCCL when
+  /// NCCL is available (two-shot otherwise).
   size_t cuda_two_shot_max_bytes = SIZE_MAX;
-  /// CUDA backend: payloads at least this large go to NCCL (SIZE_MAX = never).
+  /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never).
   size_t cuda_nccl_min_bytes = SIZE_MAX;
 };
 

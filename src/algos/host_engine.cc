@@ -1,10 +1,9 @@
 #include "algos/host_engine.h"
 
+#include <fmt/format.h>
 #include <sched.h>
 
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 
@@ -136,10 +135,14 @@ void HostEngine::wait_and_validate(const Request& r, uint64_t round) {
     auto num = [](uint64_t v) { return std::to_string(v); };
     auto name = [](auto e) { return std::string(to_string(e)); };
     if (h.step != s) mismatch("step", num(s), num(h.step));
-    if (h.kind != static_cast<uint32_t>(r.kind)) mismatch("collective", name(r.kind), name(static_cast<Collective>(h.kind)));
-    if (h.dtype != static_cast<uint32_t>(r.dtype)) mismatch("dtype", name(r.dtype), name(static_cast<DataType>(h.dtype)));
-    if (r.has_reduction() && h.op != static_cast<uint32_t>(r.op)) mismatch("op", name(r.op), name(static_cast<ReduceOp>(h.op)));
-    if (r.kind == Collective::kBroadcast && h.root != static_cast<uint32_t>(r.root)) mismatch("root", num(r.root), num(h.root));
+    if (h.kind != static_cast<uint32_t>(r.kind))
+      mismatch("collective", name(r.kind), name(static_cast<Collective>(h.kind)));
+    if (h.dtype != static_cast<uint32_t>(r.dtype))
+      mismatch("dtype", name(r.dtype), name(static_cast<DataType>(h.dtype)));
+    if (r.has_reduction() && h.op != static_cast<uint32_t>(r.op))
+      mismatch("op", name(r.op), name(static_cast<ReduceOp>(h.op)));
+    if (r.kind == Collective::kBroadcast && h.root != static_cast<uint32_t>(r.root))
+      mismatch("root", num(r.root), num(h.root));
     if (h.count != r.count) mismatch("count", num(r.count), num(h.count));
     if (h.round != round) mismatch("round", num(round), num(h.round));
     if (h.flags & kStepZeroCopy) op_zero_copy_ = true;

@@ -43,8 +43,8 @@ class HostEngine {
   /// Publishes `blocks` blocks of `block_bytes`, block d at src + d * src_stride. Zero-copy (peers read the
   /// user buffer) if allowed and the span lies in the heap; else the blocks are copied contiguously into
   /// this step's scratch half. Then waits for every peer's step and validates their headers.
-  void exchange(const Request& r, uint64_t round, const void* src, size_t src_stride, int blocks,
-                size_t block_bytes, bool allow_zero_copy);
+  void exchange(const Request& r, uint64_t round, const void* src, size_t src_stride, int blocks, size_t block_bytes,
+                bool allow_zero_copy);
   /// Publishes data already in this rank's scratch half for the *current* step (see next_scratch()).
   void exchange_scratch(const Request& r, uint64_t round);
   /// Publishes nothing (header only) and waits for every peer.

@@ -1,8 +1,8 @@
 #include "algos/host_reduce.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "algos/half.h"
@@ -108,7 +108,8 @@ void reduce_typed(void* out, const void* const* srcs, int nsrc, size_t count) {
   constexpr size_t kStage = kBlock / 4;
   for (size_t base = 0; base < count; base += kStage) {
     size_t n = std::min(kStage, count - base);
-    for (int r = 0; r < nsrc; ++r) std::memcpy(staged[r], static_cast<const uint8_t*>(srcs[r]) + base * sizeof(T), n * sizeof(T));
+    for (int r = 0; r < nsrc; ++r)
+      std::memcpy(staged[r], static_cast<const uint8_t*>(srcs[r]) + base * sizeof(T), n * sizeof(T));
     reduce_aligned<T, kOp>(result, staged_srcs, nsrc, n);
     std::memcpy(static_cast<uint8_t*>(out) + base * sizeof(T), result, n * sizeof(T));
   }

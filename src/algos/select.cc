@@ -17,8 +17,7 @@ Algorithm select_host(const SelectRequest& r, const Capabilities& caps, const Tu
       SYMCOMM_CHECK_ARG(!reducing, "all_reduce has no direct algorithm (use one_shot or two_shot)");
       return r.forced;
     case Algorithm::kCopyEngine:
-    case Algorithm::kNccl:
-      SYMCOMM_THROW(kInvalidArgument, "algorithm {} needs the CUDA backend", to_string(r.forced));
+    case Algorithm::kNccl: SYMCOMM_THROW(kInvalidArgument, "algorithm {} needs the CUDA backend", to_string(r.forced));
   }
   if (!reducing) return Algorithm::kDirect;
   return r.bytes <= t.host_one_shot_max_bytes ? Algorithm::kOneShot : Algorithm::kTwoShot;
@@ -51,8 +50,12 @@ Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tu
       SYMCOMM_CHECK(caps.nccl_available, kUnsupported, "NCCL is not available to this communicator");
       return r.forced;
   }
-  if (!caps.full_nvlink || (r.bytes >= t.cuda_nccl_min_bytes && r.kind != Collective::kBarrier)) {
-    SYMCOMM_CHECK(caps.nccl_available, kUnsupported, "no symmetric-memory path and no NCCL fallback");
+  if (!caps.full_nvlink) {
+    SYMCOMM_CHECK(caps.nccl_available, kUnsupported, "no NVLink symmetric-memory path and no NCCL fallback");
+    return Algorithm::kNccl;
+  }
+  // The NCCL size threshold is a preference: without NCCL the symmetric-memory kernels still run.
+  if (r.bytes >= t.cuda_nccl_min_bytes && caps.nccl_available && r.kind != Collective::kBarrier) {
     return Algorithm::kNccl;
   }
   if (!reducing) {
@@ -70,8 +73,10 @@ Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tu
 
 Algorithm select_algorithm(const SelectRequest& r, const Capabilities& caps, const Tuning& t) {
   SYMCOMM_CHECK_ARG(is_valid(r.forced), "invalid algorithm value {}", static_cast<int>(r.forced));
-  if (caps.world_size == 1 || r.kind == Collective::kBarrier) {
-    // Nothing to choose: a single rank copies locally; a barrier is one signal round.
+  // Nothing to choose: a single rank copies locally; a barrier is one signal round (on the CUDA backend
+  // only where the GPUs can signal each other directly; otherwise select_cuda sends it to NCCL).
+  bool direct_barrier = r.kind == Collective::kBarrier && (caps.backend == BackendKind::kHost || caps.full_nvlink);
+  if (caps.world_size == 1 || direct_barrier) {
     if (r.forced == Algorithm::kAuto || r.forced == Algorithm::kDirect) return Algorithm::kDirect;
   }
   return caps.backend == BackendKind::kHost ? select_host(r, caps, t) : select_cuda(r, caps, t);

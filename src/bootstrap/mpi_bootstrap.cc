@@ -1,11 +1,10 @@
-#include "symcomm/mpi.h"
+#include <fmt/format.h>
 
 #include <array>
 #include <random>
 
-#include <fmt/format.h>
-
 #include "core/check.h"
+#include "symcomm/mpi.h"
 
 namespace symcomm {
 namespace {

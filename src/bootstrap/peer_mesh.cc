@@ -1,5 +1,6 @@
 #include "bootstrap/peer_mesh.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -14,8 +15,6 @@
 #include <deque>
 #include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -42,7 +41,7 @@ struct Hello {
 };
 
 uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (unsigned char c : s) {
     h ^= c;
     h *= 1099511628211ull;
@@ -191,9 +190,8 @@ void check_peer_alive(Store& store, const std::string& prefix, int me, int peer)
   if (!v) return;
   int pid = std::atoi(std::string(v->begin(), v->end()).c_str());
   if (pid > 0 && !pid_alive(pid)) {
-    throw Error(ErrorCode::kPeerDead,
-                fmt::format("rank {}: rank {} (pid {}) died during rendezvous", me, peer, pid), __FILE__, __LINE__,
-                {peer});
+    throw Error(ErrorCode::kPeerDead, fmt::format("rank {}: rank {} (pid {}) died during rendezvous", me, peer, pid),
+                __FILE__, __LINE__, {peer});
   }
 }
 
@@ -250,13 +248,14 @@ class PeerMeshImpl final : public PeerMesh {
         }
       }
       if ((dead_.load() | left_.load()) & bit) {
-        SYMCOMM_THROW(kPeerDead, "rank {}: rank {} (pid {}) died or left while this rank waited for it",
-                      ranks_.rank, peer, pids_[peer]);
+        SYMCOMM_THROW(kPeerDead, "rank {}: rank {} (pid {}) died or left while this rank waited for it", ranks_.rank,
+                      peer, pids_[peer]);
       }
       if (abort_flag && abort_flag->load()) SYMCOMM_THROW(kAborted, "rank {}: aborted", ranks_.rank);
       if (deadline.expired()) {
-        throw Error(ErrorCode::kTimeout, fmt::format("rank {}: no message from rank {} before the deadline",
-                                                     ranks_.rank, peer), __FILE__, __LINE__, {peer});
+        throw Error(ErrorCode::kTimeout,
+                    fmt::format("rank {}: no message from rank {} before the deadline", ranks_.rank, peer), __FILE__,
+                    __LINE__, {peer});
       }
       inbox_cv_.wait_for(lock, std::chrono::milliseconds(20));
     }
@@ -432,8 +431,9 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
       for (int p = me + 1; p < n; ++p) {
         if (socks_[p] < 0) missing.push_back(p);
       }
-      throw Error(ErrorCode::kTimeout, fmt::format("rank {}: ranks {} did not connect before the deadline", me,
-                                                   fmt::join(missing, ", ")), __FILE__, __LINE__, missing);
+      throw Error(ErrorCode::kTimeout,
+                  fmt::format("rank {}: ranks {} did not connect before the deadline", me, fmt::join(missing, ", ")),
+                  __FILE__, __LINE__, missing);
     }
     int s = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     SYMCOMM_CHECK_SYS(s, "accept");

@@ -1,9 +1,9 @@
 // Rendezvous::from_env: torchrun-compatible and Open MPI variables.
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -25,13 +25,13 @@ int env_int(const char* name, int fallback, bool required) {
   }
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
-  SYMCOMM_CHECK_ARG(end != v && *end == '\0' && x >= 0 && x <= 1 << 30, "{}='{}' is not a non-negative integer",
-                    name, v);
+  SYMCOMM_CHECK_ARG(end != v && *end == '\0' && x >= 0 && x <= 1 << 30, "{}='{}' is not a non-negative integer", name,
+                    v);
   return static_cast<int>(x);
 }
 
 uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (unsigned char c : s) {
     h ^= c;
     h *= 1099511628211ull;
@@ -73,8 +73,9 @@ Rendezvous Rendezvous::from_env() {
   } else {
     const char* run_id = env("TORCHELASTIC_RUN_ID");
     rv.token = fmt::format("derived-{:016x}", fnv1a(fmt::format("{}|{}|{}", run_id ? run_id : "", addr, port)));
-    SYMCOMM_LOG_WARN("SYMCOMM_TOKEN is not set: using a token derived from the job's address and run id; "
-                     "set SYMCOMM_TOKEN (symcomm-run does) so that other local users cannot join the store");
+    SYMCOMM_LOG_WARN(
+        "SYMCOMM_TOKEN is not set: using a token derived from the job's address and run id; "
+        "set SYMCOMM_TOKEN (symcomm-run does) so that other local users cannot join the store");
   }
   return rv;
 }

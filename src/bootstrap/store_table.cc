@@ -29,26 +29,18 @@ std::optional<Response> StoreTable::execute(uint64_t conn, Request r, Clock::tim
   static const std::string kNoKey;
   const std::string& key = r.keys.empty() ? kNoKey : r.keys[0];
   switch (r.type) {
-    case RequestType::kSet:
-      return set(r);
+    case RequestType::kSet: return set(r);
     case RequestType::kGet:
-    case RequestType::kWait:
-      return start_wait(conn, std::move(r), now);
+    case RequestType::kWait: return start_wait(conn, std::move(r), now);
     case RequestType::kTryGet:
       if (const Bytes* v = find(key)) return ok(0, *v);
       return Response{ResponseStatus::kNotFound, 0, {}, {}};
-    case RequestType::kAdd:
-      return add(key, r.number);
-    case RequestType::kCompareSet:
-      return compare_set(r);
-    case RequestType::kCheck:
-      return ok(find(key) != nullptr);
-    case RequestType::kRemove:
-      return ok(erase(key));
-    case RequestType::kNumKeys:
-      return ok(static_cast<int64_t>(map_.size()));
-    case RequestType::kHello:
-      break;
+    case RequestType::kAdd: return add(key, r.number);
+    case RequestType::kCompareSet: return compare_set(r);
+    case RequestType::kCheck: return ok(find(key) != nullptr);
+    case RequestType::kRemove: return ok(erase(key));
+    case RequestType::kNumKeys: return ok(static_cast<int64_t>(map_.size()));
+    case RequestType::kHello: break;
   }
   return error(fmt::format("unexpected request {}", to_string(r.type)));
 }

@@ -112,26 +112,16 @@ std::string check_request_shape(const Request& r) {
 
 std::string_view to_string(RequestType type) {
   switch (type) {
-    case RequestType::kHello:
-      return "hello";
-    case RequestType::kSet:
-      return "set";
-    case RequestType::kGet:
-      return "get";
-    case RequestType::kTryGet:
-      return "try_get";
-    case RequestType::kAdd:
-      return "add";
-    case RequestType::kCompareSet:
-      return "compare_set";
-    case RequestType::kWait:
-      return "wait";
-    case RequestType::kCheck:
-      return "check";
-    case RequestType::kRemove:
-      return "remove";
-    case RequestType::kNumKeys:
-      return "num_keys";
+    case RequestType::kHello: return "hello";
+    case RequestType::kSet: return "set";
+    case RequestType::kGet: return "get";
+    case RequestType::kTryGet: return "try_get";
+    case RequestType::kAdd: return "add";
+    case RequestType::kCompareSet: return "compare_set";
+    case RequestType::kWait: return "wait";
+    case RequestType::kCheck: return "check";
+    case RequestType::kRemove: return "remove";
+    case RequestType::kNumKeys: return "num_keys";
   }
   return "invalid";
 }

@@ -267,15 +267,12 @@ Response TcpStore::exchange(Request r, const std::string& what, Clock::time_poin
   if (io.status != Io::kOk) fail(io, what, timeout);
   switch (out.status) {
     case ResponseStatus::kOk:
-    case ResponseStatus::kNotFound:
-      return out;
+    case ResponseStatus::kNotFound: return out;
     case ResponseStatus::kTimeout:
       SYMCOMM_THROW(kTimeout, "store {}: {} timed out after {} ms; keys not set: {}", endpoint_, what, timeout.count(),
                     out.message);
-    case ResponseStatus::kError:
-      SYMCOMM_THROW(kStore, "store {}: {} failed: {}", endpoint_, what, out.message);
-    case ResponseStatus::kFatal:
-      break;
+    case ResponseStatus::kError: SYMCOMM_THROW(kStore, "store {}: {} failed: {}", endpoint_, what, out.message);
+    case ResponseStatus::kFatal: break;
   }
   disconnect();
   SYMCOMM_THROW(kStore, "store {} rejected {} and closed the connection: {}", endpoint_, what, out.message);

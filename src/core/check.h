@@ -1,11 +1,11 @@
 #pragma once
 // Check macros: the only way library code raises errors (converted to symcomm::Error once, here).
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "symcomm/error.h"
 
@@ -21,22 +21,21 @@ namespace symcomm::detail {
   ::symcomm::detail::throw_error(::symcomm::ErrorCode::code, ::fmt::format(__VA_ARGS__), __FILE__, __LINE__)
 
 /// Throws Error(code, message) if cond is false.
-#define SYMCOMM_CHECK(cond, code, ...)    \
-  do {                                    \
-    if (!(cond)) {                        \
-      SYMCOMM_THROW(code, __VA_ARGS__);   \
-    }                                     \
+#define SYMCOMM_CHECK(cond, code, ...)  \
+  do {                                  \
+    if (!(cond)) {                      \
+      SYMCOMM_THROW(code, __VA_ARGS__); \
+    }                                   \
   } while (0)
 
 /// Throws Error(kInvalidArgument, ...) if cond is false.
 #define SYMCOMM_CHECK_ARG(cond, ...) SYMCOMM_CHECK(cond, kInvalidArgument, __VA_ARGS__)
 
 /// For system calls returning -1 and setting errno: throws Error(kSystem) with strerror.
-#define SYMCOMM_CHECK_SYS(expr, what)                                                              \
-  do {                                                                                             \
-    if ((expr) == -1) {                                                                            \
-      int symcomm_errno_ = errno;                                                                  \
-      SYMCOMM_THROW(kSystem, "{} failed: {} (errno {})", what, std::strerror(symcomm_errno_),      \
-                    symcomm_errno_);                                                               \
-    }                                                                                              \
+#define SYMCOMM_CHECK_SYS(expr, what)                                                                          \
+  do {                                                                                                         \
+    if ((expr) == -1) {                                                                                        \
+      int symcomm_errno_ = errno;                                                                              \
+      SYMCOMM_THROW(kSystem, "{} failed: {} (errno {})", what, std::strerror(symcomm_errno_), symcomm_errno_); \
+    }                                                                                                          \
   } while (0)

@@ -1,8 +1,8 @@
 #include "core/comm_core.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -37,8 +37,8 @@ std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
   validate_request(r, ctx_->ranks.world_size);
   backend_->check_buffers(r);
   Algorithm algo = select(r);
-  uint64_t seq = ctx_->history.record(
-      OpRecord{.kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kIssued});
+  uint64_t seq = ctx_->history.record(OpRecord{
+      .kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kIssued});
   last_algo_.store(algo, std::memory_order_relaxed);
   try {
     if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq);
@@ -66,9 +66,12 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq)
   struct Fields {
     uint32_t kind, dtype, op, root, algo;
     uint64_t count;
-  } mine{static_cast<uint32_t>(r.kind), static_cast<uint32_t>(r.dtype),
-         static_cast<uint32_t>(r.has_reduction() ? r.op : ReduceOp::kSum), static_cast<uint32_t>(r.root),
-         static_cast<uint32_t>(algo), r.count};
+  } mine{static_cast<uint32_t>(r.kind),
+         static_cast<uint32_t>(r.dtype),
+         static_cast<uint32_t>(r.has_reduction() ? r.op : ReduceOp::kSum),
+         static_cast<uint32_t>(r.root),
+         static_cast<uint32_t>(algo),
+         r.count};
   Bytes bytes(sizeof(Fields));
   std::memcpy(bytes.data(), &mine, sizeof(Fields));
   std::string base = fmt::format("{}/dbg/{}/", ctx_->prefix, seq);
@@ -82,15 +85,18 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq)
     std::memcpy(&theirs, theirs_b.data(), sizeof(Fields));
     std::string diff;
     auto cmp = [&](const char* name, auto a, auto b, auto show) {
-      if (a != b) diff += fmt::format(" {}: rank {} has {}, rank {} has {};", name, ctx_->ranks.rank, show(a), p, show(b));
+      if (a != b)
+        diff += fmt::format(" {}: rank {} has {}, rank {} has {};", name, ctx_->ranks.rank, show(a), p, show(b));
     };
     auto num = [](auto v) { return fmt::format("{}", v); };
-    cmp("collective", mine.kind, theirs.kind, [](uint32_t v) { return std::string(to_string(static_cast<Collective>(v))); });
+    cmp("collective", mine.kind, theirs.kind,
+        [](uint32_t v) { return std::string(to_string(static_cast<Collective>(v))); });
     cmp("dtype", mine.dtype, theirs.dtype, [](uint32_t v) { return std::string(to_string(static_cast<DataType>(v))); });
     cmp("op", mine.op, theirs.op, [](uint32_t v) { return std::string(to_string(static_cast<ReduceOp>(v))); });
     cmp("count", mine.count, theirs.count, num);
     cmp("root", mine.root, theirs.root, num);
-    cmp("algorithm", mine.algo, theirs.algo, [](uint32_t v) { return std::string(to_string(static_cast<Algorithm>(v))); });
+    cmp("algorithm", mine.algo, theirs.algo,
+        [](uint32_t v) { return std::string(to_string(static_cast<Algorithm>(v))); });
     if (!diff.empty()) {
       bad.push_back(p);
       report += diff;

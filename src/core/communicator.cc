@@ -3,12 +3,11 @@
 
 #include "symcomm/communicator.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "core/comm_core.h"
@@ -25,8 +24,8 @@ namespace {
 std::atomic<uint64_t> g_comm_counter{0};
 
 void validate_rank_info(const RankInfo& r) {
-  SYMCOMM_CHECK_ARG(r.world_size >= 1 && r.world_size <= kMaxRanks, "world_size {} is outside [1, {}]",
-                    r.world_size, kMaxRanks);
+  SYMCOMM_CHECK_ARG(r.world_size >= 1 && r.world_size <= kMaxRanks, "world_size {} is outside [1, {}]", r.world_size,
+                    kMaxRanks);
   SYMCOMM_CHECK_ARG(r.rank >= 0 && r.rank < r.world_size, "rank {} is outside [0, {})", r.rank, r.world_size);
   SYMCOMM_CHECK_ARG(r.local_world_size == r.world_size,
                     "symcomm communicators span one node: local_world_size ({}) must equal world_size ({})",
@@ -76,8 +75,8 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   if (ranks.rank == 0) ctx->store->remove(nonce_key);  // every rank read it before connecting to rank 0
 
   auto core = std::make_unique<CommCore>(std::move(ctx), options.backend, options.device);
-  SYMCOMM_LOG_INFO("communicator {} ready: rank {}/{}, backend {}", core->ctx().prefix, ranks.rank,
-                   ranks.world_size, to_string(options.backend));
+  SYMCOMM_LOG_INFO("communicator {} ready: rank {}/{}, backend {}", core->ctx().prefix, ranks.rank, ranks.world_size,
+                   to_string(options.backend));
   return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
 }
 
@@ -87,7 +86,8 @@ std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const C
   Config config = options.config ? *options.config : Config::from_env();
   std::unique_ptr<StoreServer> server;
   if (rv.ranks.rank == 0) {
-    server = StoreServer::start(StoreServerOptions{.host = rv.store_host, .port = rv.store_port, .token = rv.token, .limits = {}});
+    server = StoreServer::start(
+        StoreServerOptions{.host = rv.store_host, .port = rv.store_port, .token = rv.token, .limits = {}});
   }
   uint16_t port = server ? server->port() : rv.store_port;
   if (server && rv.on_store_started) rv.on_store_started(port);
@@ -129,8 +129,8 @@ void* Communicator::peer_ptr(const void* ptr, int peer) const {
 namespace {
 Request make_request(Collective kind, const void* in, void* out, size_t count, DataType dtype, ReduceOp op, int root,
                      const CollOptions& o) {
-  return Request{.kind = kind, .in = in, .out = out, .count = count, .dtype = dtype, .op = op, .root = root,
-                 .options = o};
+  return Request{
+      .kind = kind, .in = in, .out = out, .count = count, .dtype = dtype, .op = op, .root = root, .options = o};
 }
 }  // namespace
 
@@ -145,8 +145,7 @@ void Communicator::reduce_scatter(const void* in, void* out, size_t count, DataT
                                   const CollOptions& o) {
   core_->enqueue(make_request(Collective::kReduceScatter, in, out, count, dtype, op, 0, o), false);
 }
-void Communicator::broadcast(const void* in, void* out, size_t count, DataType dtype, int root,
-                             const CollOptions& o) {
+void Communicator::broadcast(const void* in, void* out, size_t count, DataType dtype, int root, const CollOptions& o) {
   core_->enqueue(make_request(Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root, o), false);
 }
 void Communicator::all_to_all(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o) {
@@ -169,8 +168,8 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* in, void* o
                                                          ReduceOp op, const CollOptions& o) {
   return core_->enqueue(make_request(Collective::kReduceScatter, in, out, count, dtype, op, 0, o), true);
 }
-std::shared_ptr<Work> Communicator::broadcast_async(const void* in, void* out, size_t count, DataType dtype,
-                                                    int root, const CollOptions& o) {
+std::shared_ptr<Work> Communicator::broadcast_async(const void* in, void* out, size_t count, DataType dtype, int root,
+                                                    const CollOptions& o) {
   return core_->enqueue(make_request(Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root, o), true);
 }
 std::shared_ptr<Work> Communicator::all_to_all_async(const void* in, void* out, size_t count, DataType dtype,
@@ -178,8 +177,8 @@ std::shared_ptr<Work> Communicator::all_to_all_async(const void* in, void* out, 
   return core_->enqueue(make_request(Collective::kAllToAll, in, out, count, dtype, ReduceOp::kSum, 0, o), true);
 }
 std::shared_ptr<Work> Communicator::barrier_async(const CollOptions& o) {
-  return core_->enqueue(
-      make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0, o), true);
+  return core_->enqueue(make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0, o),
+                        true);
 }
 
 Algorithm Communicator::last_algorithm() const { return core_->last_algorithm(); }

@@ -1,12 +1,14 @@
 #include "symcomm/config.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 
@@ -23,15 +25,20 @@ struct EnvVar {
   std::function<std::string(const Config&)> show;
 };
 
+constexpr uint64_t kMaxTimeoutMs = uint64_t{30} * 24 * 3600 * 1000;
+
 uint64_t parse_u64(std::string_view name, std::string_view v) {
   // Accepts plain integers and K/M/G suffixes (powers of 1024) for byte sizes.
   uint64_t mult = 1;
   std::string_view digits = v;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'k': case 'K': mult = 1ull << 10; break;
-      case 'm': case 'M': mult = 1ull << 20; break;
-      case 'g': case 'G': mult = 1ull << 30; break;
+      case 'k':
+      case 'K': mult = 1ull << 10; break;
+      case 'm':
+      case 'M': mult = 1ull << 20; break;
+      case 'g':
+      case 'G': mult = 1ull << 30; break;
       default: break;
     }
     if (mult != 1) digits.remove_suffix(1);
@@ -71,11 +78,13 @@ const char* log_level_name(LogLevel l) {
 }
 
 template <class T>
-EnvVar size_var(const char* name, const char* doc, T Config::*field, uint64_t min_value = 0) {
+EnvVar size_var(const char* name, const char* doc, T Config::*field, uint64_t min_value, uint64_t max_value) {
+  max_value = std::min<uint64_t>(max_value, static_cast<uint64_t>(std::numeric_limits<T>::max()));
   return EnvVar{name, doc,
                 [=](Config& c, std::string_view v) {
                   uint64_t x = parse_u64(name, v);
                   SYMCOMM_CHECK_ARG(x >= min_value, "{}={} is below the minimum {}", name, x, min_value);
+                  SYMCOMM_CHECK_ARG(x <= max_value, "{}={} is above the maximum {}", name, x, max_value);
                   c.*field = static_cast<T>(x);
                 },
                 [=](const Config& c) { return std::to_string(c.*field); }};
@@ -93,20 +102,24 @@ const std::vector<EnvVar>& env_table() {
        [](Config& c, std::string_view v) {
          uint64_t ms = parse_u64("SYMCOMM_TIMEOUT_MS", v);
          SYMCOMM_CHECK_ARG(ms > 0, "SYMCOMM_TIMEOUT_MS must be positive");
+         // Deadlines are computed in nanoseconds: keep far from overflow (the bound is 30 days).
+         SYMCOMM_CHECK_ARG(ms <= kMaxTimeoutMs, "SYMCOMM_TIMEOUT_MS={} is above the maximum {} (30 days)", ms,
+                           kMaxTimeoutMs);
          c.timeout = std::chrono::milliseconds(ms);
        },
        [](const Config& c) { return std::to_string(c.timeout.count()); }},
       size_var("SYMCOMM_HEAP_BYTES", "symmetric heap per rank for alloc() (K/M/G suffixes)", &Config::heap_bytes,
-               1 << 20),
-      size_var("SYMCOMM_SCRATCH_BYTES", "staging memory per rank for buffers outside the heap",
-               &Config::scratch_bytes, 64 << 10),
+               1 << 20, uint64_t{1} << 46),
+      size_var("SYMCOMM_SCRATCH_BYTES", "staging memory per rank for buffers outside the heap", &Config::scratch_bytes,
+               64 << 10, uint64_t{1} << 40),
       {"SYMCOMM_LOG", "log level: off|error|warn|info|debug",
        [](Config& c, std::string_view v) { c.log_level = parse_log_level("SYMCOMM_LOG", v); },
        [](const Config& c) { return std::string(log_level_name(c.log_level)); }},
       {"SYMCOMM_DEBUG_CHECKS", "check every collective's arguments across ranks before running it",
        [](Config& c, std::string_view v) { c.debug_checks = parse_bool("SYMCOMM_DEBUG_CHECKS", v); },
        [](const Config& c) { return std::string(c.debug_checks ? "1" : "0"); }},
-      size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1),
+      size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1,
+               1 << 20),
       tuning_var("SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "host all-reduce: one-shot up to this size",
                  &Tuning::host_one_shot_max_bytes),
       tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES", "CUDA all-reduce: one-shot up to this size",

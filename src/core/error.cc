@@ -30,8 +30,8 @@ const char* basename_of(const char* path) {
 }  // namespace
 
 Error::Error(ErrorCode code, std::string message, const char* file, int line, std::vector<int> ranks)
-    : std::runtime_error(fmt::format("symcomm {} error: {} ({}:{})", to_string(code), message, basename_of(file),
-                                     line)),
+    : std::runtime_error(
+          fmt::format("symcomm {} error: {} ({}:{})", to_string(code), message, basename_of(file), line)),
       code_(code),
       message_(std::move(message)),
       file_(file),

@@ -2,9 +2,9 @@
 // Leveled logging to stderr. The level comes from Config::log_level (SYMCOMM_LOG); the process-wide level
 // is the most verbose one any live communicator asked for, and SYMCOMM_LOG at start-up.
 
-#include <string_view>
-
 #include <fmt/format.h>
+
+#include <string_view>
 
 #include "symcomm/config.h"
 

@@ -1,8 +1,8 @@
 #include "core/op_history.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace symcomm::detail {
 
@@ -51,8 +51,8 @@ std::vector<OpRecord> OpHistory::snapshot() const {
 std::string OpHistory::dump() const {
   std::string out;
   for (const OpRecord& r : snapshot()) {
-    out += fmt::format("  op {} {} dtype={} op={} count={} algo={} {}\n", r.seq, to_string(r.kind),
-                       to_string(r.dtype), to_string(r.op), r.count, to_string(r.algo), state_name(r.state));
+    out += fmt::format("  op {} {} dtype={} op={} count={} algo={} {}\n", r.seq, to_string(r.kind), to_string(r.dtype),
+                       to_string(r.op), r.count, to_string(r.algo), state_name(r.state));
   }
   return out;
 }

@@ -1,8 +1,8 @@
 #include "core/request.h"
 
-#include <limits>
-
 #include <fmt/format.h>
+
+#include <limits>
 
 #include "core/check.h"
 
@@ -33,21 +33,19 @@ size_t Request::out_count(int world_size) const {
 }
 
 std::string Request::describe() const {
-  return fmt::format("{}(count={}, dtype={}, op={}, root={}, in={}, out={})", to_string(kind), count,
-                     to_string(dtype), to_string(op), root, in, static_cast<const void*>(out));
+  return fmt::format("{}(count={}, dtype={}, op={}, root={}, in={}, out={})", to_string(kind), count, to_string(dtype),
+                     to_string(op), root, in, static_cast<const void*>(out));
 }
 
 void validate_request(const Request& r, int world_size) {
   SYMCOMM_CHECK_ARG(is_valid(r.kind), "invalid collective value {}", static_cast<int>(r.kind));
   SYMCOMM_CHECK_ARG(is_valid(r.dtype), "invalid dtype value {}", static_cast<int>(r.dtype));
   SYMCOMM_CHECK_ARG(!r.has_reduction() || is_valid(r.op), "invalid reduce op value {}", static_cast<int>(r.op));
-  SYMCOMM_CHECK_ARG(is_valid(r.options.algorithm), "invalid algorithm value {}",
-                    static_cast<int>(r.options.algorithm));
+  SYMCOMM_CHECK_ARG(is_valid(r.options.algorithm), "invalid algorithm value {}", static_cast<int>(r.options.algorithm));
   SYMCOMM_CHECK_ARG(is_valid(r.options.contention), "invalid contention value {}",
                     static_cast<int>(r.options.contention));
   if (r.kind == Collective::kBroadcast) {
-    SYMCOMM_CHECK_ARG(r.root >= 0 && r.root < world_size, "broadcast root {} is outside [0, {})", r.root,
-                      world_size);
+    SYMCOMM_CHECK_ARG(r.root >= 0 && r.root < world_size, "broadcast root {} is outside [0, {})", r.root, world_size);
   }
   if (r.kind == Collective::kBarrier) return;
   // Byte sizes must fit in size_t and in the signed 64-bit range used by offsets.

@@ -30,11 +30,11 @@ struct Names {
   }
 };
 
-constexpr Names<DataType, 8> kDtypeNames{{"float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32",
-                                          "int64"}};
+constexpr Names<DataType, 8> kDtypeNames{
+    {"float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64"}};
 constexpr Names<ReduceOp, 5> kOpNames{{"sum", "prod", "min", "max", "avg"}};
-constexpr Names<Collective, 6> kCollNames{{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
-                                           "barrier"}};
+constexpr Names<Collective, 6> kCollNames{
+    {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"}};
 constexpr Names<Algorithm, 6> kAlgoNames{{"auto", "one_shot", "two_shot", "direct", "copy_engine", "nccl"}};
 constexpr Names<BackendKind, 2> kBackendNames{{"host", "cuda"}};
 constexpr Names<Contention, 3> kContentionNames{{"auto", "low", "throughput"}};

@@ -9,8 +9,8 @@ HeapAllocator::HeapAllocator(size_t capacity) : capacity_(capacity / kAlignment 
 }
 
 size_t HeapAllocator::allocate(size_t bytes) {
-  SYMCOMM_CHECK_ARG(bytes <= capacity_, "alloc({}) exceeds the symmetric heap of {} bytes (SYMCOMM_HEAP_BYTES)",
-                    bytes, capacity_);
+  SYMCOMM_CHECK_ARG(bytes <= capacity_, "alloc({}) exceeds the symmetric heap of {} bytes (SYMCOMM_HEAP_BYTES)", bytes,
+                    capacity_);
   size_t need = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (need == 0) need = kAlignment;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -22,8 +22,10 @@ size_t HeapAllocator::allocate(size_t bytes) {
     used_ += need;
     return off;
   }
-  SYMCOMM_THROW(kInvalidArgument, "symmetric heap exhausted: alloc({}) with {} of {} bytes in use "
-                "(raise SYMCOMM_HEAP_BYTES)", bytes, used_, capacity_);
+  SYMCOMM_THROW(kInvalidArgument,
+                "symmetric heap exhausted: alloc({}) with {} of {} bytes in use "
+                "(raise SYMCOMM_HEAP_BYTES)",
+                bytes, used_, capacity_);
 }
 
 void HeapAllocator::release(size_t offset) {

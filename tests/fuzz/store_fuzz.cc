@@ -79,8 +79,11 @@ void send_raw(std::span<const uint8_t> data) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
   if (!data.empty() && data[0] % 2 == 0) {
-    Request hello{.type = RequestType::kHello, .number = kStoreProtocolMagic, .keys = {},
-                  .value = Bytes(kToken, kToken + std::strlen(kToken)), .value2 = {}};
+    Request hello{.type = RequestType::kHello,
+                  .number = kStoreProtocolMagic,
+                  .keys = {},
+                  .value = Bytes(kToken, kToken + std::strlen(kToken)),
+                  .value2 = {}};
     Bytes frame = encode_request(hello);
     (void)::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
   }
@@ -95,8 +98,7 @@ void send_raw(std::span<const uint8_t> data) {
 
 void check_server_still_serves() {
   static std::unique_ptr<Store> client = Store::connect(
-      StoreOptions{.host = "127.0.0.1", .port = server().port(), .token = kToken,
-                   .timeout = std::chrono::seconds(5)});
+      StoreOptions{.host = "127.0.0.1", .port = server().port(), .token = kToken, .timeout = std::chrono::seconds(5)});
   static int64_t expected = 0;
   if (client->add("fuzz/alive", 1) != ++expected) std::abort();
 }

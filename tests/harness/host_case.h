@@ -4,13 +4,12 @@
 // runs the collective, and checks every output element, the guard bytes, and a running hash that all ranks
 // compare at the end to prove bitwise-identical results.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "harness/guarded_buffer.h"
 #include "harness/rank_harness.h"
@@ -18,8 +17,9 @@
 
 namespace symcomm::testing {
 
-inline constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
-                                   DataType::kInt8,    DataType::kUInt8,   DataType::kInt32,   DataType::kInt64};
+inline constexpr DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                                          DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+                                          DataType::kInt32,    DataType::kInt64};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
 
 struct Case {
@@ -123,7 +123,7 @@ class CaseRunner {
 
   Communicator& comm_;
   int n_, me_;
-  uint64_t hash_ = 1469598103934665603ull;
+  uint64_t hash_ = 14695981039346656037ull;
 };
 
 }  // namespace symcomm::testing

@@ -133,8 +133,8 @@ std::vector<RankOutcome> expect_success(int world_size, const std::function<void
     if (excused) continue;
     EXPECT_FALSE(o.timed_out) << "rank " << o.rank << " of " << world_size << " timed out (killed by the harness)";
     EXPECT_TRUE(o.exited && o.exit_code == 0)
-        << "rank " << o.rank << " of " << world_size << " failed: exit code " << o.exit_code << ", signal "
-        << o.signal << " (its output above says why)";
+        << "rank " << o.rank << " of " << world_size << " failed: exit code " << o.exit_code << ", signal " << o.signal
+        << " (its output above says why)";
   }
   return out;
 }

@@ -118,11 +118,14 @@ inline double expected_reduction(uint64_t seed, int n, size_t i, ReduceOp op, Da
 /// Tolerance for comparing `got` with the reference: 0 (bitwise) except avg of floats (one ulp).
 inline double tolerance(ReduceOp op, DataType d, double expected) {
   if (op != ReduceOp::kAvg || !is_float_type(d)) return 0;
-  double ulp = d == DataType::kBFloat16 ? 0x1p-7 : d == DataType::kFloat16 ? 0x1p-10 : d == DataType::kFloat32 ? 0x1p-23 : 0x1p-52;
+  double ulp = d == DataType::kBFloat16  ? 0x1p-7
+               : d == DataType::kFloat16 ? 0x1p-10
+               : d == DataType::kFloat32 ? 0x1p-23
+                                         : 0x1p-52;
   return std::fabs(expected) * ulp * 1.01 + 1e-300;
 }
 
-inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = 14695981039346656037ull) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t i = 0; i < n; ++i) {
     h ^= p[i];

@@ -2,17 +2,15 @@
 // store death, and leaks over many create/destroy cycles. Every expectation can fail: errors must carry
 // the right code and name the right rank, within the stated time.
 
+#include <dirent.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include <chrono>
 #include <fstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "harness/rank_harness.h"
 
@@ -47,7 +45,10 @@ void die(DeathKind how) {
   switch (how) {
     case DeathKind::kSigkill: ::raise(SIGKILL); break;
     case DeathKind::kSigterm: ::raise(SIGTERM); break;
-    case DeathKind::kSigsegv: ::signal(SIGSEGV, SIG_DFL); ::raise(SIGSEGV); break;
+    case DeathKind::kSigsegv:
+      ::signal(SIGSEGV, SIG_DFL);
+      ::raise(SIGSEGV);
+      break;
     case DeathKind::kExit0: std::fflush(nullptr); ::_exit(0);
     case DeathKind::kExit1: std::fflush(nullptr); ::_exit(1);
   }
@@ -72,63 +73,67 @@ TEST_P(RankDeath, SurvivorsGetPeerDeadNamingTheRankWithinASecond) {
   opts.config.timeout = 30s;
   opts.may_fail = {victim};
   const DeathCase dc = GetParam();
-  expect_success(n, [&](RankEnv& env) {
-    const bool me_victim = env.info.rank == victim;
-    auto mark_and_die = [&] {
-      env.store->set("killed_at", std::to_string(now_ns()));
-      die(dc.how);
-    };
-    if (dc.phase == Phase::kRendezvous) {
-      if (me_victim) {
-        // White-box: what a rank publishes first when it joins (NOTE [death during rendezvous]), then death.
-        env.store->set("symcomm/rdv/pid/2", std::to_string(::getpid()));
-        std::this_thread::sleep_for(200ms);
-        mark_and_die();
-      }
-      CommOptions named;
-      named.name = "rdv";
-      Error e = expect_error(ErrorCode::kPeerDead, [&] { env.make_comm(named); });
-      EXPECT_TRUE(contains(e.ranks(), victim)) << e.what();
-      int64_t killed = std::stoll(env.store->get_string("killed_at"));
-      EXPECT_LT(now_ns() - killed, 1'000'000'000);
-      return;
-    }
-    auto comm = env.make_comm();
-    std::vector<float> in(1 << 16, 1.0f), out(1 << 16);
-    for (int it = 0; it < 5; ++it) comm->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
-    if (dc.phase == Phase::kDestroy) {
-      if (me_victim) mark_and_die();
-      env.store->get("killed_at");
-      auto t0 = SteadyClock::now();
-      comm.reset();  // local: must not wait for the dead rank
-      EXPECT_LT(SteadyClock::now() - t0, 1s);
-      return;
-    }
-    if (me_victim) {
-      std::this_thread::sleep_for(200ms);  // let the survivors enter the next collective
-      mark_and_die();
-    }
-    Error e = expect_error(ErrorCode::kPeerDead, [&] {
-      if (dc.phase == Phase::kBarrier) {
-        comm->barrier();
-      } else {
-        comm->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
-      }
-    });
-    int64_t detected = now_ns();
-    EXPECT_TRUE(contains(e.ranks(), victim)) << e.what();
-    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
-    int64_t killed = std::stoll(env.store->get_string("killed_at"));
-    EXPECT_LT(detected - killed, 1'000'000'000) << "detection took " << (detected - killed) / 1e6 << " ms";
-    expect_error(ErrorCode::kPeerDead, [&] { comm->barrier(); });  // sticky
-  }, opts);
+  expect_success(
+      n,
+      [&](RankEnv& env) {
+        const bool me_victim = env.info.rank == victim;
+        auto mark_and_die = [&] {
+          env.store->set("killed_at", std::to_string(now_ns()));
+          die(dc.how);
+        };
+        if (dc.phase == Phase::kRendezvous) {
+          if (me_victim) {
+            // White-box: what a rank publishes first when it joins (NOTE [death during rendezvous]), then death.
+            env.store->set("symcomm/rdv/pid/2", std::to_string(::getpid()));
+            std::this_thread::sleep_for(200ms);
+            mark_and_die();
+          }
+          CommOptions named;
+          named.name = "rdv";
+          Error e = expect_error(ErrorCode::kPeerDead, [&] { env.make_comm(named); });
+          EXPECT_TRUE(contains(e.ranks(), victim)) << e.what();
+          int64_t killed = std::stoll(env.store->get_string("killed_at"));
+          EXPECT_LT(now_ns() - killed, 1'000'000'000);
+          return;
+        }
+        auto comm = env.make_comm();
+        std::vector<float> in(1 << 16, 1.0f), out(1 << 16);
+        for (int it = 0; it < 5; ++it)
+          comm->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+        if (dc.phase == Phase::kDestroy) {
+          if (me_victim) mark_and_die();
+          env.store->get("killed_at");
+          auto t0 = SteadyClock::now();
+          comm.reset();  // local: must not wait for the dead rank
+          EXPECT_LT(SteadyClock::now() - t0, 1s);
+          return;
+        }
+        if (me_victim) {
+          std::this_thread::sleep_for(200ms);  // let the survivors enter the next collective
+          mark_and_die();
+        }
+        Error e = expect_error(ErrorCode::kPeerDead, [&] {
+          if (dc.phase == Phase::kBarrier) {
+            comm->barrier();
+          } else {
+            comm->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+          }
+        });
+        int64_t detected = now_ns();
+        EXPECT_TRUE(contains(e.ranks(), victim)) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+        int64_t killed = std::stoll(env.store->get_string("killed_at"));
+        EXPECT_LT(detected - killed, 1'000'000'000) << "detection took " << (detected - killed) / 1e6 << " ms";
+        expect_error(ErrorCode::kPeerDead, [&] { comm->barrier(); });  // sticky
+      },
+      opts);
 }
 
 std::vector<DeathCase> death_cases() {
   std::vector<DeathCase> out;
   for (Phase p : {Phase::kBarrier, Phase::kAllReduce, Phase::kRendezvous, Phase::kDestroy}) {
-    for (DeathKind d : {DeathKind::kSigkill, DeathKind::kSigterm, DeathKind::kSigsegv, DeathKind::kExit0,
-                        DeathKind::kExit1}) {
+    for (DeathKind d :
+         {DeathKind::kSigkill, DeathKind::kSigterm, DeathKind::kSigsegv, DeathKind::kExit0, DeathKind::kExit1}) {
       out.push_back({p, d});
     }
   }
@@ -146,20 +151,24 @@ INSTANTIATE_TEST_SUITE_P(AllWays, RankDeath, ::testing::ValuesIn(death_cases()),
 TEST(Faults, RankThatNeverArrivesTimesOutNamingIt) {
   HarnessOptions opts;
   opts.config.timeout = 1s;
-  expect_success(3, [&](RankEnv& env) {
-    auto comm = env.make_comm();
-    if (env.info.rank == 2) {
-      std::this_thread::sleep_for(2500ms);  // never calls the collective
-      return;
-    }
-    int32_t x = 1, y = 0;
-    auto t0 = SteadyClock::now();
-    Error e = expect_error(ErrorCode::kTimeout, [&] { comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum); });
-    auto took = SteadyClock::now() - t0;
-    EXPECT_EQ(e.ranks(), std::vector<int>{2}) << e.what();
-    EXPECT_GE(took, 900ms);
-    EXPECT_LT(took, 2500ms);
-  }, opts);
+  expect_success(
+      3,
+      [&](RankEnv& env) {
+        auto comm = env.make_comm();
+        if (env.info.rank == 2) {
+          std::this_thread::sleep_for(2500ms);  // never calls the collective
+          return;
+        }
+        int32_t x = 1, y = 0;
+        auto t0 = SteadyClock::now();
+        Error e =
+            expect_error(ErrorCode::kTimeout, [&] { comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum); });
+        auto took = SteadyClock::now() - t0;
+        EXPECT_EQ(e.ranks(), std::vector<int>{2}) << e.what();
+        EXPECT_GE(took, 900ms);
+        EXPECT_LT(took, 2500ms);
+      },
+      opts);
 }
 
 TEST(Faults, LateRankStillCompletesCorrectly) {
@@ -176,25 +185,28 @@ TEST(Faults, LateRankStillCompletesCorrectly) {
 TEST(Faults, AbortFromAnotherThreadWakesAWaitingCollective) {
   HarnessOptions opts;
   opts.config.timeout = 30s;
-  expect_success(2, [&](RankEnv& env) {
-    auto comm = env.make_comm();
-    if (env.info.rank == 1) {
-      std::this_thread::sleep_for(1500ms);  // rank 0 waits for us in vain until it aborts
-      return;
-    }
-    std::thread aborter([&] {
-      std::this_thread::sleep_for(200ms);
-      comm->abort();
-      comm->abort();  // idempotent
-    });
-    float x = 1, y = 0;
-    auto t0 = SteadyClock::now();
-    expect_error(ErrorCode::kAborted, [&] { comm->all_reduce(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum); });
-    EXPECT_LT(SteadyClock::now() - t0, 1s);
-    aborter.join();
-    EXPECT_TRUE(comm->is_aborted());
-    expect_error(ErrorCode::kAborted, [&] { comm->barrier(); });
-  }, opts);
+  expect_success(
+      2,
+      [&](RankEnv& env) {
+        auto comm = env.make_comm();
+        if (env.info.rank == 1) {
+          std::this_thread::sleep_for(1500ms);  // rank 0 waits for us in vain until it aborts
+          return;
+        }
+        std::thread aborter([&] {
+          std::this_thread::sleep_for(200ms);
+          comm->abort();
+          comm->abort();  // idempotent
+        });
+        float x = 1, y = 0;
+        auto t0 = SteadyClock::now();
+        expect_error(ErrorCode::kAborted, [&] { comm->all_reduce(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum); });
+        EXPECT_LT(SteadyClock::now() - t0, 1s);
+        aborter.join();
+        EXPECT_TRUE(comm->is_aborted());
+        expect_error(ErrorCode::kAborted, [&] { comm->barrier(); });
+      },
+      opts);
 }
 
 TEST(Faults, InvalidArgumentsThrowAtOnceAndLeaveTheCommunicatorUsable) {
@@ -212,8 +224,9 @@ TEST(Faults, InvalidArgumentsThrowAtOnceAndLeaveTheCommunicatorUsable) {
     bad([&] { comm->broadcast(buf, out, 4, DataType::kFloat32, -1); });
     bad([&] { comm->all_reduce(buf, out, 4, DataType::kFloat32, ReduceOp::kSum, {.algorithm = Algorithm::kNccl}); });
     bad([&] { comm->all_gather(buf, out, 4, DataType::kFloat32, {.algorithm = Algorithm::kOneShot}); });
-    bad([&] { comm->all_reduce(buf, out, 4, DataType::kFloat32, ReduceOp::kSum,
-                               {.algorithm = static_cast<Algorithm>(77)}); });
+    bad([&] {
+      comm->all_reduce(buf, out, 4, DataType::kFloat32, ReduceOp::kSum, {.algorithm = static_cast<Algorithm>(77)});
+    });
     bad([&] { comm->free(buf); });
     bad([&] { comm->peer_ptr(buf, 1); });
     bad([&] { comm->alloc(size_t{1} << 40); });
@@ -236,20 +249,31 @@ std::vector<MismatchCase> mismatch_cases() {
   return {
       {"count", [](Communicator& c, int r) { c.all_reduce(in, out, 10 + r, DataType::kFloat32, ReduceOp::kSum); },
        "count"},
-      {"dtype", [](Communicator& c, int r) {
+      {"dtype",
+       [](Communicator& c, int r) {
          c.all_reduce(in, out, 8, r ? DataType::kInt32 : DataType::kFloat32, ReduceOp::kSum);
-       }, "dtype"},
-      {"op", [](Communicator& c, int r) {
+       },
+       "dtype"},
+      {"op",
+       [](Communicator& c, int r) {
          c.all_reduce(in, out, 8, DataType::kFloat32, r ? ReduceOp::kMax : ReduceOp::kSum);
-       }, "op"},
-      {"collective", [](Communicator& c, int r) {
-         if (r) c.all_gather(in, out, 8, DataType::kFloat32); else c.all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);
-       }, "collective"},
+       },
+       "op"},
+      {"collective",
+       [](Communicator& c, int r) {
+         if (r)
+           c.all_gather(in, out, 8, DataType::kFloat32);
+         else
+           c.all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);
+       },
+       "collective"},
       {"root", [](Communicator& c, int r) { c.broadcast(in, out, 8, DataType::kFloat32, r); }, "root"},
-      {"skipped", [](Communicator& c, int r) {
+      {"skipped",
+       [](Communicator& c, int r) {
          if (r == 0) c.all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);
          c.barrier();
-       }, "collective"},
+       },
+       "collective"},
   };
 }
 
@@ -262,14 +286,17 @@ TEST(Faults, CrossRankMismatchIsReportedNotAHang) {
       HarnessOptions opts;
       opts.config.timeout = 2s;
       opts.config.debug_checks = debug;
-      expect_success(2, [&](RankEnv& env) {
-        auto comm = env.make_comm();
-        Error e = expect_error(ErrorCode::kMismatch, [&] { mc.issue(*comm, env.info.rank); });
-        EXPECT_TRUE(contains(e.ranks(), 1 - env.info.rank)) << e.what();
-        if (debug) {
-          EXPECT_NE(std::string(e.what()).find(mc.field), std::string::npos) << e.what();
-        }
-      }, opts);
+      expect_success(
+          2,
+          [&](RankEnv& env) {
+            auto comm = env.make_comm();
+            Error e = expect_error(ErrorCode::kMismatch, [&] { mc.issue(*comm, env.info.rank); });
+            EXPECT_TRUE(contains(e.ranks(), 1 - env.info.rank)) << e.what();
+            if (debug) {
+              EXPECT_NE(std::string(e.what()).find(mc.field), std::string::npos) << e.what();
+            }
+          },
+          opts);
     }
   }
 }
@@ -278,16 +305,19 @@ TEST(Faults, StoreServerDeathDuringRendezvousFailsFast) {
   HarnessOptions opts;
   opts.config.timeout = 30s;
   opts.may_fail = {0};
-  expect_success(3, [&](RankEnv& env) {
-    if (env.info.rank == 0) {
-      env.store->wait({"ready/1", "ready/2"});
-      ::raise(SIGKILL);  // takes the store server with it
-    }
-    env.store->set(fmt::format("ready/{}", env.info.rank), std::string_view("1"));
-    auto t0 = SteadyClock::now();
-    expect_error(ErrorCode::kStore, [&] { env.make_comm(); });
-    EXPECT_LT(SteadyClock::now() - t0, 2s);
-  }, opts);
+  expect_success(
+      3,
+      [&](RankEnv& env) {
+        if (env.info.rank == 0) {
+          env.store->wait({"ready/1", "ready/2"});
+          ::raise(SIGKILL);  // takes the store server with it
+        }
+        env.store->set(fmt::format("ready/{}", env.info.rank), std::string_view("1"));
+        auto t0 = SteadyClock::now();
+        expect_error(ErrorCode::kStore, [&] { env.make_comm(); });
+        EXPECT_LT(SteadyClock::now() - t0, 2s);
+      },
+      opts);
 }
 
 TEST(Concurrency, TwoCommunicatorsOverTheSameRanksFromTwoThreads) {
@@ -316,22 +346,25 @@ TEST(LargeCounts, AllReduceOfTwoToTheThirtyOnePlusThreeInt8) {
   HarnessOptions opts;
   opts.config.heap_bytes = size_t{3} << 30;
   opts.config.timeout = 60s;
-  expect_success(2, [&](RankEnv& env) {
-    auto comm = env.make_comm();
-    const size_t count = (size_t{1} << 31) + 3;
-    auto* buf = static_cast<int8_t*>(comm->alloc(count));
-    for (size_t i = 0; i < count; i += 4096) buf[i] = static_cast<int8_t>((i >> 12) % 50 + env.info.rank);
-    std::vector<size_t> probes = {0, 1, count / 2, (size_t{1} << 31) - 1, size_t{1} << 31, count - 1};
-    for (size_t p : probes) buf[p] = static_cast<int8_t>(p % 50 + env.info.rank);
-    comm->all_reduce(buf, buf, count, DataType::kInt8, ReduceOp::kSum);
-    for (size_t p : probes) EXPECT_EQ(buf[p], static_cast<int8_t>(2 * (p % 50) + 1)) << "element " << p;
-    for (size_t i = 4096; i < count; i += 4096 * 1021) {
-      if (std::find(probes.begin(), probes.end(), i) == probes.end()) {
-        EXPECT_EQ(buf[i], static_cast<int8_t>(2 * ((i >> 12) % 50) + 1)) << "element " << i;
-      }
-    }
-    comm->free(buf);
-  }, opts);
+  expect_success(
+      2,
+      [&](RankEnv& env) {
+        auto comm = env.make_comm();
+        const size_t count = (size_t{1} << 31) + 3;
+        auto* buf = static_cast<int8_t*>(comm->alloc(count));
+        for (size_t i = 0; i < count; i += 4096) buf[i] = static_cast<int8_t>((i >> 12) % 50 + env.info.rank);
+        std::vector<size_t> probes = {0, 1, count / 2, (size_t{1} << 31) - 1, size_t{1} << 31, count - 1};
+        for (size_t p : probes) buf[p] = static_cast<int8_t>(p % 50 + env.info.rank);
+        comm->all_reduce(buf, buf, count, DataType::kInt8, ReduceOp::kSum);
+        for (size_t p : probes) EXPECT_EQ(buf[p], static_cast<int8_t>(2 * (p % 50) + 1)) << "element " << p;
+        for (size_t i = 4096; i < count; i += 4096 * 1021) {
+          if (std::find(probes.begin(), probes.end(), i) == probes.end()) {
+            EXPECT_EQ(buf[i], static_cast<int8_t>(2 * ((i >> 12) % 50) + 1)) << "element " << i;
+          }
+        }
+        comm->free(buf);
+      },
+      opts);
 }
 
 struct ResourceCounts {

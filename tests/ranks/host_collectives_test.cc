@@ -3,9 +3,8 @@
 // buffers in the symmetric heap (zero-copy) and in plain memory (staged), some misaligned; exact expected
 // values, poisoned outputs, guard bytes, and bitwise-identical results across ranks.
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "harness/host_case.h"
 
@@ -29,8 +28,8 @@ std::vector<Case> all_cases(int world_size) {
             for (int variant = 0; variant < 4; ++variant) {
               bool in_place = variant & 1, heap = variant & 2;
               size_t misalign = (seed % 3 == 0) ? (seed % 15) + 1 : 0;  // every third case: 1..15 bytes off
-              cases.push_back(Case{kind, d, op, count, in_place, heap, misalign, algo, seed,
-                                   static_cast<int>(seed % world_size)});
+              cases.push_back(
+                  Case{kind, d, op, count, in_place, heap, misalign, algo, seed, static_cast<int>(seed % world_size)});
               ++seed;
             }
           }
@@ -49,9 +48,10 @@ std::vector<Case> large_cases(int world_size) {
                           Collective::kBroadcast, Collective::kAllToAll}) {
     for (DataType d : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
       for (Algorithm algo : kind == Collective::kAllReduce ? std::vector{Algorithm::kOneShot, Algorithm::kTwoShot}
-                                                            : std::vector{Algorithm::kAuto}) {
+                                                           : std::vector{Algorithm::kAuto}) {
         for (int variant = 0; variant < 4; ++variant) {
-          size_t count = kind == Collective::kAllReduce || kind == Collective::kBroadcast ? 300007 : 300007 / world_size;
+          size_t count =
+              kind == Collective::kAllReduce || kind == Collective::kBroadcast ? 300007 : 300007 / world_size;
           cases.push_back(Case{kind, d, ReduceOp::kSum, count, (variant & 1) != 0, (variant & 2) != 0, 0, algo, seed++,
                                static_cast<int>(seed % world_size)});
         }

@@ -26,7 +26,7 @@ Case random_case(uint64_t k, uint64_t seed, int world_size) {
     return r;
   };
   Case c{};
-  const Collective kinds[] = {Collective::kAllReduce, Collective::kAllReduce, Collective::kAllGather,
+  const Collective kinds[] = {Collective::kAllReduce,     Collective::kAllReduce, Collective::kAllGather,
                               Collective::kReduceScatter, Collective::kBroadcast, Collective::kAllToAll};
   c.kind = kinds[pick(6)];
   c.dtype = kAllDtypes[pick(8)];
@@ -55,21 +55,26 @@ TEST(Soak, RandomMixedCollectivesAllVerified) {
   HarnessOptions opts;
   opts.timeout = std::chrono::minutes(20);
   opts.config.timeout = std::chrono::seconds(10);
-  expect_success(n, [&](RankEnv& env) {
-    auto comm = env.make_comm();
-    CaseRunner runner(*comm);
-    uint64_t failures = 0;
-    for (uint64_t k = 0; k < ops && failures < 5; ++k) {
-      // Small random per-rank delays (about 1 op in 64): ranks arrive out of step.
-      uint64_t d = mix64(k * 31 + env.info.rank + seed * 7);
-      if (d % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(d % 200));
-      if (!runner.run(random_case(k, seed, n))) ++failures;
-    }
-    env.store->set(fmt::format("soak/{}", env.info.rank), std::to_string(runner.hash()));
-    for (int p = 0; p < n; ++p) EXPECT_EQ(env.store->get_string(fmt::format("soak/{}", p)), std::to_string(runner.hash()));
-    if (env.info.rank == 0) std::printf("soak: %llu collectives on %d ranks, %llu failed\n",
-                                        static_cast<unsigned long long>(ops), n, static_cast<unsigned long long>(failures));
-  }, opts);
+  expect_success(
+      n,
+      [&](RankEnv& env) {
+        auto comm = env.make_comm();
+        CaseRunner runner(*comm);
+        uint64_t failures = 0;
+        for (uint64_t k = 0; k < ops && failures < 5; ++k) {
+          // Small random per-rank delays (about 1 op in 64): ranks arrive out of step.
+          uint64_t d = mix64(k * 31 + env.info.rank + seed * 7);
+          if (d % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(d % 200));
+          if (!runner.run(random_case(k, seed, n))) ++failures;
+        }
+        env.store->set(fmt::format("soak/{}", env.info.rank), std::to_string(runner.hash()));
+        for (int p = 0; p < n; ++p)
+          EXPECT_EQ(env.store->get_string(fmt::format("soak/{}", p)), std::to_string(runner.hash()));
+        if (env.info.rank == 0)
+          std::printf("soak: %llu collectives on %d ranks, %llu failed\n", static_cast<unsigned long long>(ops), n,
+                      static_cast<unsigned long long>(failures));
+      },
+      opts);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
+#include "symcomm/types.h"
+
 #include <gtest/gtest.h>
 
 #include "symcomm/config.h"
 #include "symcomm/error.h"
-#include "symcomm/types.h"
 
 namespace symcomm {
 namespace {

@@ -1,0 +1,481 @@
+// Tests of Config::from_env() (src/core/config.cc) and Rendezvous::from_env() (src/bootstrap/rendezvous.cc).
+// Every environment variable a test touches goes through ScopedEnv, which restores the previous value (or
+// unsets it again) when the test ends, pass or fail.
+
+#include "symcomm/config.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/logging.h"
+#include "symcomm/communicator.h"
+#include "symcomm/error.h"
+
+namespace symcomm {
+namespace {
+
+// Sets (or, with nullopt, unsets) one environment variable for the lifetime of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, std::optional<std::string> value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) previous_ = std::string(old);
+    apply(value);
+  }
+  ~ScopedEnv() { apply(previous_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  void apply(const std::optional<std::string>& value) {
+    int rc = value ? ::setenv(name_.c_str(), value->c_str(), 1) : ::unsetenv(name_.c_str());
+    EXPECT_EQ(rc, 0) << "cannot set " << name_;
+  }
+
+  std::string name_;
+  std::optional<std::string> previous_;
+};
+
+// Several variables at once; each one is restored by its own ScopedEnv.
+class ScopedEnvSet {
+ public:
+  ScopedEnvSet(const std::vector<std::pair<std::string, std::optional<std::string>>>& vars) {
+    for (const auto& [name, value] : vars) vars_.push_back(std::make_unique<ScopedEnv>(name, value));
+  }
+
+ private:
+  std::vector<std::unique_ptr<ScopedEnv>> vars_;
+};
+
+const std::vector<std::string> kConfigVars = {
+    "SYMCOMM_TIMEOUT_MS",
+    "SYMCOMM_HEAP_BYTES",
+    "SYMCOMM_SCRATCH_BYTES",
+    "SYMCOMM_LOG",
+    "SYMCOMM_DEBUG_CHECKS",
+    "SYMCOMM_OP_HISTORY",
+    "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
+    "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
+    "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
+    "SYMCOMM_CUDA_NCCL_MIN_BYTES",
+};
+
+// Every SYMCOMM_* configuration variable unset, except those given.
+ScopedEnvSet config_env(const std::vector<std::pair<std::string, std::string>>& set = {}) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> vars;
+  for (const std::string& name : kConfigVars) {
+    std::optional<std::string> value;
+    for (const auto& [n, v] : set) {
+      if (n == name) value = v;
+    }
+    vars.emplace_back(name, value);
+  }
+  return ScopedEnvSet(vars);
+}
+
+// Config::from_env() with one variable set and all others unset.
+Config config_with(const std::string& name, const std::string& value) {
+  auto env = config_env({{name, value}});
+  return Config::from_env();
+}
+
+// The Error thrown by f (kInternal with "no error" if it returns).
+template <class F>
+Error error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(ErrorCode::kInternal, "no error");
+}
+
+TEST(ScopedEnv, RestoresPreviousValueOrUnsets) {
+  const char* kName = "SYMCOMM_TEST_SCOPED_ENV_VARIABLE";
+  ASSERT_EQ(std::getenv(kName), nullptr);
+  {
+    ScopedEnv a(kName, "one");
+    EXPECT_STREQ(std::getenv(kName), "one");
+    {
+      ScopedEnv b(kName, "two");
+      EXPECT_STREQ(std::getenv(kName), "two");
+      {
+        ScopedEnv c(kName, std::nullopt);
+        EXPECT_EQ(std::getenv(kName), nullptr);
+      }
+      EXPECT_STREQ(std::getenv(kName), "two");
+    }
+    EXPECT_STREQ(std::getenv(kName), "one");
+  }
+  EXPECT_EQ(std::getenv(kName), nullptr);
+}
+
+TEST(ConfigFromEnv, EveryVariableIsInTheHelpAndTheTestList) {
+  std::string help = Config::env_help();
+  for (const std::string& name : kConfigVars) EXPECT_NE(help.find(name), std::string::npos) << name;
+  // The help has one line per variable: a variable added to the table must be added to kConfigVars.
+  EXPECT_EQ(static_cast<size_t>(std::count(help.begin(), help.end(), '\n')), kConfigVars.size()) << help;
+}
+
+TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {
+  auto env = config_env();
+  Config c = Config::from_env();
+  EXPECT_EQ(c.timeout, std::chrono::milliseconds(300000));
+  EXPECT_EQ(c.heap_bytes, size_t{1} << 30);
+  EXPECT_EQ(c.scratch_bytes, size_t{16} << 20);
+  EXPECT_EQ(c.log_level, LogLevel::kWarn);
+  EXPECT_FALSE(c.debug_checks);
+  EXPECT_EQ(c.op_history, 64);
+  EXPECT_EQ(c.tuning.host_one_shot_max_bytes, size_t{64} << 10);
+  EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{256} << 10);
+  EXPECT_EQ(c.tuning.cuda_two_shot_max_bytes, SIZE_MAX);
+  EXPECT_EQ(c.tuning.cuda_nccl_min_bytes, SIZE_MAX);
+}
+
+TEST(ConfigFromEnv, EmptyValueMeansUnset) {
+  for (const std::string& name : kConfigVars) {
+    SCOPED_TRACE(name);
+    Config c = config_with(name, "");
+    Config d;
+    EXPECT_EQ(c.timeout, d.timeout);
+    EXPECT_EQ(c.heap_bytes, d.heap_bytes);
+    EXPECT_EQ(c.log_level, d.log_level);
+    EXPECT_EQ(c.tuning.host_one_shot_max_bytes, d.tuning.host_one_shot_max_bytes);
+  }
+}
+
+TEST(ConfigFromEnv, SizesWithSuffixes) {
+  struct Case {
+    const char* name;
+    const char* value;
+    size_t want;
+    std::function<size_t(const Config&)> field;
+  };
+  auto heap = [](const Config& c) { return c.heap_bytes; };
+  auto scratch = [](const Config& c) { return c.scratch_bytes; };
+  auto host1 = [](const Config& c) { return c.tuning.host_one_shot_max_bytes; };
+  auto cuda1 = [](const Config& c) { return c.tuning.cuda_one_shot_max_bytes; };
+  auto cuda2 = [](const Config& c) { return c.tuning.cuda_two_shot_max_bytes; };
+  auto nccl = [](const Config& c) { return c.tuning.cuda_nccl_min_bytes; };
+  const Case cases[] = {
+      {"SYMCOMM_HEAP_BYTES", "2097152", 2097152, heap},
+      {"SYMCOMM_HEAP_BYTES", "4M", size_t{4} << 20, heap},
+      {"SYMCOMM_HEAP_BYTES", "4m", size_t{4} << 20, heap},
+      {"SYMCOMM_HEAP_BYTES", "2048K", size_t{2} << 20, heap},
+      {"SYMCOMM_HEAP_BYTES", "2048k", size_t{2} << 20, heap},
+      {"SYMCOMM_HEAP_BYTES", "2G", size_t{2} << 30, heap},
+      {"SYMCOMM_HEAP_BYTES", "3g", size_t{3} << 30, heap},
+      {"SYMCOMM_HEAP_BYTES", "1M", size_t{1} << 20, heap},  // the minimum
+      {"SYMCOMM_HEAP_BYTES", "0001M", size_t{1} << 20, heap},
+      {"SYMCOMM_SCRATCH_BYTES", "64K", size_t{64} << 10, scratch},  // the minimum
+      {"SYMCOMM_SCRATCH_BYTES", "100000", 100000, scratch},
+      {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "0", 0, host1},
+      {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "1K", 1024, host1},
+      {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "12345", 12345, host1},
+      {"SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES", "512K", size_t{512} << 10, cuda1},
+      {"SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES", "1G", size_t{1} << 30, cuda2},
+      {"SYMCOMM_CUDA_NCCL_MIN_BYTES", "8M", size_t{8} << 20, nccl},
+      {"SYMCOMM_CUDA_NCCL_MIN_BYTES", "18446744073709551615", SIZE_MAX, nccl},
+      // The largest multiple of 1 GiB below 2^64.
+      {"SYMCOMM_CUDA_NCCL_MIN_BYTES", "17179869183G", SIZE_MAX - (size_t{1} << 30) + 1, nccl},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{}={}", c.name, c.value));
+    EXPECT_EQ(c.field(config_with(c.name, c.value)), c.want);
+  }
+}
+
+TEST(ConfigFromEnv, TimeoutOpHistoryBooleansAndLogLevels) {
+  EXPECT_EQ(config_with("SYMCOMM_TIMEOUT_MS", "1500").timeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(config_with("SYMCOMM_TIMEOUT_MS", "1").timeout, std::chrono::milliseconds(1));
+  EXPECT_EQ(config_with("SYMCOMM_OP_HISTORY", "1").op_history, 1);
+  EXPECT_EQ(config_with("SYMCOMM_OP_HISTORY", "1000").op_history, 1000);
+  for (const char* v : {"1", "true", "yes", "on"}) {
+    EXPECT_TRUE(config_with("SYMCOMM_DEBUG_CHECKS", v).debug_checks) << v;
+  }
+  for (const char* v : {"0", "false", "no", "off"}) {
+    EXPECT_FALSE(config_with("SYMCOMM_DEBUG_CHECKS", v).debug_checks) << v;
+  }
+  const std::pair<const char*, LogLevel> levels[] = {
+      {"off", LogLevel::kOff},      {"none", LogLevel::kOff},  {"error", LogLevel::kError}, {"warn", LogLevel::kWarn},
+      {"warning", LogLevel::kWarn}, {"info", LogLevel::kInfo}, {"debug", LogLevel::kDebug}, {"trace", LogLevel::kDebug},
+  };
+  for (const auto& [v, level] : levels) EXPECT_EQ(config_with("SYMCOMM_LOG", v).log_level, level) << v;
+}
+
+TEST(ConfigFromEnv, SeveralVariablesTogether) {
+  auto env = config_env({{"SYMCOMM_TIMEOUT_MS", "2500"},
+                         {"SYMCOMM_HEAP_BYTES", "64M"},
+                         {"SYMCOMM_LOG", "debug"},
+                         {"SYMCOMM_DEBUG_CHECKS", "yes"},
+                         {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "4K"}});
+  Config c = Config::from_env();
+  EXPECT_EQ(c.timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(c.heap_bytes, size_t{64} << 20);
+  EXPECT_EQ(c.log_level, LogLevel::kDebug);
+  EXPECT_TRUE(c.debug_checks);
+  EXPECT_EQ(c.tuning.host_one_shot_max_bytes, 4096u);
+  EXPECT_EQ(c.scratch_bytes, Config{}.scratch_bytes);  // untouched
+}
+
+// A malformed value is Error(kInvalidArgument) and its message names the variable.
+void expect_rejected(const std::string& name, const std::string& value) {
+  SCOPED_TRACE(fmt::format("{}='{}'", name, value));
+  auto env = config_env({{name, value}});
+  Error e = error_of([] { Config::from_env(); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  EXPECT_NE(e.message().find(name), std::string::npos) << e.message();
+}
+
+TEST(ConfigFromEnv, MalformedValuesNameTheVariable) {
+  const char* kSizeVars[] = {"SYMCOMM_HEAP_BYTES",
+                             "SYMCOMM_SCRATCH_BYTES",
+                             "SYMCOMM_OP_HISTORY",
+                             "SYMCOMM_TIMEOUT_MS",
+                             "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
+                             "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
+                             "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
+                             "SYMCOMM_CUDA_NCCL_MIN_BYTES"};
+  for (const char* name : kSizeVars) {
+    for (const char* bad : {"abc", "12x", "-1", "+5", " 12", "12 ", "1.5M", "K", "M", "0x10", "4MB", "4 M", "1e3",
+                            "18446744073709551616", "17179869184G"}) {
+      expect_rejected(name, bad);
+    }
+  }
+  for (const char* bad : {"2", "y", "TRUE", "True", "enable", " 1"}) expect_rejected("SYMCOMM_DEBUG_CHECKS", bad);
+  for (const char* bad : {"verbose", "WARN", "Info", "3", "warn "}) expect_rejected("SYMCOMM_LOG", bad);
+}
+
+TEST(ConfigFromEnv, ValuesBelowTheMinimumNameTheVariable) {
+  expect_rejected("SYMCOMM_TIMEOUT_MS", "0");
+  expect_rejected("SYMCOMM_HEAP_BYTES", "1048575");
+  expect_rejected("SYMCOMM_HEAP_BYTES", "1023K");
+  expect_rejected("SYMCOMM_SCRATCH_BYTES", "65535");
+  expect_rejected("SYMCOMM_OP_HISTORY", "0");
+}
+
+// Values that fit uint64 but not the field they set must not wrap around into something else (a negative or
+// zero timeout, an op history of 0 or below).
+TEST(ConfigFromEnv, ValuesTooLargeForTheFieldAreRejected) {
+  expect_rejected("SYMCOMM_OP_HISTORY", "2147483648");           // INT_MAX + 1
+  expect_rejected("SYMCOMM_OP_HISTORY", "4294967296");           // 2^32: would become 0
+  expect_rejected("SYMCOMM_TIMEOUT_MS", "9223372036854775808");  // 2^63: would become negative
+  expect_rejected("SYMCOMM_TIMEOUT_MS", "18446744073709551615");
+}
+
+// --- Rendezvous::from_env ----------------------------------------------------------------------------------
+
+const std::vector<std::string> kLauncherVars = {
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SYMCOMM_TOKEN",
+    "TORCHELASTIC_RUN_ID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+};
+
+// Every launcher variable unset, except those given.
+ScopedEnvSet launcher_env(const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> vars;
+  for (const std::string& name : kLauncherVars) {
+    std::optional<std::string> value;
+    for (const auto& [n, v] : set) {
+      if (n == name) value = v;
+    }
+    vars.emplace_back(name, value);
+  }
+  return ScopedEnvSet(vars);
+}
+
+// Silences the warning about a derived token for the test's duration, then restores the level.
+class QuietLog {
+ public:
+  QuietLog() : previous_(detail::log_level()) { detail::set_log_level(LogLevel::kOff); }
+  ~QuietLog() { detail::set_log_level(previous_); }
+
+ private:
+  LogLevel previous_;
+};
+
+const std::vector<std::pair<std::string, std::string>> kTorchrun = {
+    {"RANK", "3"},
+    {"WORLD_SIZE", "8"},
+    {"LOCAL_RANK", "1"},
+    {"LOCAL_WORLD_SIZE", "4"},
+    {"MASTER_ADDR", "10.1.2.3"},
+    {"MASTER_PORT", "29500"},
+    {"SYMCOMM_TOKEN", "s3cret"},
+};
+
+const std::vector<std::pair<std::string, std::string>> kOpenMpi = {
+    {"OMPI_COMM_WORLD_RANK", "2"},       {"OMPI_COMM_WORLD_SIZE", "6"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+    {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}, {"MASTER_ADDR", "node7"},      {"MASTER_PORT", "1234"},
+    {"SYMCOMM_TOKEN", "mpi-token"},
+};
+
+// `base` with `name` replaced (value) or removed (nullopt).
+std::vector<std::pair<std::string, std::string>> with(std::vector<std::pair<std::string, std::string>> base,
+                                                      const std::string& name, std::optional<std::string> value) {
+  std::erase_if(base, [&](const auto& kv) { return kv.first == name; });
+  if (value) base.emplace_back(name, *value);
+  return base;
+}
+
+void expect_rendezvous_rejected(const std::vector<std::pair<std::string, std::string>>& vars,
+                                const std::string& named) {
+  auto env = launcher_env(vars);
+  Error e = error_of([] { Rendezvous::from_env(); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  EXPECT_NE(e.message().find(named), std::string::npos) << e.message();
+}
+
+TEST(RendezvousFromEnv, Torchrun) {
+  auto env = launcher_env(kTorchrun);
+  Rendezvous rv = Rendezvous::from_env();
+  EXPECT_EQ(rv.ranks.rank, 3);
+  EXPECT_EQ(rv.ranks.world_size, 8);
+  EXPECT_EQ(rv.ranks.local_rank, 1);
+  EXPECT_EQ(rv.ranks.local_world_size, 4);
+  EXPECT_EQ(rv.store_host, "10.1.2.3");
+  EXPECT_EQ(rv.store_port, 29500);
+  EXPECT_EQ(rv.token, "s3cret");
+}
+
+TEST(RendezvousFromEnv, TorchrunLocalVariablesDefaultToGlobalOnes) {
+  auto env = launcher_env(with(with(kTorchrun, "LOCAL_RANK", std::nullopt), "LOCAL_WORLD_SIZE", std::nullopt));
+  Rendezvous rv = Rendezvous::from_env();
+  EXPECT_EQ(rv.ranks.local_rank, 3);
+  EXPECT_EQ(rv.ranks.local_world_size, 8);
+}
+
+TEST(RendezvousFromEnv, LocalhostBecomesLoopbackAddress) {
+  auto env = launcher_env(with(kTorchrun, "MASTER_ADDR", "localhost"));
+  EXPECT_EQ(Rendezvous::from_env().store_host, "127.0.0.1");
+}
+
+TEST(RendezvousFromEnv, OpenMpi) {
+  auto env = launcher_env(kOpenMpi);
+  Rendezvous rv = Rendezvous::from_env();
+  EXPECT_EQ(rv.ranks.rank, 2);
+  EXPECT_EQ(rv.ranks.world_size, 6);
+  EXPECT_EQ(rv.ranks.local_rank, 0);
+  EXPECT_EQ(rv.ranks.local_world_size, 3);
+  EXPECT_EQ(rv.store_host, "node7");
+  EXPECT_EQ(rv.store_port, 1234);
+  EXPECT_EQ(rv.token, "mpi-token");
+}
+
+TEST(RendezvousFromEnv, OpenMpiLocalVariablesDefaultToGlobalOnes) {
+  auto env = launcher_env(
+      with(with(kOpenMpi, "OMPI_COMM_WORLD_LOCAL_RANK", std::nullopt), "OMPI_COMM_WORLD_LOCAL_SIZE", std::nullopt));
+  Rendezvous rv = Rendezvous::from_env();
+  EXPECT_EQ(rv.ranks.local_rank, 2);
+  EXPECT_EQ(rv.ranks.local_world_size, 6);
+}
+
+TEST(RendezvousFromEnv, TorchrunVariablesWinOverOpenMpi) {
+  auto vars = kTorchrun;
+  vars.insert(vars.end(), {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "7"}});
+  auto env = launcher_env(vars);
+  Rendezvous rv = Rendezvous::from_env();
+  EXPECT_EQ(rv.ranks.rank, 3);
+  EXPECT_EQ(rv.ranks.world_size, 8);
+}
+
+// Only RANK selects torchrun: other torchrun variables left over in an mpirun job do not.
+TEST(RendezvousFromEnv, OpenMpiIsUsedWhenRankIsUnset) {
+  auto vars = kOpenMpi;
+  vars.insert(vars.end(), {{"WORLD_SIZE", "99"}, {"LOCAL_RANK", "9"}});
+  auto env = launcher_env(vars);
+  Rendezvous rv = Rendezvous::from_env();
+  EXPECT_EQ(rv.ranks.rank, 2);
+  EXPECT_EQ(rv.ranks.world_size, 6);
+  EXPECT_EQ(rv.ranks.local_rank, 0);
+}
+
+TEST(RendezvousFromEnv, MissingVariablesAreNamed) {
+  expect_rendezvous_rejected({}, "RANK");  // no launcher at all
+  expect_rendezvous_rejected(with(kTorchrun, "WORLD_SIZE", std::nullopt), "WORLD_SIZE");
+  expect_rendezvous_rejected(with(kTorchrun, "MASTER_ADDR", std::nullopt), "MASTER_ADDR");
+  expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", std::nullopt), "MASTER_PORT");
+  expect_rendezvous_rejected(with(kTorchrun, "WORLD_SIZE", ""), "WORLD_SIZE");  // empty counts as unset
+  expect_rendezvous_rejected(with(kOpenMpi, "OMPI_COMM_WORLD_SIZE", std::nullopt), "OMPI_COMM_WORLD_SIZE");
+  // Under mpirun without MASTER_ADDR/MASTER_PORT the message points to the MPI bootstrap.
+  expect_rendezvous_rejected(with(kOpenMpi, "MASTER_ADDR", std::nullopt), "MASTER_ADDR");
+  expect_rendezvous_rejected(with(kOpenMpi, "MASTER_PORT", std::nullopt), "create_communicator_mpi");
+}
+
+TEST(RendezvousFromEnv, MalformedVariablesAreNamed) {
+  expect_rendezvous_rejected(with(kTorchrun, "RANK", "abc"), "RANK");
+  expect_rendezvous_rejected(with(kTorchrun, "RANK", "-1"), "RANK");
+  expect_rendezvous_rejected(with(kTorchrun, "WORLD_SIZE", "8x"), "WORLD_SIZE");
+  expect_rendezvous_rejected(with(kTorchrun, "WORLD_SIZE", "99999999999999999999"), "WORLD_SIZE");
+  expect_rendezvous_rejected(with(kTorchrun, "LOCAL_RANK", "one"), "LOCAL_RANK");
+  expect_rendezvous_rejected(with(kTorchrun, "LOCAL_WORLD_SIZE", "4.0"), "LOCAL_WORLD_SIZE");
+  expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "http"), "MASTER_PORT");
+  expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "0"), "MASTER_PORT");
+  expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "65536"), "MASTER_PORT");
+  expect_rendezvous_rejected(with(kOpenMpi, "OMPI_COMM_WORLD_RANK", "x"), "OMPI_COMM_WORLD_RANK");
+}
+
+bool is_derived_token(const std::string& t) {
+  return t.size() == 8 + 16 && t.starts_with("derived-") &&
+         t.find_first_not_of("0123456789abcdef", 8) == std::string::npos;
+}
+
+// Without SYMCOMM_TOKEN every rank derives the token from what all ranks share (run id, address, port), so
+// it must not depend on the rank variables.
+TEST(RendezvousFromEnv, TokenIsDerivedWhenSymcommTokenIsUnset) {
+  QuietLog quiet;
+  const auto no_token = with(kTorchrun, "SYMCOMM_TOKEN", std::nullopt);
+  auto token_with = [&](const std::vector<std::pair<std::string, std::string>>& vars) {
+    auto env = launcher_env(vars);
+    return Rendezvous::from_env().token;
+  };
+  const std::string derived = token_with(no_token);
+  EXPECT_TRUE(is_derived_token(derived)) << derived;
+  EXPECT_EQ(token_with(no_token), derived);  // deterministic
+  // Every rank of the job gets the same token.
+  EXPECT_EQ(token_with(with(with(no_token, "RANK", "0"), "LOCAL_RANK", "0")), derived);
+  EXPECT_EQ(token_with(with(with(no_token, "RANK", "7"), "LOCAL_RANK", "3")), derived);
+  // An empty SYMCOMM_TOKEN counts as unset.
+  EXPECT_EQ(token_with(with(no_token, "SYMCOMM_TOKEN", "")), derived);
+  // Each shared input changes it.
+  const std::string run_a = token_with(with(no_token, "TORCHELASTIC_RUN_ID", "job42"));
+  const std::string run_b = token_with(with(no_token, "TORCHELASTIC_RUN_ID", "job43"));
+  const std::string other_port = token_with(with(no_token, "MASTER_PORT", "29501"));
+  const std::string other_addr = token_with(with(no_token, "MASTER_ADDR", "10.1.2.4"));
+  for (const std::string& t : {run_a, run_b, other_port, other_addr}) {
+    EXPECT_TRUE(is_derived_token(t)) << t;
+    EXPECT_NE(t, derived);
+  }
+  EXPECT_NE(run_a, run_b);
+  EXPECT_NE(other_port, other_addr);
+}
+
+TEST(RendezvousFromEnv, SymcommTokenIsUsedWhenSet) {
+  auto env = launcher_env(with(kTorchrun, "SYMCOMM_TOKEN", "given-token"));
+  EXPECT_EQ(Rendezvous::from_env().token, "given-token");
+  auto env2 = launcher_env(with(kOpenMpi, "SYMCOMM_TOKEN", "mpi-given"));
+  EXPECT_EQ(Rendezvous::from_env().token, "mpi-given");
+}
+
+}  // namespace
+}  // namespace symcomm

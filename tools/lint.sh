@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# lint.sh: the style checks CI runs (STYLE.md rules 4, 8 and 11).
+#
+#   tools/lint.sh          check; exit 1 listing every offending file or line
+#   tools/lint.sh --fix    reformat the offending files in place with clang-format, then check the rest
+#
+# 1. Formatting: clang-format (the repository's .clang-format) in dry-run mode over every *.h, *.cc, *.cu and
+#    *.cuh under include/ src/ tests/ bench/ tools/ that git tracks or would track (untracked, not ignored).
+# 2. Library code (src/, include/) never exits, aborts or prints to stdout: no exit( (nor _exit, _Exit,
+#    quick_exit), abort(, printf( (device printf included), std::cout or fprintf(stdout; and only
+#    src/core/config.cc and src/bootstrap/rendezvous.cc call getenv(. Tests are not checked (_exit in a
+#    forked test child is fine).
+#    Comments and string literals are ignored; member functions named abort() (Communicator::abort) are not
+#    calls of the C library's abort.
+#
+# Needs only git and clang-format (CLANG_FORMAT names another binary). Exit status: 0 clean, 1 findings,
+# 2 usage or tool error.
+set -uo pipefail
+
+usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; }
+
+fix=0
+for arg in "$@"; do
+  case $arg in
+    --fix) fix=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "lint: unknown argument '$arg'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+cd "$(dirname "$0")/.." || exit 2
+clang_format=${CLANG_FORMAT:-clang-format}
+if ! command -v "$clang_format" >/dev/null 2>&1; then
+  echo "lint: $clang_format not found (apt-get install clang-format)" >&2
+  exit 2
+fi
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "lint: $(pwd) is not a git work tree" >&2
+  exit 2
+fi
+
+# Files of the given folders with a C++/CUDA extension that exist on disk, one per line.
+source_files() {
+  git ls-files --cached --others --exclude-standard -- "$@" | grep -E '\.(h|cc|cu|cuh)$' | sort -u |
+    while IFS= read -r f; do
+      if [ -f "$f" ]; then printf '%s\n' "$f"; fi
+    done
+}
+
+status=0
+
+# --- 1. formatting ----------------------------------------------------------------------------------------
+unformatted=()
+while IFS= read -r f; do
+  if ! "$clang_format" --style=file --dry-run --Werror "$f" >/dev/null 2>&1; then unformatted+=("$f"); fi
+done < <(source_files include src tests bench tools)
+
+if [ "${#unformatted[@]}" -gt 0 ]; then
+  if [ "$fix" -eq 1 ]; then
+    echo "lint: reformatting ${#unformatted[@]} file(s):"
+    printf '  %s\n' "${unformatted[@]}"
+    "$clang_format" --style=file -i "${unformatted[@]}" || status=1
+  else
+    echo "lint: ${#unformatted[@]} file(s) not clang-formatted (tools/lint.sh --fix reformats them):"
+    printf '  %s\n' "${unformatted[@]}"
+    status=1
+  fi
+fi
+
+# --- 2. forbidden calls in library code ---------------------------------------------------------------------
+# Prints "file:line: what: source line" for each finding. String and character literals and comments are
+# removed before matching (block comments across lines included).
+forbidden_calls() {
+  awk '
+    FNR == 1 { in_block = 0 }
+    {
+      line = $0
+      gsub(/"([^"\\]|\\.)*"/, "\"\"", line)
+      gsub(/'"'"'([^'"'"'\\]|\\.)*'"'"'/, "0", line)
+      code = ""
+      while (line != "") {
+        if (in_block) {
+          end = index(line, "*/")
+          if (end == 0) { line = ""; break }
+          line = substr(line, end + 2); in_block = 0
+          continue
+        }
+        slash = index(line, "//"); star = index(line, "/*")
+        if (slash > 0 && (star == 0 || slash < star)) { code = code substr(line, 1, slash - 1); break }
+        if (star > 0) { code = code substr(line, 1, star - 1); line = substr(line, star + 2); in_block = 1; continue }
+        code = code line; line = ""
+      }
+      what = ""
+      # exit/abort/printf called as free functions: std::x(, ::x( or x( not preceded by an identifier,
+      # a member access (. -> ::) or "void" (the declaration of a member function named abort).
+      call = "(exit|_exit|_Exit|quick_exit|abort|printf)[ \t]*\\("
+      if (match(code, "(^|[^A-Za-z0-9_])(std)?::" call)) what = "exit/abort/printf call"
+      else if (match(code, "(^|[^A-Za-z0-9_.:>])" call) && !match(code, "void[ \t]+(exit|abort)[ \t]*\\(")) {
+        what = "exit/abort/printf call"
+      }
+      if (match(code, "std::cout|fprintf[ \t]*\\([ \t]*stdout")) what = "printing to stdout"
+      if (match(code, "(^|[^A-Za-z0-9_])(secure_)?getenv[ \t]*\\(") &&
+          FILENAME != "src/core/config.cc" && FILENAME != "src/bootstrap/rendezvous.cc") {
+        what = "getenv outside src/core/config.cc and src/bootstrap/rendezvous.cc"
+      }
+      if (what != "") printf "  %s:%d: %s: %s\n", FILENAME, FNR, what, $0
+    }
+  ' "$@"
+}
+
+library_files=()
+while IFS= read -r f; do library_files+=("$f"); done < <(source_files src include)
+if [ "${#library_files[@]}" -gt 0 ]; then
+  findings=$(forbidden_calls "${library_files[@]}")
+  if [ -n "$findings" ]; then
+    echo "lint: library code must not exit, abort, print to stdout or read the environment directly:"
+    printf '%s\n' "$findings"
+    status=1
+  fi
+fi
+
+if [ "$status" -eq 0 ]; then echo "lint: ok"; fi
+exit "$status"
