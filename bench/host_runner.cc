@@ -215,7 +215,8 @@ long long run_host(Communicator& comm, const BenchOptions& o, Reporter& rep) {
                       .count = s.count,
                       .world_size = n,
                       .time_us = median(impl.batches),
-                      .wrong = impl.wrong};
+                      .wrong = impl.wrong,
+                      .extra_json = {}};
         fill_bandwidth(m, c);
         rep.add(m);
         if (impl.wrong > 0) total_wrong += impl.wrong;

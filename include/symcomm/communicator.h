@@ -61,6 +61,9 @@ struct Rendezvous {
 /// Per-call options of a collective.
 struct CollOptions {
   /// CUDA backend: the stream the collective is ordered on. Ignored by the host backend.
+  /// Like NCCL, one communicator runs one collective at a time in issue order: a caller who issues
+  /// consecutive collectives of one communicator on different streams must order those streams (e.g. with
+  /// an event); two communicators over the same ranks have separate signal pads and may run concurrently.
   Stream stream = nullptr;
   /// Force an algorithm (Error(kInvalidArgument) if it cannot run this request); kAuto selects.
   Algorithm algorithm = Algorithm::kAuto;
@@ -98,6 +101,27 @@ class Work {
 namespace detail {
 class CommCore;
 }
+
+class Communicator;
+
+/// RAII form of group_start()/group_end(): the destructor ends the group (and may throw, like group_end());
+/// if the scope is left by an exception, the group is cancelled instead of run half-specified.
+class CollectiveGroup {
+ public:
+  explicit CollectiveGroup(Communicator& comm);
+  ~CollectiveGroup() noexcept(false);
+  CollectiveGroup(const CollectiveGroup&) = delete;
+  CollectiveGroup& operator=(const CollectiveGroup&) = delete;
+  /// Ends the group now (synchronously); the destructor then does nothing.
+  void end();
+  /// Ends the group now and returns its Work.
+  std::shared_ptr<Work> end_async();
+
+ private:
+  Communicator* comm_;
+  int exceptions_at_start_;
+  bool active_ = true;
+};
 
 class Communicator {
  public:
@@ -158,6 +182,20 @@ class Communicator {
   std::shared_ptr<Work> all_to_all_async(const void* in, void* out, size_t count, DataType dtype,
                                          const CollOptions& o = {});
   std::shared_ptr<Work> barrier_async(const CollOptions& o = {});
+
+  /// Coalescing. Collectives issued on this communicator between group_start() and group_end() are
+  /// validated at once (argument errors still throw immediately) but only recorded; group_end() runs them
+  /// together, in issue order: small all-reduces of one dtype and op are packed into one collective, the
+  /// rest are submitted back to back in one submission. Buffers must stay valid until the group completes.
+  /// Groups nest (only the outermost end runs them). Every rank must issue the same group.
+  /// An `*_async` call inside a group returns a Work that completes with the whole group.
+  void group_start();
+  /// Ends the group and runs it; returns when done (host) or enqueued (CUDA).
+  void group_end();
+  /// Ends the group and returns one Work covering every collective in it (its wait() waits for all).
+  std::shared_ptr<Work> group_end_async();
+  /// Drops the recorded collectives of the current group without running them (all ranks must cancel).
+  void group_cancel();
 
   /// The algorithm the last collective issued by this process ran with (test and benchmark hook).
   Algorithm last_algorithm() const;

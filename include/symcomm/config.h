@@ -19,13 +19,21 @@ enum class LogLevel : uint8_t { kOff, kError, kWarn, kInfo, kDebug };
 struct Tuning {
   /// Host backend: all-reduce payloads up to this many bytes use one-shot, larger ones two-shot.
   size_t host_one_shot_max_bytes = 64 * 1024;
-  /// CUDA backend: all-reduce payloads up to this many bytes use one-shot.
-  size_t cuda_one_shot_max_bytes = 256 * 1024;
+  /// CUDA backend: all-reduce payloads up to this many bytes use one-shot. Measured 2026-11-22 on 2 x H200
+  /// (tools/gpu_check.sh, bf16 sum, CUDA graph): one-shot 9.8 us vs two-shot 11.2 us at 1 MB, two-shot ahead
+  /// from 4 MB (20.0 vs 22.6 us).
+  size_t cuda_one_shot_max_bytes = 1 << 20;
   /// CUDA backend: all-reduce payloads up to this many bytes use two-shot; larger ones go to NCCL when
   /// NCCL is available (two-shot otherwise).
   size_t cuda_two_shot_max_bytes = SIZE_MAX;
-  /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never).
+  /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
+  /// 2 x H200, 2026-11-22, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
   size_t cuda_nccl_min_bytes = SIZE_MAX;
+  /// CUDA backend: all_gather / reduce_scatter / all_to_all / broadcast with at most this many bytes per
+  /// rank go to NCCL when it is available and low contention was not asked for. Measured 2026-11-22 on
+  /// 2 x H200 (tools/gpu_check.sh): symcomm's direct kernels were 1.1-1.6x slower than NCCL below 1 MB of
+  /// total payload (512 KB per rank at 2 ranks) and 1.4-1.5x faster at 64-256 MB.
+  size_t cuda_direct_nccl_max_bytes = 512 << 10;
 };
 
 struct Config {

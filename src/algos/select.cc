@@ -62,6 +62,10 @@ Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tu
     if (r.contention == Contention::kLow && caps.copy_engine && copy_engine_capable(r.kind)) {
       return Algorithm::kCopyEngine;
     }
+    if (r.kind != Collective::kBarrier && r.contention != Contention::kLow && caps.nccl_available &&
+        r.bytes <= t.cuda_direct_nccl_max_bytes) {
+      return Algorithm::kNccl;
+    }
     return Algorithm::kDirect;
   }
   if (r.bytes <= t.cuda_one_shot_max_bytes) return Algorithm::kOneShot;

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algos/select.h"
 #include "bootstrap/peer_mesh.h"
@@ -63,9 +65,22 @@ class Backend {
   virtual void run(const Request& r, Algorithm algo) = 0;
   /// Asynchronous run; the Work completes when the collective has.
   virtual std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) = 0;
+  /// Runs the collectives of a group (validated, selected) as one submission. The default runs them one by
+  /// one; backends override it to fuse what they can.
+  virtual void run_group(const std::vector<std::pair<Request, Algorithm>>& ops) {
+    for (const auto& [r, algo] : ops) run(r, algo);
+  }
+  /// Asynchronous run_group(); the Work completes when every collective of the group has. The default
+  /// issues each asynchronously and returns a Work that waits for all of them.
+  virtual std::shared_ptr<Work> run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops);
+  /// Surfaces asynchronous errors (e.g. a device-side timeout recorded by a kernel) as the sticky error.
+  virtual void poll_errors() {}
   /// Called by Communicator::abort() after the context's abort flag is set: wake every wait.
   virtual void abort() = 0;
 };
+
+/// A Work that completes when all of `parts` have; its error is the first part's error.
+std::shared_ptr<Work> make_composite_work(std::vector<std::shared_ptr<Work>> parts);
 
 std::unique_ptr<Backend> make_host_backend(CommContext& ctx);
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).

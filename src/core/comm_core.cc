@@ -113,6 +113,108 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq)
   }
 }
 
+// The Work returned by *_async calls inside a group: it becomes the group's Work once the group ends.
+class CommCore::GroupWork final : public Work {
+ public:
+  void bind(std::shared_ptr<Work> target, std::exception_ptr error) {
+    std::lock_guard lock(mu_);
+    target_ = std::move(target);
+    error_ = error;
+    bound_ = true;
+  }
+  bool is_completed() override {
+    auto [t, e] = get();
+    return e || (t && t->is_completed());
+  }
+  void wait() override {
+    auto [t, e] = get();
+    if (e) std::rethrow_exception(e);
+    t->wait();
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    auto [t, e] = get();
+    if (e) std::rethrow_exception(e);
+    return t->wait_for(timeout);
+  }
+  std::exception_ptr exception() override {
+    auto [t, e] = get();
+    return e ? e : (t && t->is_completed() ? t->exception() : nullptr);
+  }
+
+ private:
+  std::pair<std::shared_ptr<Work>, std::exception_ptr> get() {
+    std::lock_guard lock(mu_);
+    SYMCOMM_CHECK_ARG(bound_, "wait on a collective of a group that has not ended yet (call group_end first)");
+    return {target_, error_};
+  }
+  std::mutex mu_;
+  bool bound_ = false;
+  std::shared_ptr<Work> target_;
+  std::exception_ptr error_;
+};
+
+bool CommCore::in_group() const {
+  std::lock_guard lock(group_mu_);
+  return group_.depth > 0 && group_.owner == std::this_thread::get_id();
+}
+
+void CommCore::group_start() {
+  std::lock_guard lock(group_mu_);
+  if (group_.depth == 0) {
+    group_.owner = std::this_thread::get_id();
+    group_.work = std::make_shared<GroupWork>();
+  } else {
+    SYMCOMM_CHECK_ARG(group_.owner == std::this_thread::get_id(),
+                      "group_start: another thread has a group open on this communicator");
+  }
+  ++group_.depth;
+}
+
+std::shared_ptr<Work> CommCore::group_end(bool async) {
+  Group g;
+  {
+    std::lock_guard lock(group_mu_);
+    SYMCOMM_CHECK_ARG(group_.depth > 0 && group_.owner == std::this_thread::get_id(),
+                      "group_end without a matching group_start on this thread");
+    if (--group_.depth > 0) return async ? group_.work : nullptr;
+    g = std::move(group_);
+    group_ = Group{};
+  }
+  try {
+    ctx_->throw_if_failed();
+    if (async) {
+      std::shared_ptr<Work> work = backend_->run_group_async(g.ops);
+      g.work->bind(work, nullptr);
+      return g.work;
+    }
+    backend_->run_group(g.ops);
+    for (uint64_t seq : g.seqs) ctx_->history.set_state(seq, OpState::kDone);
+    g.work->bind(make_composite_work({}), nullptr);
+    return nullptr;
+  } catch (const Error& e) {
+    for (uint64_t seq : g.seqs) ctx_->history.set_state(seq, OpState::kFailed);
+    g.work->bind(nullptr, std::current_exception());
+    if (is_fatal(e.code())) {
+      ctx_->set_sticky(e);
+      SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), ctx_->prefix, ctx_->history.dump());
+    }
+    throw;
+  }
+}
+
+void CommCore::group_cancel() {
+  std::lock_guard lock(group_mu_);
+  SYMCOMM_CHECK_ARG(group_.depth > 0 && group_.owner == std::this_thread::get_id(),
+                    "group_cancel without a matching group_start on this thread");
+  try {
+    SYMCOMM_THROW(kInvalidArgument, "the collective's group was cancelled");
+  } catch (...) {
+    group_.work->bind(nullptr, std::current_exception());
+  }
+  for (uint64_t seq : group_.seqs) ctx_->history.set_state(seq, OpState::kFailed);
+  group_ = Group{};
+}
+
 void CommCore::abort() {
   if (ctx_->aborted.exchange(true)) return;
   SYMCOMM_LOG_WARN("communicator {} aborted by rank {}\nlast operations:\n{}", ctx_->prefix, ctx_->ranks.rank,

@@ -3,6 +3,10 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/request.h"
@@ -24,11 +28,29 @@ class CommCore {
   Algorithm last_algorithm() const { return last_algo_.load(std::memory_order_relaxed); }
   void abort();
 
+  void group_start();
+  /// Ends the group; the outermost end runs it (async: returns its Work; sync: returns nullptr when done).
+  std::shared_ptr<Work> group_end(bool async);
+  void group_cancel();
+
  private:
   Algorithm select(const Request& r) const;
   void debug_cross_check(const Request& r, Algorithm algo, uint64_t seq);
 
+  class GroupWork;
+  struct Group {
+    int depth = 0;
+    std::thread::id owner;
+    std::vector<std::pair<Request, Algorithm>> ops;
+    std::vector<uint64_t> seqs;
+    std::shared_ptr<GroupWork> work;  ///< what *_async calls inside the group return
+  };
+  /// True if the calling thread has a group open (then enqueue() records instead of running).
+  bool in_group() const;
+
   std::unique_ptr<CommContext> ctx_;
+  mutable std::mutex group_mu_;
+  Group group_;
   std::unique_ptr<Backend> backend_;
   std::atomic<Algorithm> last_algo_{Algorithm::kAuto};
 };

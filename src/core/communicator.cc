@@ -181,9 +181,43 @@ std::shared_ptr<Work> Communicator::barrier_async(const CollOptions& o) {
                         true);
 }
 
+void Communicator::group_start() { core_->group_start(); }
+void Communicator::group_end() { core_->group_end(false); }
+std::shared_ptr<Work> Communicator::group_end_async() { return core_->group_end(true); }
+void Communicator::group_cancel() { core_->group_cancel(); }
+
+CollectiveGroup::CollectiveGroup(Communicator& comm) : comm_(&comm), exceptions_at_start_(std::uncaught_exceptions()) {
+  comm_->group_start();
+}
+
+CollectiveGroup::~CollectiveGroup() noexcept(false) {
+  if (!active_) return;
+  active_ = false;
+  if (std::uncaught_exceptions() > exceptions_at_start_) {
+    comm_->group_cancel();  // leaving by an exception: do not run a half-built group
+  } else {
+    comm_->group_end();
+  }
+}
+
+void CollectiveGroup::end() {
+  SYMCOMM_CHECK_ARG(active_, "CollectiveGroup already ended");
+  active_ = false;
+  comm_->group_end();
+}
+
+std::shared_ptr<Work> CollectiveGroup::end_async() {
+  SYMCOMM_CHECK_ARG(active_, "CollectiveGroup already ended");
+  active_ = false;
+  return comm_->group_end_async();
+}
+
 Algorithm Communicator::last_algorithm() const { return core_->last_algorithm(); }
 void Communicator::abort() { core_->abort(); }
 bool Communicator::is_aborted() const { return core_->ctx().aborted.load(std::memory_order_acquire); }
-void Communicator::check() const { core_->ctx().throw_if_failed(); }
+void Communicator::check() const {
+  core_->backend().poll_errors();
+  core_->ctx().throw_if_failed();
+}
 
 }  // namespace symcomm

@@ -128,6 +128,9 @@ const std::vector<EnvVar>& env_table() {
                  &Tuning::cuda_two_shot_max_bytes),
       tuning_var("SYMCOMM_CUDA_NCCL_MIN_BYTES", "CUDA collectives: NCCL from this size on",
                  &Tuning::cuda_nccl_min_bytes),
+      tuning_var("SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
+                 "CUDA all_gather/reduce_scatter/all_to_all/broadcast: NCCL up to this size per rank",
+                 &Tuning::cuda_direct_nccl_max_bytes),
   };
   return table;
 }

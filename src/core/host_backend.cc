@@ -2,6 +2,7 @@
 // asynchronous variants.
 
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -54,6 +55,8 @@ class HostWork final : public Work {
 
 class HostBackend final : public Backend {
  public:
+  using Ops = std::vector<std::pair<Request, Algorithm>>;
+
   explicit HostBackend(CommContext& ctx)
       : ctx_(ctx), segments_(ctx), engine_(ctx, segments_), allocator_(segments_.heap_bytes()) {
     caps_.backend = BackendKind::kHost;
@@ -93,17 +96,17 @@ class HostBackend final : public Backend {
 
   void run(const Request& r, Algorithm algo) override {
     wait_idle();
-    execute(r, algo);
+    execute({{r, algo}});
   }
 
-  std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) override {
-    auto work = std::make_shared<HostWork>();
-    std::lock_guard lock(queue_mu_);
-    queue_.push_back(Job{r, algo, work});
-    if (!worker_.joinable()) worker_ = std::thread([this] { work_loop(); });
-    queue_cv_.notify_all();
-    return work;
+  std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) override { return submit({{r, algo}}); }
+
+  void run_group(const Ops& ops) override {
+    wait_idle();
+    execute(ops);
   }
+
+  std::shared_ptr<Work> run_group_async(const Ops& ops) override { return submit(ops); }
 
   void abort() override {
     // Waits poll ctx_.aborted; wake the worker in case it sleeps on an empty queue.
@@ -113,13 +116,84 @@ class HostBackend final : public Backend {
 
  private:
   struct Job {
-    Request request;
-    Algorithm algo;
+    Ops ops;
     std::shared_ptr<HostWork> work;
   };
 
-  void execute(const Request& r, Algorithm algo) {
-    std::lock_guard lock(exec_mu_);  // one collective at a time per communicator
+  std::shared_ptr<Work> submit(const Ops& ops) {
+    auto work = std::make_shared<HostWork>();
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back(Job{ops, work});
+    if (!worker_.joinable()) worker_ = std::thread([this] { work_loop(); });
+    queue_cv_.notify_all();
+    return work;
+  }
+
+  // NOTE [host coalescing]
+  // A group (or a single collective) runs under one lock. Consecutive small all-reduces of one dtype and op
+  // whose algorithm was left to symcomm are packed into one buffer and reduced by one collective (one step
+  // sequence instead of one per tensor), then unpacked: element-wise reduction in rank order does not care
+  // where an element sits, so the bits are those of the separate all-reduces. Every rank issues the same
+  // group, so every rank packs the same way.
+  static constexpr size_t kPackTensorMaxBytes = 256 << 10;
+  static constexpr size_t kPackMaxBytes = 4 << 20;
+
+  static bool packable(const Request& r) {
+    return r.kind == Collective::kAllReduce && r.count > 0 && r.options.algorithm == Algorithm::kAuto &&
+           r.count * r.elem_size() <= kPackTensorMaxBytes;
+  }
+
+  void execute(const Ops& ops) {
+    std::lock_guard lock(exec_mu_);  // one submission at a time per communicator
+    for (size_t i = 0; i < ops.size();) {
+      size_t j = i, bytes = 0;
+      while (j < ops.size() && packable(ops[j].first) && ops[j].first.dtype == ops[i].first.dtype &&
+             ops[j].first.op == ops[i].first.op &&
+             bytes + ops[j].first.count * ops[j].first.elem_size() <= kPackMaxBytes) {
+        bytes += ops[j].first.count * ops[j].first.elem_size();
+        ++j;
+      }
+      if (j - i >= 2) {
+        execute_packed(ops, i, j, bytes);
+        i = j;
+      } else {
+        execute_one(ops[i].first, ops[i].second);
+        ++i;
+      }
+    }
+  }
+
+  void execute_packed(const Ops& ops, size_t begin, size_t end, size_t bytes) {
+    pack_in_.resize(bytes);
+    pack_out_.resize(bytes);
+    size_t off = 0;
+    for (size_t k = begin; k < end; ++k) {
+      size_t b = ops[k].first.count * ops[k].first.elem_size();
+      std::memcpy(pack_in_.data() + off, ops[k].first.in, b);
+      off += b;
+    }
+    const Request& first = ops[begin].first;
+    Request packed{.kind = Collective::kAllReduce,
+                   .in = pack_in_.data(),
+                   .out = pack_out_.data(),
+                   .count = bytes / first.elem_size(),
+                   .dtype = first.dtype,
+                   .op = first.op,
+                   .root = 0,
+                   .options = {}};
+    Algorithm algo =
+        select_algorithm(SelectRequest{.kind = packed.kind, .dtype = packed.dtype, .op = packed.op, .bytes = bytes},
+                         caps_, ctx_.config.tuning);
+    execute_one(packed, algo);
+    off = 0;
+    for (size_t k = begin; k < end; ++k) {
+      size_t b = ops[k].first.count * ops[k].first.elem_size();
+      std::memcpy(ops[k].first.out, pack_out_.data() + off, b);
+      off += b;
+    }
+  }
+
+  void execute_one(const Request& r, Algorithm algo) {
     ctx_.throw_if_failed();
     engine_.begin_op();
     switch (r.kind) {
@@ -151,7 +225,7 @@ class HostBackend final : public Backend {
       lock.unlock();
       std::exception_ptr error;
       try {
-        execute(job.request, job.algo);
+        execute(job.ops);
       } catch (const Error& e) {
         if (is_fatal(e.code())) ctx_.set_sticky(e);
         error = std::current_exception();
@@ -172,6 +246,7 @@ class HostBackend final : public Backend {
   std::mutex alloc_mu_;
   HeapAllocator allocator_;
   std::mutex exec_mu_;
+  std::vector<uint8_t> pack_in_, pack_out_;
   std::mutex queue_mu_;
   std::condition_variable queue_cv_, idle_cv_;
   std::deque<Job> queue_;

@@ -40,8 +40,7 @@ struct FdGuard {
 
 }  // namespace
 
-CudaHeap::CudaHeap(CommContext& ctx, int device, size_t capacity)
-    : ctx_(ctx), device_(device), capacity_(capacity) {
+CudaHeap::CudaHeap(CommContext& ctx, int device, size_t capacity) : ctx_(ctx), device_(device), capacity_(capacity) {
   CUmemAllocationProp prop = allocation_prop(device_);
   SYMCOMM_CU_CHECK(driver().mem_get_granularity(&granularity_, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
   if (granularity_ == 0) granularity_ = size_t{2} << 20;
@@ -74,8 +73,8 @@ void* CudaHeap::alloc(size_t bytes) {
   size_t stride = (bytes + granularity_ - 1) / granularity_ * granularity_;
   std::lock_guard lock(mu_);
   SYMCOMM_CHECK_ARG(used_ + stride <= capacity_,
-                    "symmetric heap exhausted: {} bytes in use, {} requested, capacity {} (Config::heap_bytes)",
-                    used_, stride, capacity_);
+                    "symmetric heap exhausted: {} bytes in use, {} requested, capacity {} (Config::heap_bytes)", used_,
+                    stride, capacity_);
   SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
   Mapping m;
   m.stride = stride;

@@ -40,9 +40,9 @@ class CudaHeap {
 
  private:
   struct Mapping {
-    CUdeviceptr va = 0;     ///< start of the reserved range (rank 0's part)
-    size_t stride = 0;      ///< bytes per rank (granularity-rounded)
-    size_t requested = 0;   ///< bytes asked for
+    CUdeviceptr va = 0;                                 ///< start of the reserved range (rank 0's part)
+    size_t stride = 0;                                  ///< bytes per rank (granularity-rounded)
+    size_t requested = 0;                               ///< bytes asked for
     std::vector<CUmemGenericAllocationHandle> handles;  ///< one per rank (own + imported)
   };
   void unmap(Mapping& m);

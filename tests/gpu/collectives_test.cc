@@ -44,11 +44,14 @@ class Runner {
   std::string run(const Case& c, uint64_t seed) {
     const int n = comm_.world_size(), me = comm_.rank();
     const size_t es = dtype_size(c.dt);
-    const size_t in_elems = c.kind == Collective::kReduceScatter || c.kind == Collective::kAllToAll ? n * c.count : c.count;
-    const size_t out_elems = c.kind == Collective::kAllGather || c.kind == Collective::kAllToAll ? n * c.count : c.count;
+    const size_t in_elems =
+        c.kind == Collective::kReduceScatter || c.kind == Collective::kAllToAll ? n * c.count : c.count;
+    const size_t out_elems =
+        c.kind == Collective::kAllGather || c.kind == Collective::kAllToAll ? n * c.count : c.count;
     char* out = out_.prepare(c.offset, out_elems * es, kPoisonByte);
     const char* in = nullptr;
-    std::vector<uint8_t> input = make_input(c.dt, c.op, seed, c.kind == Collective::kBroadcast ? c.root : me, 0, in_elems);
+    std::vector<uint8_t> input =
+        make_input(c.dt, c.op, seed, c.kind == Collective::kBroadcast ? c.root : me, 0, in_elems);
     if (c.in_place) {
       char* dst = out;
       if (c.kind == Collective::kAllGather) dst = out + me * c.count * es;
@@ -67,6 +70,8 @@ class Runner {
       cudaMemcpy(p, input.data(), input.size(), cudaMemcpyHostToDevice);
       in = p;
     }
+    // cudaMemcpy from pageable memory may return before its DMA lands; the collective runs on another stream.
+    cudaDeviceSynchronize();
     CollOptions o{.stream = stream_, .algorithm = c.algo};
     try {
       switch (c.kind) {
@@ -80,7 +85,8 @@ class Runner {
     } catch (const std::exception& e) {
       return std::string("threw: ") + e.what();
     }
-    if (cudaStreamSynchronize(stream_) != cudaSuccess) return std::string("stream: ") + cudaGetErrorString(cudaGetLastError());
+    if (cudaStreamSynchronize(stream_) != cudaSuccess)
+      return std::string("stream: ") + cudaGetErrorString(cudaGetLastError());
     bool guards = false;
     const size_t out_bytes = out_elems * es;
     // For reduce-scatter in place the guards are around the whole input region.
@@ -122,11 +128,9 @@ class Runner {
   cudaStream_t stream_ = nullptr;
 };
 
-CommOptions cuda_options() { return CommOptions{.backend = BackendKind::kCuda}; }
-
 // Sweeps `cases` on both buffer kinds, on every rank, and fails with the first few mismatches.
 void sweep(RankEnv& env, const std::vector<Case>& cases) {
-  auto comm = env.make_comm(cuda_options());
+  auto comm = env.make_comm(cuda_comm_options());
   size_t cap = 0;
   for (const Case& c : cases) cap = std::max(cap, 8 * comm->world_size() * c.count * 2 + 64);
   int failures = 0;
@@ -179,7 +183,8 @@ TEST(GpuCollectives, AllReduce) {
 
 TEST(GpuCollectives, ReduceScatter) {
   const int n = gpus();
-  testing::expect_success(n, [](RankEnv& env) { sweep(env, reduction_cases(Collective::kReduceScatter, {Algorithm::kAuto})); });
+  testing::expect_success(
+      n, [](RankEnv& env) { sweep(env, reduction_cases(Collective::kReduceScatter, {Algorithm::kAuto})); });
 }
 
 TEST(GpuCollectives, AllGather) {
@@ -214,7 +219,7 @@ TEST(GpuCollectives, NcclFallback) {
 TEST(GpuCollectives, BarrierOrdersStreams) {
   const int n = gpus();
   testing::expect_success(n, [](RankEnv& env) {
-    auto comm = env.make_comm(cuda_options());
+    auto comm = env.make_comm(cuda_comm_options());
     cudaStream_t s;
     GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int i = 0; i < 100; ++i) comm->barrier({.stream = s});

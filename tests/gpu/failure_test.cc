@@ -40,7 +40,7 @@ TEST(GpuFailure, PeerKilledMidCollective) {
   testing::expect_success(
       n,
       [](RankEnv& env) {
-        auto comm = env.make_comm(CommOptions{.backend = BackendKind::kCuda});
+        auto comm = env.make_comm(cuda_comm_options());
         void* buf = nullptr;
         ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
         comm->all_reduce(buf, buf, 1024, DataType::kFloat32, ReduceOp::kSum);  // both alive: works
@@ -59,7 +59,9 @@ TEST(GpuFailure, PeerKilledMidCollective) {
         } catch (const Error& e) {
           EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
           EXPECT_FALSE(e.ranks().empty()) << e.what();
-          if (!e.ranks().empty()) EXPECT_EQ(e.ranks()[0], 1);
+          if (!e.ranks().empty()) {
+            EXPECT_EQ(e.ranks()[0], 1);
+          }
         }
         double waited = seconds_since(t0);
         EXPECT_LT(waited, 0.3 + 1.5) << "kPeerDead took " << waited << " s";
@@ -77,7 +79,7 @@ TEST(GpuFailure, AbortFromAnotherThread) {
   testing::expect_success(
       n,
       [](RankEnv& env) {
-        auto comm = env.make_comm(CommOptions{.backend = BackendKind::kCuda});
+        auto comm = env.make_comm(cuda_comm_options());
         void* buf = nullptr;
         ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
         if (comm->rank() == 0) {
@@ -113,7 +115,7 @@ TEST(GpuFailure, DeviceDeadlineNamesTheMissingRank) {
   testing::expect_success(
       n,
       [](RankEnv& env) {
-        auto comm = env.make_comm(CommOptions{.backend = BackendKind::kCuda});
+        auto comm = env.make_comm(cuda_comm_options());
         void* buf = nullptr;
         ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
         if (comm->rank() == 0) {

@@ -15,25 +15,57 @@ int64_t input_value(DataType dt, ReduceOp op, uint64_t seed, int rank, size_t i)
 
 void encode(DataType dt, int64_t v, void* dst) {
   switch (dt) {
-    case DataType::kFloat32: { float f = static_cast<float>(v); std::memcpy(dst, &f, 4); return; }
-    case DataType::kFloat64: { double f = static_cast<double>(v); std::memcpy(dst, &f, 8); return; }
-    case DataType::kFloat16: { uint16_t b = detail::float_to_half(static_cast<float>(v)); std::memcpy(dst, &b, 2); return; }
-    case DataType::kBFloat16: { uint16_t b = detail::float_to_bf16(static_cast<float>(v)); std::memcpy(dst, &b, 2); return; }
-    case DataType::kInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(dst, &x, 1); return; }
-    case DataType::kUInt8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(dst, &x, 1); return; }
-    case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(dst, &x, 4); return; }
-    case DataType::kInt64: { std::memcpy(dst, &v, 8); return; }
+    case DataType::kFloat32: {
+      float f = static_cast<float>(v);
+      std::memcpy(dst, &f, 4);
+      return;
+    }
+    case DataType::kFloat64: {
+      double f = static_cast<double>(v);
+      std::memcpy(dst, &f, 8);
+      return;
+    }
+    case DataType::kFloat16: {
+      uint16_t b = detail::float_to_half(static_cast<float>(v));
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+    case DataType::kBFloat16: {
+      uint16_t b = detail::float_to_bf16(static_cast<float>(v));
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+    case DataType::kInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(dst, &x, 1);
+      return;
+    }
+    case DataType::kUInt8: {
+      uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(dst, &x, 1);
+      return;
+    }
+    case DataType::kInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(dst, &x, 4);
+      return;
+    }
+    case DataType::kInt64: {
+      std::memcpy(dst, &v, 8);
+      return;
+    }
   }
 }
 
 void expected_reduce(DataType dt, ReduceOp op, uint64_t seed, int world, size_t i, void* dst) {
-  const bool is_float = dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 ||
-                        dt == DataType::kBFloat16;
+  const bool is_float =
+      dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 || dt == DataType::kBFloat16;
   int64_t acc = input_value(dt, op, seed, 0, i);
   for (int r = 1; r < world; ++r) {
     int64_t v = input_value(dt, op, seed, r, i);
     switch (op) {
-      case ReduceOp::kSum: case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
       case ReduceOp::kProd: acc *= v; break;
       case ReduceOp::kMin: acc = v < acc ? v : acc; break;
       case ReduceOp::kMax: acc = v > acc ? v : acc; break;
@@ -43,10 +75,22 @@ void expected_reduce(DataType dt, ReduceOp op, uint64_t seed, int world, size_t 
   if (is_float) {
     double avg = static_cast<double>(acc) / world;  // exact: a small integer over 2, 4 or 8
     switch (dt) {
-      case DataType::kFloat32: { float f = static_cast<float>(avg); std::memcpy(dst, &f, 4); return; }
+      case DataType::kFloat32: {
+        float f = static_cast<float>(avg);
+        std::memcpy(dst, &f, 4);
+        return;
+      }
       case DataType::kFloat64: std::memcpy(dst, &avg, 8); return;
-      case DataType::kFloat16: { uint16_t b = detail::float_to_half(static_cast<float>(avg)); std::memcpy(dst, &b, 2); return; }
-      default: { uint16_t b = detail::float_to_bf16(static_cast<float>(avg)); std::memcpy(dst, &b, 2); return; }
+      case DataType::kFloat16: {
+        uint16_t b = detail::float_to_half(static_cast<float>(avg));
+        std::memcpy(dst, &b, 2);
+        return;
+      }
+      default: {
+        uint16_t b = detail::float_to_bf16(static_cast<float>(avg));
+        std::memcpy(dst, &b, 2);
+        return;
+      }
     }
   }
   // Integers: the wrapped sum in the dtype, then truncating division (host_reduce's semantics).
@@ -56,7 +100,12 @@ void expected_reduce(DataType dt, ReduceOp op, uint64_t seed, int world, size_t 
   switch (dt) {
     case DataType::kInt8: wrapped = *reinterpret_cast<int8_t*>(tmp); break;
     case DataType::kUInt8: wrapped = *reinterpret_cast<uint8_t*>(tmp); break;
-    case DataType::kInt32: { int32_t x; std::memcpy(&x, tmp, 4); wrapped = x; break; }
+    case DataType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, tmp, 4);
+      wrapped = x;
+      break;
+    }
     default: std::memcpy(&wrapped, tmp, 8); break;
   }
   encode(dt, wrapped / world, dst);

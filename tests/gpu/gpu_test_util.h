@@ -13,11 +13,10 @@
 
 namespace symcomm::gputest {
 
-inline constexpr DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+inline constexpr DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                           DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                                          DataType::kInt32,   DataType::kInt64};
-inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
-                                       ReduceOp::kAvg};
+                                          DataType::kInt32,    DataType::kInt64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
 /// 0, 1, odd, prime, large (several staging rounds with the test config's 1 MB scratch).
 inline constexpr size_t kCounts[] = {0, 1, 7, 1031, 300007};
 /// Bytes of guard (0xA5) around every buffer and the output poison byte.
@@ -36,6 +35,13 @@ void expected_reduce(DataType dt, ReduceOp op, uint64_t seed, int world, size_t 
 void encode(DataType dt, int64_t v, void* dst);
 /// Host array of count elements: input_value(dt, op, seed, rank, first + i).
 std::vector<uint8_t> make_input(DataType dt, ReduceOp op, uint64_t seed, int rank, size_t first, size_t count);
+
+/// Communicator options of every GPU test: the CUDA backend on the rank's local GPU.
+inline CommOptions cuda_comm_options() {
+  CommOptions o;
+  o.backend = BackendKind::kCuda;
+  return o;
+}
 
 enum class BufKind { kDevice, kSymmetric };
 inline const char* name(BufKind k) { return k == BufKind::kDevice ? "device" : "symmetric"; }

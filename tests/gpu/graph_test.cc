@@ -29,7 +29,8 @@ std::vector<uint8_t> expected(const Op& op, uint64_t seed, int n, int me) {
   std::vector<uint8_t> w(out * 2);
   for (size_t i = 0; i < out; ++i) {
     if (op.kind == Collective::kAllReduce) expected_reduce(dt, ReduceOp::kSum, seed, n, i, &w[2 * i]);
-    if (op.kind == Collective::kReduceScatter) expected_reduce(dt, ReduceOp::kSum, seed, n, me * op.count + i, &w[2 * i]);
+    if (op.kind == Collective::kReduceScatter)
+      expected_reduce(dt, ReduceOp::kSum, seed, n, me * op.count + i, &w[2 * i]);
     if (op.kind == Collective::kAllGather) {
       encode(dt, input_value(dt, ReduceOp::kSum, seed, static_cast<int>(i / op.count), i % op.count), &w[2 * i]);
     }
@@ -40,7 +41,7 @@ std::vector<uint8_t> expected(const Op& op, uint64_t seed, int n, int me) {
 TEST(GpuGraph, ThousandReplaysWithChangingInputs) {
   const int n = testing::count_gpus_in_child();
   testing::expect_success(n, [](RankEnv& env) {
-    auto comm = env.make_comm(CommOptions{.backend = BackendKind::kCuda});
+    auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank(), world = comm->world_size();
     const DataType dt = DataType::kBFloat16;
     std::vector<Op> ops = {{Collective::kAllReduce, Algorithm::kOneShot, 1031, BufKind::kDevice},
@@ -77,7 +78,8 @@ TEST(GpuGraph, ThousandReplaysWithChangingInputs) {
         CollOptions o{.stream = s, .algorithm = op.algo};
         if (op.kind == Collective::kAllReduce) comm->all_reduce(ins[k], outs[k], op.count, dt, ReduceOp::kSum, o);
         if (op.kind == Collective::kAllGather) comm->all_gather(ins[k], outs[k], op.count, dt, o);
-        if (op.kind == Collective::kReduceScatter) comm->reduce_scatter(ins[k], outs[k], op.count, dt, ReduceOp::kSum, o);
+        if (op.kind == Collective::kReduceScatter)
+          comm->reduce_scatter(ins[k], outs[k], op.count, dt, ReduceOp::kSum, o);
       }
     };
     issue();

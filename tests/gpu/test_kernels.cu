@@ -32,8 +32,8 @@ template <class T>
 void launch(void* dst, ReduceOp op, DataType dt, uint64_t seed, int rank, size_t count, cudaStream_t s) {
   if (count == 0) return;
   int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 1024));
-  fill_kernel<T><<<blocks, 256, 0, s>>>(static_cast<T*>(dst), op == ReduceOp::kProd, dt == DataType::kUInt8, seed,
-                                        rank, count);
+  fill_kernel<T>
+      <<<blocks, 256, 0, s>>>(static_cast<T*>(dst), op == ReduceOp::kProd, dt == DataType::kUInt8, seed, rank, count);
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_NCCL_MIN_BYTES",
+    "SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
 };
 
 // Every SYMCOMM_* configuration variable unset, except those given.
@@ -138,7 +139,8 @@ TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {
   EXPECT_FALSE(c.debug_checks);
   EXPECT_EQ(c.op_history, 64);
   EXPECT_EQ(c.tuning.host_one_shot_max_bytes, size_t{64} << 10);
-  EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{256} << 10);
+  EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{1} << 20);
+  EXPECT_EQ(c.tuning.cuda_direct_nccl_max_bytes, size_t{512} << 10);
   EXPECT_EQ(c.tuning.cuda_two_shot_max_bytes, SIZE_MAX);
   EXPECT_EQ(c.tuning.cuda_nccl_min_bytes, SIZE_MAX);
 }

@@ -162,11 +162,13 @@ TEST(Select, HostNonAllReduceCollectivesAreDirect) {
 
 TEST(Select, CudaTable) {
   using enum Algorithm;
-  const Tuning t{};
+  // These rows leave the small non-reducing collectives to symcomm (CudaSmallDirectCollectivesGoToNccl
+  // covers that threshold).
+  const Tuning t{.cuda_direct_nccl_max_bytes = 0};
   // one-shot up to 1 KiB, two-shot up to 4 KiB, NCCL beyond.
-  const Tuning small{.cuda_one_shot_max_bytes = 1024, .cuda_two_shot_max_bytes = 4096};
+  const Tuning small{.cuda_one_shot_max_bytes = 1024, .cuda_two_shot_max_bytes = 4096, .cuda_direct_nccl_max_bytes = 0};
   // one-shot up to 1 KiB, NCCL from 8 KiB on for every collective.
-  const Tuning nccl8k{.cuda_one_shot_max_bytes = 1024, .cuda_nccl_min_bytes = 8192};
+  const Tuning nccl8k{.cuda_one_shot_max_bytes = 1024, .cuda_nccl_min_bytes = 8192, .cuda_direct_nccl_max_bytes = 0};
   const Capabilities nvl = cuda({});                                 // NVLink + NCCL, no copy engine
   const Capabilities nvl_no_nccl = cuda({.nccl_available = false});  // NVLink only
   const Capabilities pcie = cuda({.full_nvlink = false});            // NCCL only
@@ -193,7 +195,8 @@ TEST(Select, CudaTable) {
       {"cuda all_gather nccl min - 1", nvl, coll(Collective::kAllGather, 8191), nccl8k, kDirect},
       {"cuda all_gather == nccl min", nvl, coll(Collective::kAllGather, 8192), nccl8k, kNccl},
       {"cuda all_to_all == nccl min", nvl, coll(Collective::kAllToAll, 8192), nccl8k, kNccl},
-      {"cuda barrier ignores nccl min", nvl, coll(Collective::kBarrier, 0), Tuning{.cuda_nccl_min_bytes = 0}, kDirect},
+      {"cuda barrier ignores nccl min", nvl, coll(Collective::kBarrier, 0),
+       Tuning{.cuda_nccl_min_bytes = 0, .cuda_direct_nccl_max_bytes = 0}, kDirect},
       // Non-all-reduce collectives.
       {"cuda all_gather", nvl, coll(Collective::kAllGather, kHuge), t, kDirect},
       {"cuda reduce_scatter", nvl, coll(Collective::kReduceScatter, 100), t, kDirect},
@@ -256,6 +259,29 @@ TEST(Select, CudaTable) {
       {"cuda forced invalid algorithm", nvl, all_reduce(8, kBogusAlgorithm), t, ErrorCode::kInvalidArgument},
       {"cuda forced invalid algorithm world 1", cuda({.world_size = 1}), all_reduce(8, kBogusAlgorithm2), t,
        ErrorCode::kInvalidArgument},
+  });
+}
+
+// Measured default (Tuning::cuda_direct_nccl_max_bytes): small gather-style collectives and reduce-scatter go
+// to NCCL when it exists, unless low contention is asked for; all-reduce and barrier never do.
+TEST(Select, CudaSmallDirectCollectivesGoToNccl) {
+  using enum Algorithm;
+  const Tuning t{};
+  const size_t max = t.cuda_direct_nccl_max_bytes;
+  const Capabilities nvl = cuda({});
+  const Capabilities nvl_no_nccl = cuda({.nccl_available = false});
+  const Capabilities ce = cuda({.copy_engine = true});
+  check_rows({
+      {"cuda all_gather == direct nccl max", nvl, coll(Collective::kAllGather, max), t, kNccl},
+      {"cuda all_gather direct nccl max + 1", nvl, coll(Collective::kAllGather, max + 1), t, kDirect},
+      {"cuda reduce_scatter small", nvl, coll(Collective::kReduceScatter, 8), t, kNccl},
+      {"cuda broadcast small", nvl, coll(Collective::kBroadcast, 8), t, kNccl},
+      {"cuda all_to_all small", nvl, coll(Collective::kAllToAll, 8), t, kNccl},
+      {"cuda all_gather small no nccl", nvl_no_nccl, coll(Collective::kAllGather, 8), t, kDirect},
+      {"cuda all_gather small low ce", ce, coll(Collective::kAllGather, 8, kAuto, Contention::kLow), t, kCopyEngine},
+      {"cuda all_gather small low no ce", nvl, coll(Collective::kAllGather, 8, kAuto, Contention::kLow), t, kDirect},
+      {"cuda all_reduce small stays", nvl, all_reduce(8), t, kOneShot},
+      {"cuda barrier stays", nvl, coll(Collective::kBarrier, 0), t, kDirect},
   });
 }
 

@@ -27,8 +27,8 @@ enum class DeviceError : uint32_t { kNone = 0, kTimeout = 1, kAborted = 2, kPeer
 
 /// Packs an error: code in bits 56..63, peer rank in 48..55 (0xff: none), sequence number in 0..31.
 __host__ __device__ constexpr uint64_t pack_error(DeviceError code, int peer, uint32_t seq) {
-  return (uint64_t{static_cast<uint32_t>(code)} << 56) | (uint64_t{static_cast<uint8_t>(peer < 0 ? 0xff : peer)} << 48) |
-         seq;
+  return (uint64_t{static_cast<uint32_t>(code)} << 56) |
+         (uint64_t{static_cast<uint8_t>(peer < 0 ? 0xff : peer)} << 48) | seq;
 }
 __host__ __device__ constexpr DeviceError error_code(uint64_t e) { return static_cast<DeviceError>(e >> 56); }
 __host__ __device__ constexpr int error_peer(uint64_t e) {
@@ -39,16 +39,16 @@ __host__ __device__ constexpr uint32_t error_seq(uint64_t e) { return static_cas
 /// Per-communicator sequencing state in this rank's device memory. Zeroed once at creation, then advanced
 /// only by kernels (never by the host, never baked into a CUDA graph).
 struct DeviceState {
-  uint32_t seq;        ///< last signal value used by every block (advanced per barrier phase)
-  uint32_t half;       ///< staging double-buffer counter (advanced per round)
-  uint32_t done;       ///< blocks of the running kernel that finished (last one advances seq/half)
+  uint32_t seq;   ///< last signal value used by every block (advanced per barrier phase)
+  uint32_t half;  ///< staging double-buffer counter (advanced per round)
+  uint32_t done;  ///< blocks of the running kernel that finished (last one advances seq/half)
   uint32_t reserved;
-  uint64_t error;      ///< first device error (pack_error), 0 if none; device-scope atomics only
+  uint64_t error;  ///< first device error (pack_error), 0 if none; device-scope atomics only
 };
 
 /// Host-mapped page-locked words shared by the host and the kernels.
 struct HostControl {
-  uint32_t aborted;    ///< host sets 1 on abort(): every wait gives up with kAborted
+  uint32_t aborted;  ///< host sets 1 on abort(): every wait gives up with kAborted
   uint32_t reserved;
   uint64_t dead_mask;  ///< host sets bit r when rank r died or left (peer-mesh watchdog)
   uint64_t error;      ///< copy of DeviceState::error written by the failing block, read by the host
@@ -58,14 +58,16 @@ struct HostControl {
 struct DeviceComm {
   uint32_t* signals[kMaxDeviceRanks];  ///< rank p's signal pad, as mapped in this process
   char* scratch[kMaxDeviceRanks];      ///< rank p's staging buffer: two halves of scratch_half_bytes
+  char* ll[kMaxDeviceRanks];           ///< rank p's low-latency (LL) buffer: [parity][source rank] lines
   DeviceState* state;                  ///< this rank's sequencing state (device memory)
   HostControl* control;                ///< device pointer of the host-mapped control words
   uint64_t scratch_half_bytes;
-  uint64_t timeout_ns;                 ///< deadline of every wait, from the kernel's start
+  uint64_t ll_slot_bytes;  ///< bytes of LL lines per (parity, source rank); payload is half
+  uint64_t timeout_ns;     ///< deadline of every wait, from the kernel's start
   int rank;
   int world_size;
 };
 static_assert(std::is_trivially_copyable_v<DeviceComm>);
-static_assert(sizeof(DeviceComm) == 16 * kMaxDeviceRanks + 40);
+static_assert(sizeof(DeviceComm) == 24 * kMaxDeviceRanks + 48);
 
 }  // namespace symcomm::device

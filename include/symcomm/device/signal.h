@@ -56,28 +56,34 @@ __device__ __forceinline__ void report_error(const DeviceComm& c, DeviceError co
 /// True if some block already failed (other blocks stop waiting).
 __device__ __forceinline__ bool comm_failed(const DeviceComm& c) { return ld_volatile_u64(&c.state->error) != 0; }
 
+/// Called every kPollInterval spins of a wait: true (after recording an error) if the wait must give up
+/// because of abort(), a dead peer, the deadline, or an error another block already recorded.
+__device__ inline bool poll_give_up(const DeviceComm& c, int peer, uint32_t target, uint64_t deadline_ns) {
+  if (comm_failed(c)) return true;
+  if (ld_volatile_u32(&c.control->aborted)) {
+    report_error(c, DeviceError::kAborted, peer, target);
+    return true;
+  }
+  uint64_t dead = ld_volatile_u64(&c.control->dead_mask);
+  if (dead) {
+    int who = (dead >> peer) & 1 ? peer : __ffsll(static_cast<long long>(dead)) - 1;
+    report_error(c, DeviceError::kPeerDead, who, target);
+    return true;
+  }
+  if (globaltimer_ns() > deadline_ns) {
+    report_error(c, DeviceError::kTimeout, peer, target);
+    return true;
+  }
+  return false;
+}
+
 /// Waits (one thread) until *slot reaches target. Returns false after recording an error on abort, peer
 /// death, deadline, or when another block already failed.
 __device__ inline bool wait_signal(const DeviceComm& c, const uint32_t* slot, uint32_t target, int peer,
                                    uint64_t deadline_ns) {
   uint32_t spins = 0;
   while (!seq_reached(ld_acquire_sys(slot), target)) {
-    if (++spins % kPollInterval != 0) continue;
-    if (comm_failed(c)) return false;
-    if (ld_volatile_u32(&c.control->aborted)) {
-      report_error(c, DeviceError::kAborted, peer, target);
-      return false;
-    }
-    uint64_t dead = ld_volatile_u64(&c.control->dead_mask);
-    if (dead) {
-      int who = (dead >> peer) & 1 ? peer : __ffsll(static_cast<long long>(dead)) - 1;
-      report_error(c, DeviceError::kPeerDead, who, target);
-      return false;
-    }
-    if (globaltimer_ns() > deadline_ns) {
-      report_error(c, DeviceError::kTimeout, peer, target);
-      return false;
-    }
+    if (++spins % kPollInterval == 0 && poll_give_up(c, peer, target, deadline_ns)) return false;
   }
   return true;
 }
@@ -97,7 +103,8 @@ __device__ inline bool block_barrier(const DeviceComm& c, uint32_t seq, uint64_t
     st_release_sys(c.signals[t] + blockIdx.x * kMaxDeviceRanks + c.rank, seq);
     ok = wait_signal(c, c.signals[c.rank] + blockIdx.x * kMaxDeviceRanks + t, seq, t, deadline_ns);
     if (ok && header) {
-      uint64_t theirs = ld_volatile_u64(reinterpret_cast<const uint64_t*>(c.signals[c.rank] + kSignalSlots) + hslot + t);
+      uint64_t theirs =
+          ld_volatile_u64(reinterpret_cast<const uint64_t*>(c.signals[c.rank] + kSignalSlots) + hslot + t);
       if (theirs != header) {
         report_error(c, DeviceError::kMismatch, t, seq);
         ok = false;

@@ -1,0 +1,412 @@
+// CUDA runner of symcomm-bench: in one run and on the same sizes, symcomm vs NCCL on cudaMalloc buffers
+// ("nccl") vs NCCL on ncclMemAlloc buffers registered with NCCL_WIN_COLL_SYMMETRIC ("nccl_symmetric"), each
+// in eager mode and inside a CUDA graph. symcomm's buffers come from its symmetric heap (zero-copy paths).
+// All-reduce is also measured with one-shot and two-shot forced (impl "symcomm_one_shot"/"symcomm_two_shot")
+// to place the selection thresholds. Ends with a table of symcomm's time over the best NCCL mode.
+//
+// Timing: events around `iters` back-to-back ops (eager) or around one replay of a graph holding `iters`
+// ops; per-op time = elapsed / iters; the reported time is the median over `batches`. Rank 0's clock.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "algos/half.h"
+#include "bench.h"
+
+namespace symcomm::bench {
+namespace {
+
+#define BENCH_CUDA(expr)                                                                                 \
+  do {                                                                                                   \
+    cudaError_t e_ = (expr);                                                                             \
+    if (e_ != cudaSuccess) {                                                                             \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::abort();                                                                                      \
+    }                                                                                                    \
+  } while (0)
+#define BENCH_NCCL(expr)                                                                                 \
+  do {                                                                                                   \
+    ncclResult_t r_ = (expr);                                                                            \
+    if (r_ != ncclSuccess) {                                                                             \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, ncclGetErrorString(r_)); \
+      std::abort();                                                                                      \
+    }                                                                                                    \
+  } while (0)
+
+// Input value of element i on rank r: small integers, exact in bf16/f16/f32 sums over 8 ranks.
+__host__ __device__ inline int value(size_t i, int rank) { return static_cast<int>((i * 7 + rank * 3) % 5); }
+
+__global__ void fill_kernel(void* dst, DataType dt, size_t count, int rank) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    float v = static_cast<float>(value(i, rank));
+    switch (dt) {
+      case DataType::kBFloat16: static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(v); break;
+      case DataType::kFloat16: static_cast<__half*>(dst)[i] = __float2half_rn(v); break;
+      case DataType::kFloat32: static_cast<float*>(dst)[i] = v; break;
+      default: break;  // other dtypes: timed, not verified
+    }
+  }
+}
+
+void fill(void* dst, DataType dt, size_t count, int rank, cudaStream_t s) {
+  if (count == 0) return;
+  int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 4096));
+  fill_kernel<<<blocks, 256, 0, s>>>(dst, dt, count, rank);
+}
+
+double to_double(const uint8_t* p, DataType dt) {
+  switch (dt) {
+    case DataType::kBFloat16: return detail::bf16_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case DataType::kFloat16: return detail::half_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case DataType::kFloat32: return *reinterpret_cast<const float*>(p);
+    default: return 0;
+  }
+}
+
+ncclDataType_t nccl_type(DataType d) {
+  switch (d) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kInt8: return ncclInt8;
+    case DataType::kUInt8: return ncclUint8;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+ncclRedOp_t nccl_op(ReduceOp o) {
+  switch (o) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+struct Buffers {
+  void* in = nullptr;
+  void* out = nullptr;
+};
+
+struct Impl {
+  std::string name;
+  Buffers buf;
+  // Enqueues one op of (collective, count) on the stream.
+  std::function<void(Collective, size_t, cudaStream_t)> op;
+  std::function<std::string()> algo;
+};
+
+class CudaBench {
+ public:
+  CudaBench(Communicator& comm, const BenchOptions& o, Reporter& rep) : comm_(comm), o_(o), rep_(rep) {}
+
+  long long run();
+
+ private:
+  void init_nccl();
+  std::vector<Collective> collectives() const;
+  size_t count_for(Collective c, size_t bytes) const;
+  long long verify(Impl& impl, Collective c, size_t count, cudaStream_t s);
+  double time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s);
+  double time_graph(Impl& impl, Collective c, size_t count, cudaStream_t s);
+  void print_summary();
+
+  Communicator& comm_;
+  const BenchOptions& o_;
+  Reporter& rep_;
+  ncclComm_t nccl_ = nullptr;
+  int n_ = 1, me_ = 0;
+};
+
+std::vector<Collective> CudaBench::collectives() const {
+  if (!o_.collectives.empty()) return o_.collectives;
+  return {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter};
+}
+
+// nccl-tests convention: `bytes` is the larger of the per-rank input and output sizes.
+size_t CudaBench::count_for(Collective c, size_t bytes) const {
+  size_t es = dtype_size(o_.dtype);
+  switch (c) {
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return bytes / es / n_;
+    default: return bytes / es;
+  }
+}
+
+void CudaBench::init_nccl() {
+  // The NCCL id travels through symcomm's own broadcast (device memory), so no second rendezvous is needed.
+  ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+  ncclUniqueId id{};
+  if (me_ == 0) BENCH_NCCL(ncclGetUniqueId(&id));
+  void* d = comm_.alloc(sizeof(id));
+  BENCH_CUDA(cudaMemcpy(d, &id, sizeof(id), cudaMemcpyHostToDevice));
+  comm_.broadcast(d, d, sizeof(id), DataType::kUInt8, 0);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  BENCH_CUDA(cudaMemcpy(&id, d, sizeof(id), cudaMemcpyDeviceToHost));
+  comm_.free(d);
+  BENCH_NCCL(ncclCommInitRank(&nccl_, n_, id, me_));
+}
+
+long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t s) {
+  if (o_.op != ReduceOp::kSum ||
+      !(o_.dtype == DataType::kBFloat16 || o_.dtype == DataType::kFloat16 || o_.dtype == DataType::kFloat32)) {
+    return 0;
+  }
+  const size_t es = dtype_size(o_.dtype);
+  size_t in_count = c == Collective::kReduceScatter ? count * n_ : count;
+  size_t out_count = c == Collective::kAllGather ? count * n_ : count;
+  fill(impl.buf.in, o_.dtype, in_count, me_, s);
+  BENCH_CUDA(cudaMemsetAsync(impl.buf.out, 0xff, out_count * es, s));
+  impl.op(c, count, s);
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  std::vector<uint8_t> host(out_count * es);
+  BENCH_CUDA(cudaMemcpy(host.data(), impl.buf.out, host.size(), cudaMemcpyDeviceToHost));
+  long long wrong = 0;
+  for (size_t i = 0; i < out_count; ++i) {
+    double want = 0;
+    if (c == Collective::kAllReduce || c == Collective::kReduceScatter) {
+      size_t j = c == Collective::kReduceScatter ? me_ * count + i : i;
+      for (int r = 0; r < n_; ++r) want += value(j, r);
+    } else if (c == Collective::kAllGather) {
+      want = value(i % count, static_cast<int>(i / count));
+    }
+    if (to_double(host.data() + i * es, o_.dtype) != want) ++wrong;
+  }
+  return wrong;
+}
+
+double CudaBench::time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s) {
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < o_.warmup; ++i) impl.op(c, count, s);
+  std::vector<double> per_op;
+  for (int k = 0; k < o_.batches; ++k) {
+    BENCH_CUDA(cudaEventRecord(a, s));
+    for (int i = 0; i < o_.iters; ++i) impl.op(c, count, s);
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    per_op.push_back(ms * 1000.0 / o_.iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(per_op);
+}
+
+double CudaBench::time_graph(Impl& impl, Collective c, size_t count, cudaStream_t s) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < o_.iters; ++i) impl.op(c, count, s);
+  BENCH_CUDA(cudaStreamEndCapture(s, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  BENCH_CUDA(cudaGraphLaunch(exec, s));  // warm-up (uploads the graph)
+  BENCH_CUDA(cudaGraphLaunch(exec, s));
+  std::vector<double> per_op;
+  for (int k = 0; k < o_.batches; ++k) {
+    BENCH_CUDA(cudaEventRecord(a, s));
+    BENCH_CUDA(cudaGraphLaunch(exec, s));
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    per_op.push_back(ms * 1000.0 / o_.iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return median(per_op);
+}
+
+long long CudaBench::run() {
+  n_ = comm_.world_size();
+  me_ = comm_.rank();
+  BENCH_CUDA(cudaSetDevice(comm_.device()));
+  init_nccl();
+  cudaStream_t s;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const std::vector<size_t> sizes = size_sweep(o_, 16 * n_);
+  size_t max_bytes = 16;
+  for (size_t b : sizes) max_bytes = std::max(max_bytes, b);
+  const DataType dt = o_.dtype;
+  const ReduceOp rop = o_.op;
+
+  // Buffers: in and out of max_bytes for every implementation.
+  Buffers sym{comm_.alloc(max_bytes), comm_.alloc(max_bytes)};
+  Buffers plain;
+  BENCH_CUDA(cudaMalloc(&plain.in, max_bytes));
+  BENCH_CUDA(cudaMalloc(&plain.out, max_bytes));
+  Buffers nsym;
+  ncclWindow_t win_in = nullptr, win_out = nullptr;
+  BENCH_NCCL(ncclMemAlloc(&nsym.in, max_bytes));
+  BENCH_NCCL(ncclMemAlloc(&nsym.out, max_bytes));
+  BENCH_NCCL(ncclCommWindowRegister(nccl_, nsym.in, max_bytes, &win_in, NCCL_WIN_COLL_SYMMETRIC));
+  BENCH_NCCL(ncclCommWindowRegister(nccl_, nsym.out, max_bytes, &win_out, NCCL_WIN_COLL_SYMMETRIC));
+
+  auto symcomm_op = [&](Buffers b, Algorithm forced) {
+    return [this, b, forced, dt, rop](Collective c, size_t count, cudaStream_t st) {
+      CollOptions opt{
+          .stream = st, .algorithm = forced == Algorithm::kAuto ? o_.algorithm : forced, .contention = o_.contention};
+      switch (c) {
+        case Collective::kAllReduce: comm_.all_reduce(b.in, b.out, count, dt, rop, opt); break;
+        case Collective::kAllGather: comm_.all_gather(b.in, b.out, count, dt, opt); break;
+        case Collective::kReduceScatter: comm_.reduce_scatter(b.in, b.out, count, dt, rop, opt); break;
+        case Collective::kBroadcast: comm_.broadcast(b.in, b.out, count, dt, 0, opt); break;
+        case Collective::kAllToAll: comm_.all_to_all(b.in, b.out, count, dt, opt); break;
+        case Collective::kBarrier: comm_.barrier(opt); break;
+      }
+    };
+  };
+  auto nccl_op_fn = [&](Buffers b) {
+    return [this, b, dt, rop](Collective c, size_t count, cudaStream_t st) {
+      const ncclDataType_t t = nccl_type(dt);
+      switch (c) {
+        case Collective::kAllReduce: BENCH_NCCL(ncclAllReduce(b.in, b.out, count, t, nccl_op(rop), nccl_, st)); break;
+        case Collective::kAllGather: BENCH_NCCL(ncclAllGather(b.in, b.out, count, t, nccl_, st)); break;
+        case Collective::kReduceScatter:
+          BENCH_NCCL(ncclReduceScatter(b.in, b.out, count, t, nccl_op(rop), nccl_, st));
+          break;
+        case Collective::kBroadcast: BENCH_NCCL(ncclBroadcast(b.in, b.out, count, t, 0, nccl_, st)); break;
+        case Collective::kAllToAll: {
+          const size_t bytes = count * dtype_size(dt);
+          BENCH_NCCL(ncclGroupStart());
+          for (int p = 0; p < n_; ++p) {
+            BENCH_NCCL(ncclSend(static_cast<char*>(b.in) + p * bytes, count, t, p, nccl_, st));
+            BENCH_NCCL(ncclRecv(static_cast<char*>(b.out) + p * bytes, count, t, p, nccl_, st));
+          }
+          BENCH_NCCL(ncclGroupEnd());
+          break;
+        }
+        case Collective::kBarrier: break;
+      }
+    };
+  };
+  std::vector<Impl> impls;
+  impls.push_back({"symcomm", sym, symcomm_op(sym, Algorithm::kAuto),
+                   [this] { return std::string(to_string(comm_.last_algorithm())); }});
+  impls.push_back({"nccl", plain, nccl_op_fn(plain), [] { return std::string("nccl"); }});
+  impls.push_back({"nccl_symmetric", nsym, nccl_op_fn(nsym), [] { return std::string("nccl"); }});
+  impls.push_back(
+      {"symcomm_one_shot", sym, symcomm_op(sym, Algorithm::kOneShot), [] { return std::string("one_shot"); }});
+  impls.push_back(
+      {"symcomm_two_shot", sym, symcomm_op(sym, Algorithm::kTwoShot), [] { return std::string("two_shot"); }});
+  std::vector<std::string> modes = o_.modes.empty() ? std::vector<std::string>{"eager", "graph"} : o_.modes;
+
+  long long wrong_total = 0;
+  rep_.header("symcomm vs NCCL (cuda backend)");
+  for (Collective c : collectives()) {
+    for (size_t bytes : sizes) {
+      const size_t count = count_for(c, bytes);
+      for (Impl& impl : impls) {
+        if (impl.name.rfind("symcomm_", 0) == 0 && c != Collective::kAllReduce) continue;
+        long long wrong = o_.check ? verify(impl, c, count, s) : 0;
+        wrong_total += wrong;
+        std::string algo = impl.algo();
+        for (const std::string& mode : modes) {
+          comm_.barrier({.stream = s});
+          BENCH_CUDA(cudaStreamSynchronize(s));
+          double us = mode == "graph" ? time_graph(impl, c, count, s) : time_eager(impl, c, count, s);
+          Measurement m;
+          m.collective = std::string(to_string(c));
+          m.backend = "cuda";
+          m.impl = impl.name;
+          m.algo = algo;
+          m.mode = mode;
+          m.dtype = std::string(to_string(dt));
+          m.op = std::string(to_string(rop));
+          m.bytes = bytes;
+          m.count = count;
+          m.world_size = n_;
+          m.time_us = us;
+          m.wrong = wrong;
+          fill_bandwidth(m, c);
+          rep_.add(m);
+        }
+      }
+    }
+  }
+  comm_.check();
+  print_summary();
+
+  BENCH_CUDA(cudaDeviceSynchronize());
+  ncclCommWindowDeregister(nccl_, win_in);
+  ncclCommWindowDeregister(nccl_, win_out);
+  ncclMemFree(nsym.in);
+  ncclMemFree(nsym.out);
+  cudaFree(plain.in);
+  cudaFree(plain.out);
+  comm_.free(sym.in);
+  comm_.free(sym.out);
+  ncclCommDestroy(nccl_);
+  cudaStreamDestroy(s);
+  return wrong_total;
+}
+
+// symcomm's time over the best NCCL mode (min over nccl / nccl_symmetric, eager / graph), per size, and
+// per mode against NCCL's best in the same mode.
+void CudaBench::print_summary() {
+  if (me_ != 0) return;
+  std::map<std::tuple<std::string, size_t, std::string, std::string>, double> t;  // (coll, bytes, impl, mode)
+  for (const Measurement& m : rep_.all()) t[{m.collective, m.bytes, m.impl, m.mode}] = m.time_us;
+  auto get = [&](const std::string& c, size_t b, const std::string& impl, const std::string& mode) {
+    auto it = t.find({c, b, impl, mode});
+    return it == t.end() ? -1.0 : it->second;
+  };
+  std::printf("\n# symcomm / best NCCL (lower is better); times in us; busbw of symcomm graph in GB/s\n");
+  std::printf("%-15s %10s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s\n", "collective", "bytes", "sc_eager", "sc_graph",
+              "nccl_e", "nccl_g", "ncsym_e", "ncsym_g", "r_eager", "r_graph", "r_best", "busbw");
+  for (Collective c : collectives()) {
+    std::string cs(to_string(c));
+    for (size_t b : size_sweep(o_, 16 * n_)) {
+      double se = get(cs, b, "symcomm", "eager"), sg = get(cs, b, "symcomm", "graph");
+      double ne = get(cs, b, "nccl", "eager"), ng = get(cs, b, "nccl", "graph");
+      double ye = get(cs, b, "nccl_symmetric", "eager"), yg = get(cs, b, "nccl_symmetric", "graph");
+      auto best = [](std::initializer_list<double> v) {
+        double r = -1;
+        for (double x : v) {
+          if (x > 0 && (r < 0 || x < r)) r = x;
+        }
+        return r;
+      };
+      double be = best({ne, ye}), bg = best({ng, yg}), ball = best({ne, ye, ng, yg}), sbest = best({se, sg});
+      double busbw = sg > 0 ? static_cast<double>(b) / (sg * 1e3) * bus_factor(c, n_) : 0;
+      std::printf("%-15s %10zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.3f %8.3f %8.3f %8.1f\n", cs.c_str(), b, se, sg,
+                  ne, ng, ye, yg, be > 0 ? se / be : 0, bg > 0 ? sg / bg : 0, ball > 0 ? sbest / ball : 0, busbw);
+    }
+  }
+  std::printf("\n# all_reduce algorithm sweep (us): one_shot eager/graph, two_shot eager/graph\n");
+  for (size_t b : size_sweep(o_, 16 * n_)) {
+    std::printf("%10zu %9.2f %9.2f %9.2f %9.2f\n", b, get("all_reduce", b, "symcomm_one_shot", "eager"),
+                get("all_reduce", b, "symcomm_one_shot", "graph"), get("all_reduce", b, "symcomm_two_shot", "eager"),
+                get("all_reduce", b, "symcomm_two_shot", "graph"));
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+long long run_cuda(Communicator& comm, const BenchOptions& o, Reporter& rep) {
+  CudaBench b(comm, o, rep);
+  return b.run();
+}
+
+}  // namespace symcomm::bench

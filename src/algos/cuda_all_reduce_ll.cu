@@ -1,0 +1,166 @@
+// LL one-shot all-reduce.
+//
+// NOTE [LL lines] A line is 16 bytes {data lo, seq, data hi, seq}, stored with one 16-byte volatile store
+// into slot `rank` of every peer's LL buffer. The reader polls its own buffer with 16-byte volatile loads
+// until both sequence words equal the op's sequence number: each 8-byte half {data, seq} is written
+// atomically, so two matching words prove the whole line arrived (the scheme of NCCL's LL protocol). The
+// sequence words are never data, so no data value can be mistaken for a flag (no sentinel). Sequence
+// numbers come from DeviceState::seq (advanced by the kernel, so graph replays see fresh values); buffers
+// alternate by seq parity: a rank can only write op k+2's lines after receiving the peer's op k+1 lines,
+// which the peer sends after it finished reading op k's.
+#include "algos/cuda_all_reduce_ll.h"
+#include "algos/cuda_common.cuh"
+#include "core/cuda_check.h"
+
+namespace symcomm::detail::cuda {
+namespace {
+
+// Tunables: 8-byte chunks per thread before another block is added; one block up to 16 KB, so the common
+// small case skips the inter-block counter update. Result (measured 2026-11-22 on 2 x H200 (nvidia-h200-x2),
+// `tools/gpu_check.sh` (bf16 sum, symcomm-bench), run 3): 2.7 us at 4 KB, 4.5 at 16 KB, 5.4 at 64 KB, 6.0 at 256
+// KB, 11.9 at 1 MB per op in a CUDA graph.
+constexpr int kChunksPerThread = 4;
+constexpr int kBatch = kChunksPerThread;  // chunks whose lines one thread loads before waiting
+constexpr int kMaxBlocks = 64;
+
+template <class T>
+union Pack8 {
+  static constexpr int kN = 8 / sizeof(T);
+  uint2 v;
+  T e[kN];
+};
+
+__device__ __forceinline__ uint2 load8(const char* base, size_t i, size_t bytes, bool aligned) {
+  const size_t off = i * 8;
+  if (aligned && off + 8 <= bytes) return *reinterpret_cast<const uint2*>(base + off);
+  uint8_t b[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) b[k] = off + k < bytes ? static_cast<uint8_t>(base[off + k]) : 0;
+  uint2 r;
+  memcpy(&r, b, 8);
+  return r;
+}
+
+__device__ __forceinline__ void store8(char* base, size_t i, size_t bytes, bool aligned, uint2 v) {
+  const size_t off = i * 8;
+  if (aligned && off + 8 <= bytes) {
+    *reinterpret_cast<uint2*>(base + off) = v;
+    return;
+  }
+  uint8_t b[8];
+  memcpy(b, &v, 8);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    if (off + k < bytes) base[off + k] = static_cast<char>(b[k]);
+  }
+}
+
+__device__ __forceinline__ void st_line(char* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_line(const char* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+template <class T, int kOp, int kR>
+__global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLParams p) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  const DeviceComm& c = p.comm;
+  const Frame f = frame_begin(c);
+  const uint32_t seq = f.seq0 + 1;
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t bytes = p.count * sizeof(T);
+  const size_t nchunks = div_up(bytes, 8);
+  const size_t region = (seq & 1) * n_ranks * c.ll_slot_bytes;
+  const char* in = static_cast<const char*>(p.in);
+  char* out = static_cast<char*>(p.out);
+  const bool in_al = (reinterpret_cast<uintptr_t>(in) & 7) == 0;
+  const bool out_al = (reinterpret_cast<uintptr_t>(out) & 7) == 0;
+  const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
+
+  for (size_t i = tid; i < nchunks; i += stride) {
+    const uint2 v = load8(in, i, bytes, in_al);
+    const uint4 line = make_uint4(v.x, seq, v.y, seq);
+    for (int q = 0; q < n_ranks; ++q) {
+      if (q != me) st_line(c.ll[q] + region + me * c.ll_slot_bytes + i * 16, line);
+    }
+  }
+  // Receive: issue the loads of kBatch chunks x peers before waiting on any, so one thread pays about one
+  // memory latency per batch instead of one per chunk.
+  bool failed = false;
+  for (size_t base = tid; base < nchunks && !failed; base += stride * kBatch) {
+    uint4 lines[kBatch][kR];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const size_t i = base + u * stride;
+#pragma unroll
+      for (int q = 0; q < kR; ++q) {
+        if (i < nchunks && q < n_ranks && q != me) {
+          lines[u][q] = ld_line(c.ll[me] + region + q * c.ll_slot_bytes + i * 16);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const size_t i = base + u * stride;
+      if (i >= nchunks || failed) break;
+      Pack8<T> vals[kR];
+#pragma unroll
+      for (int q = 0; q < kR; ++q) {
+        if (q >= n_ranks || failed) break;
+        if (q == me) {
+          vals[q].v = load8(in, i, bytes, in_al);
+          continue;
+        }
+        const char* src = c.ll[me] + region + q * c.ll_slot_bytes + i * 16;
+        uint4 line = lines[u][q];
+        uint32_t spins = 0;
+        while (line.y != seq || line.w != seq) {
+          if (++spins % device::kPollInterval == 0 && device::poll_give_up(c, q, seq, f.deadline)) {
+            failed = true;
+            break;
+          }
+          line = ld_line(src);
+        }
+        vals[q].v = make_uint2(line.x, line.z);
+      }
+      if (failed) break;
+      Pack8<T> r;
+#pragma unroll
+      for (int k = 0; k < Pack8<T>::kN; ++k) {
+        A acc = E::load(vals[0].e[k]);
+#pragma unroll
+        for (int q = 1; q < kR; ++q) {
+          if (q < n_ranks) acc = combine<kOp>(acc, E::load(vals[q].e[k]), p.op);
+        }
+        r.e[k] = E::store(finish<kOp>(acc, n_ranks, p.op));
+      }
+      store8(out, i, bytes, out_al, r.v);
+    }
+  }
+  frame_end(c, f, 1, 0);
+}
+
+}  // namespace
+
+size_t all_reduce_ll_max_bytes(const device::DeviceComm& c) { return c.ll_slot_bytes / 2; }
+
+void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
+  const size_t nchunks = div_up(p.count * dtype_size(p.dtype), 8);
+  size_t b = div_up(nchunks, size_t{kThreads} * kChunksPerThread);
+  const int blocks = static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+  dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
+    using T = typename decltype(t)::type;
+    all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+  });
+  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace symcomm::detail::cuda

@@ -1,0 +1,67 @@
+// One-shot all-reduce. NOTE [one-shot push]: pushing the input into the peers' staging (remote stores, then
+// one release flag) costs one NVLink latency per round; the reduction then reads only local memory. Pulling
+// would add a remote read latency after the flag. Staging halves alternate (NOTE [rounds]), so no closing
+// barrier is needed: a rank can only overwrite a half after passing a later barrier, which every peer
+// signals only after finishing the kernel that read that half.
+#include "algos/cuda_all_reduce_one_shot.h"
+#include "algos/cuda_common.cuh"
+#include "core/cuda_check.h"
+
+namespace symcomm::detail::cuda {
+namespace {
+
+// Tunables (chosen, not tuned): bytes of payload per block before another block is added, and the block
+// cap. Below 1 MB the LL kernel runs instead (NOTE [LL threshold] in cuda_backend_cuda.cc); this staged
+// kernel took 5.5-6.9 us from 4 KB to 256 KB and 23 us at 4 MB in a graph (measured 2026-11-22 on 2 x H200
+// (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench), run 1).
+constexpr size_t kBytesPerBlock = 16 << 10;
+constexpr int kMaxBlocks = 32;
+
+template <class T, int kOp, int kR>
+__global__ void __launch_bounds__(kThreads) all_reduce_one_shot_kernel(AllReduceOneShotParams p) {
+  const DeviceComm& c = p.comm;
+  const Frame f = frame_begin(c);
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t slot = slot_bytes(c, n_ranks);
+  const size_t round_elems = slot / sizeof(T);
+  const uint32_t rounds = static_cast<uint32_t>(div_up(p.count, round_elems));
+  const size_t unit = 16 / sizeof(T);
+  const T* in = static_cast<const T*>(p.in);
+  T* out = static_cast<T*>(p.out);
+  for (uint32_t j = 0; j < rounds; ++j) {
+    const size_t e0 = j * round_elems, n = min_sz(round_elems, p.count - e0);
+    const size_t half = ((f.half0 + j) & 1) * c.scratch_half_bytes;
+    const Slice s = block_slice(n, rounds == 1 ? n : round_elems, unit);
+    char* dsts[device::kMaxDeviceRanks];
+    for (int r = 0; r < n_ranks; ++r) dsts[r] = c.scratch[r] + half + me * slot + s.begin * sizeof(T);
+    block_copy_multi(dsts, n_ranks, reinterpret_cast<const char*>(in + e0 + s.begin), s.size() * sizeof(T));
+    if (!device::block_barrier(c, f.seq0 + j + 1, f.deadline, j == 0 ? p.header : 0)) break;
+    const T* srcs[device::kMaxDeviceRanks];
+    for (int r = 0; r < n_ranks; ++r) {
+      srcs[r] = reinterpret_cast<const T*>(c.scratch[me] + half + r * slot) + s.begin;
+    }
+    T* dst = out + e0 + s.begin;
+    block_reduce<T, kOp, kR>(&dst, 1, srcs, n_ranks, s.size(), p.op);
+  }
+  frame_end(c, f, rounds, rounds);
+}
+
+}  // namespace
+
+size_t all_reduce_one_shot_round_bytes(const device::DeviceComm& c) { return slot_bytes(c, c.world_size); }
+
+int all_reduce_one_shot_blocks(size_t bytes) {
+  size_t b = div_up(bytes, kBytesPerBlock);
+  return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+}
+
+void launch_all_reduce_one_shot(const AllReduceOneShotParams& p, cudaStream_t stream) {
+  const int blocks = all_reduce_one_shot_blocks(p.count * dtype_size(p.dtype));
+  dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
+    using T = typename decltype(t)::type;
+    all_reduce_one_shot_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+  });
+  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace symcomm::detail::cuda

@@ -1,0 +1,124 @@
+// Two-shot all-reduce.
+//
+// Zero-copy path (in and out in the symmetric heap): barrier (inputs ready, outputs free); rank r reads
+// shard r of every rank's input (remote loads), reduces in rank order and stores the result into shard r
+// of every rank's output (remote stores); barrier (results delivered, inputs no longer read). In place is
+// safe: shard r of any rank's buffer is read and written only by rank r, element by element in one thread.
+//
+// Staged path (user buffers), per round of one staging half cut into 2N slots [RS 0..N-1 | AG 0..N-1]:
+//   1. rank r pushes shard q of its input into RS slot r of rank q;           barrier
+//   2. rank r reduces its RS slots 0..N-1 into out shard r and AG slot r of every peer;  barrier
+//   3. rank r copies AG slots q != r into out shard q (local).
+// Halves alternate per round (NOTE [rounds]), so no closing barrier.
+#include "algos/cuda_all_reduce_two_shot.h"
+#include "algos/cuda_common.cuh"
+#include "core/cuda_check.h"
+
+namespace symcomm::detail::cuda {
+namespace {
+
+// Tunables. FIELD-NOTES: 32 blocks x 1024 threads reach ~360 GB/s of NVLink copy, 8 blocks ~120 (pull).
+// Cap 64 -> 128 blocks of 512 threads raised the zero-copy all-reduce from 322 to 334-338 GB/s bus bandwidth
+// at 256 MB (measured 2026-11-22 on 2 x H200 (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench), runs 1
+// vs 2/3). Small inputs use fewer blocks (bytes per block, not tuned).
+constexpr size_t kBytesPerBlock = 64 << 10;
+constexpr int kMaxBlocks = 128;
+
+template <class T, int kOp, int kR>
+__device__ void zero_copy(const AllReduceTwoShotParams& p, const Frame& f) {
+  const DeviceComm& c = p.comm;
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t unit = 16 / sizeof(T);
+  const size_t shard = round_up(div_up(p.count, n_ranks), unit);
+  const size_t s0 = min_sz(me * shard, p.count), len = min_sz(shard, p.count - s0);
+  const Slice s = block_slice(len, len, unit);
+  if (!device::block_barrier(c, f.seq0 + 1, f.deadline, p.header)) return;
+  const T* srcs[device::kMaxDeviceRanks];
+  T* dsts[device::kMaxDeviceRanks];
+  for (int r = 0; r < n_ranks; ++r) {
+    srcs[r] = reinterpret_cast<const T*>(p.peer_in[r]) + s0 + s.begin;
+    dsts[r] = reinterpret_cast<T*>(p.peer_out[r]) + s0 + s.begin;
+  }
+  block_reduce<T, kOp, kR>(dsts, n_ranks, srcs, n_ranks, s.size(), p.op);
+  device::block_barrier(c, f.seq0 + 2, f.deadline);
+}
+
+template <class T, int kOp, int kR>
+__device__ void staged(const AllReduceTwoShotParams& p, const Frame& f, uint32_t rounds) {
+  const DeviceComm& c = p.comm;
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t slot = slot_bytes(c, 2 * n_ranks);
+  const size_t shard_cap = slot / sizeof(T);
+  const size_t round_elems = shard_cap * n_ranks;
+  const size_t unit = 16 / sizeof(T);
+  const T* in = static_cast<const T*>(p.in);
+  T* out = static_cast<T*>(p.out);
+  for (uint32_t j = 0; j < rounds; ++j) {
+    const size_t e0 = j * round_elems, n = min_sz(round_elems, p.count - e0);
+    const size_t shard = min_sz(shard_cap, round_up(div_up(n, n_ranks), unit));
+    const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
+    const size_t rs = hoff, ag = hoff + n_ranks * slot;
+    const Slice s = block_slice(shard, rounds == 1 ? shard : shard_cap, unit);
+    // 1. scatter my shards
+    for (int q = 0; q < n_ranks; ++q) {
+      const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
+      const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);
+      block_copy(c.scratch[q] + rs + me * slot + b * sizeof(T), reinterpret_cast<const char*>(in + e0 + q0 + b),
+                 (e - b) * sizeof(T));
+    }
+    if (!device::block_barrier(c, f.seq0 + 2 * j + 1, f.deadline, j == 0 ? p.header : 0)) return;
+    // 2. reduce my shard, deliver it
+    {
+      const size_t m0 = min_sz(me * shard, n), mlen = min_sz(shard, n - m0);
+      const size_t b = min_sz(s.begin, mlen), e = min_sz(s.end, mlen);
+      const T* srcs[device::kMaxDeviceRanks];
+      T* dsts[device::kMaxDeviceRanks];
+      for (int r = 0; r < n_ranks; ++r) {
+        srcs[r] = reinterpret_cast<const T*>(c.scratch[me] + rs + r * slot) + b;
+        dsts[r] = r == me ? out + e0 + m0 + b : reinterpret_cast<T*>(c.scratch[r] + ag + me * slot) + b;
+      }
+      block_reduce<T, kOp, kR>(dsts, n_ranks, srcs, n_ranks, e - b, p.op);
+    }
+    if (!device::block_barrier(c, f.seq0 + 2 * j + 2, f.deadline)) return;
+    // 3. gather the others' shards
+    for (int q = 0; q < n_ranks; ++q) {
+      if (q == me) continue;
+      const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
+      const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);
+      block_copy(reinterpret_cast<char*>(out + e0 + q0 + b), c.scratch[me] + ag + q * slot + b * sizeof(T),
+                 (e - b) * sizeof(T));
+    }
+  }
+}
+
+template <class T, int kOp, int kR>
+__global__ void __launch_bounds__(kThreads) all_reduce_two_shot_kernel(AllReduceTwoShotParams p) {
+  const Frame f = frame_begin(p.comm);
+  if (p.zero_copy) {
+    zero_copy<T, kOp, kR>(p, f);
+    frame_end(p.comm, f, 2, 0);
+  } else {
+    const size_t round_elems = slot_bytes(p.comm, 2 * p.comm.world_size) / sizeof(T) * p.comm.world_size;
+    const uint32_t rounds = static_cast<uint32_t>(div_up(p.count, round_elems));
+    staged<T, kOp, kR>(p, f, rounds);
+    frame_end(p.comm, f, 2 * rounds, rounds);
+  }
+}
+
+}  // namespace
+
+int all_reduce_two_shot_blocks(size_t bytes) {
+  size_t b = div_up(bytes, kBytesPerBlock);
+  return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+}
+
+void launch_all_reduce_two_shot(const AllReduceTwoShotParams& p, cudaStream_t stream) {
+  const int blocks = all_reduce_two_shot_blocks(p.count * dtype_size(p.dtype));
+  dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
+    using T = typename decltype(t)::type;
+    all_reduce_two_shot_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+  });
+  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace symcomm::detail::cuda

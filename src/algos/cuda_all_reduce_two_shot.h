@@ -1,0 +1,33 @@
+#pragma once
+// Two-shot all-reduce (CUDA): reduce-scatter then all-gather inside one kernel. Rank r reduces shard r of
+// every rank's input in rank order and sends the result to every rank.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "symcomm/device/handle.h"
+#include "symcomm/types.h"
+
+namespace symcomm::detail::cuda {
+
+struct AllReduceTwoShotParams {
+  device::DeviceComm comm;
+  const void* in;
+  void* out;
+  size_t count;
+  DataType dtype;
+  ReduceOp op;
+  uint64_t header;
+  /// Zero-copy: in and out lie in the symmetric heap; peer_in[p]/peer_out[p] are rank p's copies as mapped
+  /// here. Then no staging is used (two barriers in all). nullptr entries: staged path.
+  const char* peer_in[device::kMaxDeviceRanks];
+  char* peer_out[device::kMaxDeviceRanks];
+  bool zero_copy;
+};
+
+int all_reduce_two_shot_blocks(size_t bytes);
+void launch_all_reduce_two_shot(const AllReduceTwoShotParams& p, cudaStream_t stream);
+
+}  // namespace symcomm::detail::cuda

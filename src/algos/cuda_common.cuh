@@ -1,0 +1,345 @@
+#pragma once
+// Shared pieces of symcomm's CUDA kernels: the kernel frame (sequence numbers and staging halves read at the
+// start and advanced by the last block), block slicing, block-wide copies and reductions with 16-byte
+// accesses and narrower fallbacks, and the one runtime-to-template dispatch of (dtype, op).
+//
+// NOTE [rounds] Staged collectives process their data in rounds of at most one staging half, alternating
+// halves by the device counter DeviceState::half. A block covers the same byte offsets of a round in every
+// round of a kernel (slices are cut from the round capacity, not the round's length), so the barrier a
+// block passes in round j+1 proves that the peers' block of the same index finished reading what round j-1
+// wrote there. Across kernels, stream order plus the barrier every kernel has with every peer gives the
+// same guarantee. Hence one barrier per round and no barrier at the end.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "symcomm/device/handle.h"
+#include "symcomm/device/signal.h"
+#include "symcomm/device/vector.h"
+#include "symcomm/types.h"
+
+namespace symcomm::detail::cuda {
+
+using device::DeviceComm;
+
+/// Threads per block of every data kernel: 16 warps keep enough 16-byte accesses in flight per SM
+/// (FIELD-NOTES: 32 blocks x 1024 threads reach ~360 GB/s over NVLink; 512 is the smaller-grid choice).
+inline constexpr int kThreads = 512;
+/// Independent 16-byte loads each thread issues before its stores (copies), and packs per source in flight
+/// in reductions (x world size loads).
+inline constexpr int kUnroll = 4;
+/// Packs per source in flight in block_reduce: 4 for two sources (8 loads), 1 for up to 8 (no spills).
+template <int kR>
+inline constexpr int kReduceUnroll = kR <= 2 ? 4 : 1;
+
+struct Frame {
+  uint32_t seq0;
+  uint32_t half0;
+  uint64_t deadline;
+};
+
+__device__ __forceinline__ Frame frame_begin(const DeviceComm& c) {
+  Frame f;
+  f.seq0 = device::ld_volatile_u32(&c.state->seq);
+  f.half0 = device::ld_volatile_u32(&c.state->half);
+  f.deadline = device::globaltimer_ns() + c.timeout_ns;
+  return f;
+}
+
+/// Every block calls it last. The last block to finish advances the counters by what the kernel used.
+/// Blocks read the counters in frame_begin before they arrive here, so nobody reads a half-updated value.
+__device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, uint32_t seqs, uint32_t halves) {
+  __syncthreads();
+  if (gridDim.x == 1) {
+    // One block: every thread has read the counters (frame_begin) before the barrier above.
+    if (threadIdx.x == 0) {
+      c.state->seq = f.seq0 + seqs;
+      c.state->half = f.half0 + halves;
+    }
+    return;
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();
+    uint32_t prev = atomicAdd(&c.state->done, 1u);
+    if (prev == gridDim.x - 1) {
+      c.state->seq = f.seq0 + seqs;
+      c.state->half = f.half0 + halves;
+      c.state->done = 0;
+      __threadfence();
+    }
+  }
+}
+
+__host__ __device__ __forceinline__ size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+__host__ __device__ __forceinline__ size_t round_up(size_t a, size_t b) { return div_up(a, b) * b; }
+__host__ __device__ __forceinline__ size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/// Staging slot bytes when a half is cut into `slots` slots (16-byte multiple).
+__host__ __device__ __forceinline__ size_t slot_bytes(const DeviceComm& c, int slots) {
+  return (c.scratch_half_bytes / slots) / 16 * 16;
+}
+
+/// This block's [begin, end) of a range of `n` elements whose rounds hold at most `cap` elements; slices
+/// are multiples of `unit` elements (one 16-byte pack).
+struct Slice {
+  size_t begin, end;
+  __device__ size_t size() const { return end - begin; }
+};
+__device__ __forceinline__ Slice block_slice(size_t n, size_t cap, size_t unit) {
+  size_t per = round_up(div_up(cap, gridDim.x), unit);
+  size_t b = min_sz(per * blockIdx.x, n);
+  return Slice{b, min_sz(b + per, n)};
+}
+
+template <int W>
+struct Word;
+template <>
+struct Word<16> {
+  using type = uint4;
+};
+template <>
+struct Word<8> {
+  using type = uint2;
+};
+template <>
+struct Word<4> {
+  using type = uint32_t;
+};
+template <>
+struct Word<2> {
+  using type = uint16_t;
+};
+template <>
+struct Word<1> {
+  using type = uint8_t;
+};
+
+template <int W>
+__device__ __forceinline__ void copy_words(char* const* dsts, int ndst, const char* src, size_t nwords) {
+  using V = typename Word<W>::type;
+  const size_t stride = blockDim.x;
+  for (size_t base = threadIdx.x; base < nwords; base += stride * kUnroll) {
+    V v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      size_t i = base + u * stride;
+      if (i < nwords) v[u] = reinterpret_cast<const V*>(src)[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      size_t i = base + u * stride;
+      if (i < nwords) {
+        for (int d = 0; d < ndst; ++d) reinterpret_cast<V*>(dsts[d])[i] = v[u];
+      }
+    }
+  }
+}
+
+/// The block copies n bytes from src to each of dsts[0..ndst) (ndst <= kMaxDeviceRanks), with the widest
+/// access every address and n allow (16 bytes when all are 16-byte aligned).
+__device__ inline void block_copy_multi(char* const* dsts, int ndst, const char* src, size_t n) {
+  if (n == 0) return;
+  uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  for (int d = 0; d < ndst; ++d) a |= reinterpret_cast<uintptr_t>(dsts[d]);
+  if ((a & 15) == 0) {
+    size_t nv = n / 16;
+    copy_words<16>(dsts, ndst, src, nv);
+    size_t done = nv * 16;
+    if (done < n) {
+      char* tail[device::kMaxDeviceRanks];
+      for (int d = 0; d < ndst; ++d) tail[d] = dsts[d] + done;
+      copy_words<1>(tail, ndst, src + done, n - done);
+    }
+  } else if (((a | n) & 7) == 0) {
+    copy_words<8>(dsts, ndst, src, n / 8);
+  } else if (((a | n) & 3) == 0) {
+    copy_words<4>(dsts, ndst, src, n / 4);
+  } else if (((a | n) & 1) == 0) {
+    copy_words<2>(dsts, ndst, src, n / 2);
+  } else {
+    copy_words<1>(dsts, ndst, src, n);
+  }
+}
+__device__ __forceinline__ void block_copy(char* dst, const char* src, size_t n) {
+  char* d[1] = {dst};
+  block_copy_multi(d, 1, src, n);
+}
+
+// ---- reductions --------------------------------------------------------------------------------------
+
+/// kOp template values: the ReduceOp value, or kOpRuntime (the generic path switches on the runtime op).
+inline constexpr int kOpRuntime = -1;
+
+template <class T>
+struct Elem {  // integers and float/double: arithmetic in T
+  using Acc = T;
+  __device__ static Acc load(T v) { return v; }
+  __device__ static T store(Acc v) { return v; }
+};
+template <>
+struct Elem<__half> {
+  using Acc = float;
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  using Acc = float;
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+
+// Integer sum and product wrap modulo 2^bits, as in host_reduce (src/algos/host_reduce.h).
+template <class A>
+__device__ __forceinline__ A op_add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+template <class A>
+__device__ __forceinline__ A op_mul(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::conditional_t<(sizeof(A) < 4), uint32_t, std::make_unsigned_t<A>>;
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  } else {
+    return a * b;
+  }
+}
+template <int kOp, class A>
+__device__ __forceinline__ A combine(A a, A b, ReduceOp rt) {
+  const int op = kOp == kOpRuntime ? static_cast<int>(rt) : kOp;
+  switch (op) {
+    case static_cast<int>(ReduceOp::kProd): return op_mul(a, b);
+    case static_cast<int>(ReduceOp::kMin): return b < a ? b : a;
+    case static_cast<int>(ReduceOp::kMax): return a < b ? b : a;
+    default: return op_add(a, b);  // kSum, kAvg
+  }
+}
+template <int kOp, class A>
+__device__ __forceinline__ A finish(A a, int nsrc, ReduceOp rt) {
+  const int op = kOp == kOpRuntime ? static_cast<int>(rt) : kOp;
+  if (op == static_cast<int>(ReduceOp::kAvg)) return a / static_cast<A>(nsrc);
+  return a;
+}
+
+/// One 16-byte pack of T.
+template <class T>
+union Pack {
+  static constexpr int kN = 16 / sizeof(T);
+  uint4 v;
+  T e[kN];
+};
+
+/// The block reduces n elements: dsts[d][i] = op over s in 0..nsrc-1 (in that order) of srcs[s][i], with
+/// accumulation in Elem<T>::Acc. 16-byte packs when every pointer is 16-byte aligned, else element-wise.
+/// kR >= nsrc bounds the unrolled source loop (the register footprint).
+template <class T, int kOp, int kR>
+__device__ void block_reduce(T* const* dsts, int ndst, const T* const* srcs, int nsrc, size_t n, ReduceOp rt) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  constexpr int kN = Pack<T>::kN;
+  uintptr_t a = 0;
+  for (int d = 0; d < ndst; ++d) a |= reinterpret_cast<uintptr_t>(dsts[d]);
+  for (int s = 0; s < nsrc; ++s) a |= reinterpret_cast<uintptr_t>(srcs[s]);
+  size_t npack = (a & 15) == 0 ? n / kN : 0;
+  const size_t stride = blockDim.x;
+  for (size_t base = threadIdx.x; base < npack; base += stride * kReduceUnroll<kR>) {
+    // Issue every load of kReduceUnroll packs x nsrc sources before the first use.
+    Pack<T> in[kReduceUnroll<kR>][kR];
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll<kR>; ++u) {
+      size_t i = base + u * stride;
+#pragma unroll
+      for (int s = 0; s < kR; ++s) {
+        if (s < nsrc && i < npack) in[u][s].v = device::ld_vec(srcs[s] + i * kN);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll<kR>; ++u) {
+      size_t i = base + u * stride;
+      if (i >= npack) break;
+      Pack<T> out;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        A acc = E::load(in[u][0].e[k]);
+#pragma unroll
+        for (int s = 1; s < kR; ++s) {
+          if (s < nsrc) acc = combine<kOp>(acc, E::load(in[u][s].e[k]), rt);
+        }
+        out.e[k] = E::store(finish<kOp>(acc, nsrc, rt));
+      }
+      for (int d = 0; d < ndst; ++d) device::st_vec(dsts[d] + i * kN, out.v);
+    }
+  }
+  for (size_t i = npack * kN + threadIdx.x; i < n; i += blockDim.x) {
+    A acc = E::load(srcs[0][i]);
+    for (int s = 1; s < nsrc; ++s) acc = combine<kOp>(acc, E::load(srcs[s][i]), rt);
+    T r = E::store(finish<kOp>(acc, nsrc, rt));
+    for (int d = 0; d < ndst; ++d) dsts[d][i] = r;
+  }
+}
+
+// ---- dispatch ------------------------------------------------------------------------------------------
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+template <int K>
+struct OpTag {
+  static constexpr int value = K;
+};
+template <int K>
+struct RankTag {
+  static constexpr int value = K;
+};
+
+template <class T, class F>
+void dispatch_fast_op(ReduceOp op, F&& f) {
+  switch (op) {
+    case ReduceOp::kSum: return f(TypeTag<T>{}, OpTag<static_cast<int>(ReduceOp::kSum)>{});
+    case ReduceOp::kProd: return f(TypeTag<T>{}, OpTag<static_cast<int>(ReduceOp::kProd)>{});
+    case ReduceOp::kMin: return f(TypeTag<T>{}, OpTag<static_cast<int>(ReduceOp::kMin)>{});
+    case ReduceOp::kMax: return f(TypeTag<T>{}, OpTag<static_cast<int>(ReduceOp::kMax)>{});
+    case ReduceOp::kAvg: return f(TypeTag<T>{}, OpTag<static_cast<int>(ReduceOp::kAvg)>{});
+  }
+}
+
+template <class F>
+void dispatch_type_op(DataType dtype, ReduceOp op, F&& f) {
+  constexpr int R = kOpRuntime;
+  switch (dtype) {
+    case DataType::kFloat32: return dispatch_fast_op<float>(op, f);
+    case DataType::kFloat16: return dispatch_fast_op<__half>(op, f);
+    case DataType::kBFloat16: return dispatch_fast_op<__nv_bfloat16>(op, f);
+    case DataType::kFloat64: return f(TypeTag<double>{}, OpTag<R>{});
+    case DataType::kInt8: return f(TypeTag<int8_t>{}, OpTag<R>{});
+    case DataType::kUInt8: return f(TypeTag<uint8_t>{}, OpTag<R>{});
+    case DataType::kInt32: return f(TypeTag<int32_t>{}, OpTag<R>{});
+    case DataType::kInt64: return f(TypeTag<int64_t>{}, OpTag<R>{});
+  }
+}
+
+/// The one place where (dtype, op, world size) become template arguments: float32/float16/bfloat16 get one
+/// instance per op; the other dtypes share one instance per type with the op switched at run time. World
+/// size 2 (the common NVLink pair) gets its own instance with a 2-source register footprint; every other
+/// size runs the kMaxDeviceRanks instance. f(TypeTag<T>, OpTag<op>, RankTag<kR>).
+template <class F>
+void dispatch_reduce(DataType dtype, ReduceOp op, int world_size, F&& f) {
+  dispatch_type_op(dtype, op, [&](auto t, auto o) {
+    if (world_size == 2) {
+      f(t, o, RankTag<2>{});
+    } else {
+      f(t, o, RankTag<device::kMaxDeviceRanks>{});
+    }
+  });
+}
+
+}  // namespace symcomm::detail::cuda

@@ -1,0 +1,330 @@
+#include "core/cuda_backend_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/logging.h"
+#include "topology/cuda_topology_cuda.h"
+
+namespace symcomm::detail {
+namespace {
+
+using device::DeviceError;
+
+bool stream_capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+uint64_t read_error(const ControlBlock& c) {
+  return c.host ? *reinterpret_cast<const volatile uint64_t*>(&c.host->error) : 0;
+}
+
+// Work of the CUDA backend: an event recorded after the collective plus the communicator's error word.
+class CudaWork final : public Work {
+ public:
+  CudaWork(CudaBackend* backend, std::shared_ptr<ControlBlock> control, cudaEvent_t ev, std::chrono::milliseconds limit)
+      : backend_(backend), control_(std::move(control)), ev_(ev), limit_(limit) {}
+  ~CudaWork() override {
+    if (ev_) cudaEventDestroy(ev_);
+  }
+  bool is_completed() override {
+    if (done_) return true;
+    cudaError_t q = cudaEventQuery(ev_);
+    if (q == cudaErrorNotReady && !read_error(*control_)) return false;
+    if (q != cudaErrorNotReady && q != cudaSuccess) cudaGetLastError();
+    finish();
+    return true;
+  }
+  void wait() override {
+    if (!wait_for(limit_)) {
+      error_ = std::make_exception_ptr(Error(ErrorCode::kTimeout,
+                                             fmt::format("collective did not complete within {} ms", limit_.count()),
+                                             __FILE__, __LINE__));
+      backend_->ctx().set_sticky(Error(ErrorCode::kTimeout, "a collective did not complete", __FILE__, __LINE__));
+      done_ = true;
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (!is_completed()) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    return true;
+  }
+  std::exception_ptr exception() override { return done_ ? error_ : nullptr; }
+
+ private:
+  void finish() {
+    done_ = true;
+    try {
+      backend_->poll_errors();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+  CudaBackend* backend_;  // the Communicator outlives its Work objects (documented rule of Work)
+  std::shared_ptr<ControlBlock> control_;
+  cudaEvent_t ev_;
+  std::chrono::milliseconds limit_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(device) {
+  const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
+  SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  SYMCOMM_CUDA_CHECK(cudaFree(nullptr));  // create the context
+  caps_.backend = BackendKind::kCuda;
+  caps_.world_size = n;
+  caps_.copy_engine = false;
+
+  // Symmetric heap, signal pad, staging buffer (cuMem, collective).
+  heap_ = std::make_unique<CudaHeap>(
+      ctx_, device_, ctx_.config.heap_bytes + ctx_.config.scratch_bytes + 4 * n * kLLPayloadBytes + (8 << 20));
+  pad_ = heap_->alloc(device::kPadBytes);
+  ll_ = heap_->alloc(2 * n * 2 * kLLPayloadBytes);  // [parity][source rank] slots of 2x payload
+  size_t half = std::max<size_t>(ctx_.config.scratch_bytes / 2 / 4096 * 4096, 64 << 10);
+  scratch_ = heap_->alloc(2 * half);
+  SYMCOMM_CUDA_CHECK(cudaMemset(pad_, 0, device::kPadBytes));
+  SYMCOMM_CUDA_CHECK(cudaMalloc(&state_, sizeof(device::DeviceState)));
+  SYMCOMM_CUDA_CHECK(cudaMemset(state_, 0, sizeof(device::DeviceState)));
+  control_ = std::make_shared<ControlBlock>();
+  SYMCOMM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&control_->host), sizeof(device::HostControl),
+                                   cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(control_->host, 0, sizeof(device::HostControl));
+  SYMCOMM_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&control_dev_), control_->host, 0));
+  SYMCOMM_CUDA_CHECK(cudaDeviceSynchronize());
+
+  // Peer liveness -> the device abort path. The callback holds the control block, not the backend.
+  std::weak_ptr<ControlBlock> weak = control_;
+  if (ctx_.mesh)
+    ctx_.mesh->on_peer_lost([weak](int rank, bool) {
+      if (auto c = weak.lock()) {
+        std::lock_guard lock(c->mu);
+        if (c->host) {
+          reinterpret_cast<std::atomic<uint64_t>*>(&c->host->dead_mask)->fetch_or(uint64_t{1} << rank);
+        }
+      }
+    });
+
+  comm_.rank = me;
+  comm_.world_size = n;
+  comm_.state = state_;
+  comm_.control = control_dev_;
+  comm_.scratch_half_bytes = half;
+  comm_.ll_slot_bytes = 2 * kLLPayloadBytes;
+  auto timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx_.config.timeout).count();
+  comm_.timeout_ns = timeout_ns > 0 ? static_cast<uint64_t>(timeout_ns) : 1;
+  std::vector<char*> probe_areas(n);
+  for (int p = 0; p < n && p < device::kMaxDeviceRanks; ++p) {
+    comm_.signals[p] = static_cast<uint32_t*>(heap_->peer_ptr(pad_, p));
+    comm_.scratch[p] = static_cast<char*>(heap_->peer_ptr(scratch_, p));
+    comm_.ll[p] = static_cast<char*>(heap_->peer_ptr(ll_, p));
+    probe_areas[p] = comm_.scratch[p];
+  }
+
+  // Capabilities, agreed by all ranks.
+  LocalProbe probe = probe_topology(ctx_, device_);
+  bool p2p = n <= device::kMaxDeviceRanks && functional_p2p_check(ctx_, probe_areas.data(), 0x5c0ffee5a11d00dull ^ n);
+  bool mine = p2p && probe.peer_access && probe.nvlink;
+  if (!mine) {
+    SYMCOMM_LOG_WARN("rank {}: symcomm NVLink kernels unavailable here ({}functional P2P {}); using NCCL", me,
+                     probe.detail, p2p ? "ok" : "failed");
+  }
+  caps_.full_nvlink = agree_all(ctx_, mine);
+  init_nccl();
+  SYMCOMM_LOG_INFO("rank {}: CUDA backend on device {}: full_nvlink={} nccl={} scratch={} B", me, device_,
+                   caps_.full_nvlink, caps_.nccl_available, 2 * half);
+}
+
+void CudaBackend::init_nccl() {
+  // NCCL must never use NVLink multicast (NVLS) here: it can take shared GPUs out of service.
+  ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+  ncclUniqueId id;
+  std::string key = ctx_.prefix + "/cuda/nccl_id";
+  if (ctx_.ranks.rank == 0) {
+    SYMCOMM_NCCL_CHECK(ncclGetUniqueId(&id));
+    ctx_.store->set(key, Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
+  } else {
+    Bytes b = ctx_.store->get(key);
+    SYMCOMM_CHECK(b.size() == sizeof(id), kStore, "bad NCCL unique id in the store ({} bytes)", b.size());
+    std::memcpy(&id, b.data(), sizeof(id));
+  }
+  ncclResult_t res = ncclCommInitRank(&nccl_, ctx_.ranks.world_size, id, ctx_.ranks.rank);
+  bool ok = res == ncclSuccess;
+  if (!ok) {
+    SYMCOMM_LOG_WARN("rank {}: ncclCommInitRank failed: {}", ctx_.ranks.rank, ncclGetErrorString(res));
+    nccl_ = nullptr;
+  }
+  caps_.nccl_available = agree_all(ctx_, ok);
+}
+
+CudaBackend::~CudaBackend() {
+  bool failed = ctx_.sticky().has_value() || ctx_.aborted.load();
+  if (!failed) cudaDeviceSynchronize();  // let enqueued kernels finish before their memory goes
+  // ncclCommAbort also on a clean shutdown: it never waits for peers (which may already be gone or busy),
+  // and our own NCCL work has completed (synchronised above) or must be cut off (failure).
+  if (nccl_) ncclCommAbort(nccl_);
+  {
+    std::lock_guard lock(control_->mu);
+    // Kernels of a failed communicator exit on their own (error word / abort); keep the words valid until
+    // then by aborting them first.
+    if (control_->host) {
+      reinterpret_cast<volatile uint32_t*>(&control_->host->aborted)[0] = 1;
+    }
+  }
+  cudaDeviceSynchronize();
+  {
+    std::lock_guard lock(control_->mu);
+    if (control_->host) cudaFreeHost(control_->host);
+    control_->host = nullptr;
+  }
+  if (state_) cudaFree(state_);
+  heap_.reset();
+}
+
+void* CudaBackend::alloc(size_t bytes) { return heap_->alloc(bytes); }
+void CudaBackend::free(void* ptr) {
+  if (ptr) cudaDeviceSynchronize();  // no kernel of ours may still use it
+  heap_->free(ptr);
+}
+void* CudaBackend::peer_ptr(const void* ptr, int peer) const { return heap_->peer_ptr(ptr, peer); }
+
+bool CudaBackend::symmetric(const void* p, size_t bytes) const {
+  char* base = nullptr;
+  size_t stride = 0;
+  return p && heap_->find(p, bytes, &base, &stride);
+}
+
+void CudaBackend::check_pointer(const void* p, const char* what) {
+  {
+    std::lock_guard lock(ptr_mu_);
+    for (auto& [q, ok] : ptr_cache_) {
+      if (q == p && ok) return;
+    }
+  }
+  cudaPointerAttributes a{};
+  cudaError_t err = cudaPointerGetAttributes(&a, p);
+  if (err != cudaSuccess) cudaGetLastError();
+  bool ok =
+      err == cudaSuccess && ((a.type == cudaMemoryTypeDevice && a.device == device_) ||
+                             a.type == cudaMemoryTypeManaged || (a.type == cudaMemoryTypeHost && a.devicePointer == p));
+  SYMCOMM_CHECK_ARG(ok,
+                    "{} = {} is not memory that device {} can access (use cudaMalloc, the symmetric heap, or "
+                    "mapped host memory)",
+                    what, p, device_);
+  std::lock_guard lock(ptr_mu_);
+  if (ptr_cache_.size() >= 16) ptr_cache_.erase(ptr_cache_.begin());
+  ptr_cache_.emplace_back(p, true);
+}
+
+void CudaBackend::check_buffers(const Request& r) {
+  if (r.kind == Collective::kBarrier || r.count == 0) return;
+  const size_t es = r.elem_size();
+  bool reads_in = r.kind != Collective::kBroadcast || r.root == ctx_.ranks.rank;
+  if (reads_in) check_pointer(r.in, "in");
+  check_pointer(r.out, "out");
+  if (r.has_reduction()) {
+    SYMCOMM_CHECK_ARG(reinterpret_cast<uintptr_t>(r.in) % es == 0 && reinterpret_cast<uintptr_t>(r.out) % es == 0,
+                      "in/out must be aligned to the element size ({} bytes) for reductions", es);
+  }
+}
+
+void CudaBackend::poll_errors() {
+  uint64_t e = read_error(*control_);
+  if (!e) return;
+  Error err = device_error(e);
+  ctx_.set_sticky(err);
+  throw *ctx_.sticky();
+}
+
+Error CudaBackend::device_error(uint64_t e) const {
+  const int me = ctx_.ranks.rank, peer = device::error_peer(e);
+  std::vector<int> ranks;
+  if (peer >= 0) ranks.push_back(peer);
+  switch (device::error_code(e)) {
+    case DeviceError::kPeerDead: {
+      uint64_t dead = ctx_.mesh ? ctx_.mesh->dead_mask() : 0, left = ctx_.mesh ? ctx_.mesh->left_mask() : 0;
+      if (dead | left) return ctx_.peer_lost_error(dead, left, __FILE__, __LINE__);
+      return Error(ErrorCode::kPeerDead, fmt::format("rank {}: rank {} died during a collective", me, peer), __FILE__,
+                   __LINE__, ranks);
+    }
+    case DeviceError::kAborted:
+      return Error(ErrorCode::kAborted, fmt::format("rank {}: the communicator was aborted", me), __FILE__, __LINE__,
+                   ranks);
+    case DeviceError::kMismatch:
+      return Error(ErrorCode::kMismatch,
+                   fmt::format("rank {}: rank {} ran a different collective (collective, count, dtype, op, root or "
+                               "buffer kind differ) at signal {}",
+                               me, peer, device::error_seq(e)),
+                   __FILE__, __LINE__, ranks);
+    case DeviceError::kTimeout:
+    default:
+      return Error(ErrorCode::kTimeout,
+                   fmt::format("rank {}: waited {} ms on the device for rank {} (signal {}); it did not arrive", me,
+                               ctx_.config.timeout.count(), peer, device::error_seq(e)),
+                   __FILE__, __LINE__, ranks);
+  }
+}
+
+void CudaBackend::abort() {
+  std::lock_guard lock(control_->mu);
+  if (control_->host) {
+    reinterpret_cast<std::atomic<uint32_t>*>(&control_->host->aborted)->store(1, std::memory_order_release);
+  }
+}
+
+void CudaBackend::run(const Request& r, Algorithm algo) {
+  poll_errors();
+  if (r.count == 0 && r.kind != Collective::kBarrier) return;  // every rank has count 0: nothing to move
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(r.options.stream);
+  if (algo == Algorithm::kNccl) {
+    launch_nccl(r, s);
+  } else {
+    SYMCOMM_CHECK(caps_.full_nvlink, kUnsupported, "symcomm kernels need P2P over NVLink between all ranks");
+    launch(r, algo, s);
+  }
+}
+
+std::shared_ptr<Work> CudaBackend::run_async(const Request& r, Algorithm algo) {
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(r.options.stream);
+  SYMCOMM_CHECK_ARG(!stream_capturing(s),
+                    "asynchronous collectives cannot be captured into a CUDA graph; use the "
+                    "blocking form (it only enqueues on the stream)");
+  run(r, algo);
+  cudaEvent_t ev = nullptr;
+  SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudaError_t err = cudaEventRecord(ev, s);
+  if (err != cudaSuccess) {
+    cudaEventDestroy(ev);
+    SYMCOMM_CUDA_CHECK(err);
+  }
+  // The host gives up a little after the device deadline, which reports the failing rank itself.
+  return std::make_shared<CudaWork>(this, control_, ev, ctx_.config.timeout + std::chrono::seconds(5));
+}
+std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device) {
+  if (device < 0) device = ctx.ranks.local_rank;
+  return std::make_unique<CudaBackend>(ctx, device);
+}
+
+}  // namespace symcomm::detail

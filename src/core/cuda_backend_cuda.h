@@ -1,0 +1,88 @@
+#pragma once
+// CudaBackend: symmetric memory over cuMem + NVLink kernels, with NCCL as the fallback path.
+//
+// NOTE [cuda backend ordering] Collectives are enqueued on CollOptions::stream and return (NCCL-like). One
+// communicator runs one operation at a time in stream order: its kernels share one signal pad, one staging
+// buffer and one set of device counters. As with NCCL, a caller that switches streams between operations of
+// one communicator must order them (an event); the backend does not keep handles to user streams (they may
+// be destroyed between calls). Different communicators have separate pads, staging and counters, so they
+// may run concurrently on different streams.
+//
+// NOTE [cuda backend errors] Kernels never trap. A wait that hits the deadline, sees abort() or a dead peer,
+// or finds a mismatched op header records the first error in DeviceState::error and copies it into
+// host-mapped memory (HostControl::error). The host reads that word before every launch, in Work::wait()/
+// is_completed(), and in poll_errors(); it becomes a sticky Error naming the rank(s). The peer-mesh
+// watchdog sets HostControl::dead_mask when a peer dies, so kernels spinning on it exit within ~1 ms of
+// the watchdog noticing.
+
+#include <nccl.h>
+
+#include <memory>
+#include <mutex>
+
+#include "core/backend.h"
+#include "memory/cuda_heap_cuda.h"
+#include "symcomm/device/handle.h"
+
+namespace symcomm::detail {
+
+// NOTE [LL threshold] One-shot all-reduces up to kLLMaxBytes use the LL kernel (data carries its own
+// flags; cuda_all_reduce_ll.cu), larger ones the staged one-shot (push, one barrier per round). LL moves
+// twice the bytes over NVLink but saves the fence and the flag round trip. Measured 2026-11-22 on 2 x H200
+// with tools/gpu_check.sh (bf16 sum, CUDA graph, us per op): staged one-shot 5.5 / 6.1 / 6.3 / 6.9 / 9.8 at
+// 4 K / 16 K / 64 K / 256 K / 1 M (run 1); LL 2.7 / 4.5 / 5.4 / 6.0 / 11.9 (run 3); two-shot 11.2 at 1 M.
+// LL wins up to 256 KB and loses at 1 MB: the switch at 512 KB is interpolated, not measured.
+inline constexpr size_t kLLPayloadBytes = 1 << 20;  // LL buffer capacity (payload) per source rank and parity
+inline constexpr size_t kLLMaxBytes = 512 << 10;
+
+/// Host-mapped control words, shared with the peer-mesh callback (which may outlive the backend).
+struct ControlBlock {
+  std::mutex mu;
+  device::HostControl* host = nullptr;  ///< nullptr once freed
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(CommContext& ctx, int device);
+  ~CudaBackend() override;
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  int device() const override { return device_; }
+  const Capabilities& capabilities() const override { return caps_; }
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void* peer_ptr(const void* ptr, int peer) const override;
+  void check_buffers(const Request& r) override;
+  void run(const Request& r, Algorithm algo) override;
+  std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) override;
+  void abort() override;
+
+  /// Throws (and records as sticky) the device error if a kernel reported one.
+  void poll_errors() override;
+  CommContext& ctx() { return ctx_; }
+
+ private:
+  void init_nccl();
+  void launch(const Request& r, Algorithm algo, cudaStream_t s);
+  void launch_nccl(const Request& r, cudaStream_t s);
+  Error device_error(uint64_t e) const;
+  bool symmetric(const void* p, size_t bytes) const;
+  void check_pointer(const void* p, const char* what);
+
+  CommContext& ctx_;
+  int device_;
+  Capabilities caps_;
+  std::unique_ptr<CudaHeap> heap_;
+  void* pad_ = nullptr;
+  void* ll_ = nullptr;
+  void* scratch_ = nullptr;
+  device::DeviceState* state_ = nullptr;
+  std::shared_ptr<ControlBlock> control_;
+  device::HostControl* control_dev_ = nullptr;  ///< device pointer of control_->host
+  device::DeviceComm comm_{};
+  ncclComm_t nccl_ = nullptr;
+  std::mutex ptr_mu_;
+  std::vector<std::pair<const void*, bool>> ptr_cache_;  ///< recently checked pointers
+};
+
+}  // namespace symcomm::detail

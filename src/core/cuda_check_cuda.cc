@@ -1,0 +1,26 @@
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/driver_api_cuda.h"
+
+namespace symcomm::detail {
+
+void throw_cuda_error(int err, const char* expr, const char* file, int line) {
+  auto e = static_cast<cudaError_t>(err);
+  throw_error(ErrorCode::kCuda, fmt::format("{} failed: {} ({})", expr, cudaGetErrorName(e), cudaGetErrorString(e)),
+              file, line);
+}
+
+void throw_driver_error(int res, const char* expr, const char* file, int line) {
+  throw_error(ErrorCode::kCuda, fmt::format("{} failed: {}", expr, driver_error_string(static_cast<CUresult>(res))),
+              file, line);
+}
+
+void throw_nccl_error(int res, const char* expr, const char* file, int line) {
+  throw_error(ErrorCode::kCuda, fmt::format("{} failed: {}", expr, ncclGetErrorString(static_cast<ncclResult_t>(res))),
+              file, line);
+}
+
+}  // namespace symcomm::detail

@@ -1,0 +1,208 @@
+// CudaBackend's launch paths: the symcomm kernels (one per collective and path) and the NCCL fallback.
+#include <nccl.h>
+
+#include <algorithm>
+
+#include "algos/cuda_all_gather.h"
+#include "algos/cuda_all_reduce_ll.h"
+#include "algos/cuda_all_reduce_one_shot.h"
+#include "algos/cuda_all_reduce_two_shot.h"
+#include "algos/cuda_barrier.h"
+#include "algos/cuda_broadcast.h"
+#include "algos/cuda_reduce_scatter.h"
+#include "core/check.h"
+#include "core/cuda_backend_cuda.h"
+#include "core/cuda_check.h"
+
+namespace symcomm::detail {
+namespace {
+
+ncclDataType_t to_nccl(DataType d) {
+  switch (d) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kInt8: return ncclInt8;
+    case DataType::kUInt8: return ncclUint8;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t to_nccl(ReduceOp o) {
+  switch (o) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+// FNV-1a over the fields every rank must agree on; never 0 (0 means "no header").
+uint64_t op_header(const Request& r, int path, bool zero_copy) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint64_t>(r.kind));
+  mix(static_cast<uint64_t>(path));
+  mix(static_cast<uint64_t>(r.dtype));
+  mix(r.has_reduction() ? static_cast<uint64_t>(r.op) : 0);
+  mix(r.count);
+  mix(r.kind == Collective::kBroadcast ? static_cast<uint64_t>(r.root) : 0);
+  mix(zero_copy);
+  return h ? h : 1;
+}
+
+}  // namespace
+
+void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
+  SYMCOMM_CHECK(nccl_, kUnsupported, "NCCL is not available on this communicator");
+  const auto dt = to_nccl(r.dtype);
+  const int n = ctx_.ranks.world_size;
+  switch (r.kind) {
+    case Collective::kAllReduce:
+      SYMCOMM_NCCL_CHECK(ncclAllReduce(r.in, r.out, r.count, dt, to_nccl(r.op), nccl_, s));
+      break;
+    case Collective::kAllGather: SYMCOMM_NCCL_CHECK(ncclAllGather(r.in, r.out, r.count, dt, nccl_, s)); break;
+    case Collective::kReduceScatter:
+      SYMCOMM_NCCL_CHECK(ncclReduceScatter(r.in, r.out, r.count, dt, to_nccl(r.op), nccl_, s));
+      break;
+    case Collective::kBroadcast: SYMCOMM_NCCL_CHECK(ncclBroadcast(r.in, r.out, r.count, dt, r.root, nccl_, s)); break;
+    case Collective::kAllToAll: {
+      const size_t es = r.elem_size(), bytes = r.count * es;
+      if (r.in != r.out) {
+        SYMCOMM_NCCL_CHECK(ncclGroupStart());
+        for (int p = 0; p < n; ++p) {
+          SYMCOMM_NCCL_CHECK(ncclSend(static_cast<const char*>(r.in) + p * bytes, r.count, dt, p, nccl_, s));
+          SYMCOMM_NCCL_CHECK(ncclRecv(static_cast<char*>(r.out) + p * bytes, r.count, dt, p, nccl_, s));
+        }
+        SYMCOMM_NCCL_CHECK(ncclGroupEnd());
+        break;
+      }
+      // In place, grouped send/recv would overwrite blocks not yet sent: send each chunk of every block from
+      // a copy in the staging buffer (stream-ordered with this communicator's kernels, its only other user).
+      const size_t chunk = std::max<size_t>(1, 2 * comm_.scratch_half_bytes / (n * es));
+      char* stage = static_cast<char*>(scratch_);
+      char* buf = static_cast<char*>(r.out);
+      for (size_t j = 0; j < r.count; j += chunk) {
+        const size_t m = std::min(chunk, r.count - j);
+        SYMCOMM_CUDA_CHECK(
+            cudaMemcpy2DAsync(stage, m * es, buf + j * es, bytes, m * es, n, cudaMemcpyDeviceToDevice, s));
+        SYMCOMM_NCCL_CHECK(ncclGroupStart());
+        for (int p = 0; p < n; ++p) {
+          SYMCOMM_NCCL_CHECK(ncclSend(stage + p * m * es, m, dt, p, nccl_, s));
+          SYMCOMM_NCCL_CHECK(ncclRecv(buf + p * bytes + j * es, m, dt, p, nccl_, s));
+        }
+        SYMCOMM_NCCL_CHECK(ncclGroupEnd());
+      }
+      break;
+    }
+    case Collective::kBarrier:
+      // A barrier has no payload for NCCL; the symcomm kernel is always available when P2P works.
+      SYMCOMM_CHECK(caps_.full_nvlink, kUnsupported, "barrier needs the symcomm kernels");
+      launch(r, Algorithm::kDirect, s);
+      break;
+  }
+}
+
+void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
+  const int n = ctx_.ranks.world_size;
+  const size_t es = r.elem_size();
+  switch (r.kind) {
+    case Collective::kBarrier: cuda::launch_barrier({.comm = comm_, .header = op_header(r, 0, false)}, s); return;
+    case Collective::kAllReduce: {
+      const size_t bytes = r.count * es;
+      if (algo == Algorithm::kOneShot && bytes <= kLLMaxBytes && bytes <= cuda::all_reduce_ll_max_bytes(comm_)) {
+        cuda::launch_all_reduce_ll(
+            {.comm = comm_, .in = r.in, .out = r.out, .count = r.count, .dtype = r.dtype, .op = r.op}, s);
+        return;
+      }
+      if (algo == Algorithm::kOneShot) {
+        cuda::launch_all_reduce_one_shot({.comm = comm_,
+                                          .in = r.in,
+                                          .out = r.out,
+                                          .count = r.count,
+                                          .dtype = r.dtype,
+                                          .op = r.op,
+                                          .header = op_header(r, 1, false)},
+                                         s);
+        return;
+      }
+      const bool zc = symmetric(r.in, bytes) && symmetric(r.out, bytes);
+      cuda::AllReduceTwoShotParams p{.comm = comm_,
+                                     .in = r.in,
+                                     .out = r.out,
+                                     .count = r.count,
+                                     .dtype = r.dtype,
+                                     .op = r.op,
+                                     .header = op_header(r, 2, zc),
+                                     .peer_in = {},
+                                     .peer_out = {},
+                                     .zero_copy = zc};
+      for (int q = 0; zc && q < n; ++q) {
+        p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
+        p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
+      }
+      cuda::launch_all_reduce_two_shot(p, s);
+      return;
+    }
+    case Collective::kReduceScatter: {
+      const bool zc = symmetric(r.in, r.count * es * n);
+      cuda::ReduceScatterParams p{.comm = comm_,
+                                  .in = r.in,
+                                  .out = r.out,
+                                  .count = r.count,
+                                  .dtype = r.dtype,
+                                  .op = r.op,
+                                  .header = op_header(r, 3, zc),
+                                  .peer_in = {},
+                                  .zero_copy = zc};
+      for (int q = 0; zc && q < n; ++q) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
+      cuda::launch_reduce_scatter(p, s);
+      return;
+    }
+    case Collective::kAllGather:
+    case Collective::kAllToAll: {
+      const bool a2a = r.kind == Collective::kAllToAll;
+      const size_t bytes = r.count * es;
+      // All-to-all in place cannot take the zero-copy path: a peer would overwrite a block still to be sent.
+      const bool zc = symmetric(r.out, bytes * n) && !(a2a && r.in == r.out);
+      cuda::ExchangeParams p{.comm = comm_,
+                             .in = static_cast<const char*>(r.in),
+                             .out = static_cast<char*>(r.out),
+                             .bytes = bytes,
+                             .in_block_stride = a2a ? bytes : 0,
+                             .header = op_header(r, 4, zc),
+                             .peer_out = {},
+                             .zero_copy = zc};
+      for (int q = 0; zc && q < n; ++q) p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
+      cuda::launch_exchange(p, s);
+      return;
+    }
+    case Collective::kBroadcast: {
+      const size_t bytes = r.count * es;
+      const bool zc = symmetric(r.out, bytes);
+      cuda::BroadcastParams p{.comm = comm_,
+                              .in = static_cast<const char*>(r.in),
+                              .out = static_cast<char*>(r.out),
+                              .bytes = bytes,
+                              .root = r.root,
+                              .header = op_header(r, 5, zc),
+                              .peer_out = {},
+                              .zero_copy = zc};
+      for (int q = 0; zc && q < n; ++q) p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
+      cuda::launch_broadcast(p, s);
+      return;
+    }
+  }
+}
+
+}  // namespace symcomm::detail

@@ -1,0 +1,32 @@
+// The kernel of the functional P2P check (cuda_topology_cuda.cc): SM stores into every peer's memory, the
+// access pattern every symcomm kernel relies on.
+#include "core/cuda_check.h"
+#include "symcomm/device/handle.h"
+#include "topology/cuda_topology_cuda.h"
+
+namespace symcomm::detail {
+namespace {
+
+struct ProbeArgs {
+  char* dsts[device::kMaxDeviceRanks];
+};
+
+__global__ void probe_write_kernel(ProbeArgs a, int world_size, int rank, uint64_t salt) {
+  int p = threadIdx.x;
+  if (p < world_size) {
+    reinterpret_cast<volatile uint64_t*>(a.dsts[p])[rank] = salt ^ (uint64_t{static_cast<uint32_t>(rank)} << 32) ^ p;
+  }
+  __threadfence_system();
+}
+
+}  // namespace
+
+void launch_probe_write(char* const* dsts, int world_size, int rank, uint64_t salt) {
+  ProbeArgs a{};
+  for (int p = 0; p < world_size && p < device::kMaxDeviceRanks; ++p) a.dsts[p] = dsts[p];
+  probe_write_kernel<<<1, 32>>>(a, world_size, rank, salt);
+  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+  SYMCOMM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace symcomm::detail

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# gpu_check.sh: the one command for the GPU machine. Configures and builds with Ninja (build-gpu), runs the
+# GPU tests, runs symcomm-bench on the CUDA backend under symcomm-run, writes logs and JSON under $OUT
+# (at most 8 files, flat) and prints a short summary table last.
+#
+#   OUT=/tmp/out tools/gpu_check.sh            # everything
+#   GPU_CHECK_STEPS="build tests" tools/gpu_check.sh
+#   BENCH_ARGS="--max-bytes 64M" tools/gpu_check.sh
+#
+# Missing headers (fmt, gtest, CLI11, nlohmann-json) are taken from Debian packages in .debs/ (carried to the
+# machine; see docs/cuda-backend.md), unpacked into /tmp/symcomm-deps.
+set -uo pipefail
+
+# NVLink multicast (NVLS) must stay off for every program started here.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-check-out}
+BUILD=${BUILD:-$ROOT/build-gpu}
+STEPS=${GPU_CHECK_STEPS:-"build tests bench"}
+JOBS=${JOBS:-16}
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+{
+  date -u
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>&1
+  nvidia-smi topo -m 2>&1
+  nvcc --version 2>&1 | tail -2
+  cmake --version | head -1
+  ninja --version
+  for d in /usr/include/fmt /usr/include/gtest /usr/include/CLI /usr/include/nlohmann; do
+    [ -e "$d" ] && echo "have $d" || echo "missing $d"
+  done
+  ls /usr/local/cuda/lib64 2>/dev/null | grep -i nccl
+} >"$OUT/env.txt" 2>&1
+
+PREFIX_ARGS=()
+if [ ! -e /usr/include/fmt/format.h ] || [ ! -e /usr/include/gtest/gtest.h ] || [ ! -e /usr/include/CLI/CLI.hpp ]; then
+  if ls "$ROOT"/.debs/*.deb >/dev/null 2>&1; then
+    DEPS=/tmp/symcomm-deps
+    mkdir -p "$DEPS"
+    for f in "$ROOT"/.debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+    # gtest ships as sources (googletest) plus headers: build it into the prefix once.
+    if [ -d "$DEPS/usr/src/googletest" ] && [ ! -e "$DEPS/usr/lib/libgtest.a" ]; then
+      cmake -G Ninja -S "$DEPS/usr/src/googletest" -B /tmp/gtest-build -DCMAKE_INSTALL_PREFIX="$DEPS/usr" \
+        -DCMAKE_POSITION_INDEPENDENT_CODE=ON >/tmp/gtest-build.log 2>&1 &&
+        ninja -C /tmp/gtest-build install >>/tmp/gtest-build.log 2>&1 || echo "gtest build failed" >>"$OUT/env.txt"
+    fi
+    PREFIX_ARGS=(-DCMAKE_PREFIX_PATH="$DEPS/usr")
+    export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+    echo "dependencies from .debs unpacked into $DEPS" >>"$OUT/env.txt"
+  fi
+fi
+
+BUILD_OK=1
+if has build; then
+  t0=$(date +%s)
+  cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DSYMCOMM_WITH_MPI=OFF "${PREFIX_ARGS[@]}" >"$OUT/build.log" 2>&1 &&
+    ninja -C "$BUILD" -j"$JOBS" -k 0 >>"$OUT/build.log" 2>&1 || BUILD_OK=0
+  note "build: $([ $BUILD_OK = 1 ] && echo ok || echo FAILED) in $(($(date +%s) - t0)) s (log: build.log)"
+  [ $BUILD_OK = 1 ] || grep -E "error|FAILED" "$OUT/build.log" | head -20
+fi
+
+if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
+  t0=$(date +%s)
+  timeout 420 "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} --gtest_output=json:"$OUT/gpu_tests.json" \
+    >"$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  note "gpu tests: rc=$rc in $(($(date +%s) - t0)) s (77 = skipped; log: gpu_tests.log)"
+  grep -E "^\[  (PASSED|FAILED) |^\[       OK|^\[  FAILED  \]|SKIPPED" "$OUT/gpu_tests.log" | tee -a "$SUMMARY"
+fi
+
+if has bench && [ -x "$BUILD/bench/symcomm-bench" ] && [ -x "$BUILD/tools/symcomm-run" ]; then
+  t0=$(date +%s)
+  ARGS=${BENCH_ARGS:-"--backend cuda --dtype bf16 --op sum --min-bytes 4K --max-bytes 256M --baseline nccl \
+    --collective all_reduce,all_gather,reduce_scatter --mode eager,graph"}
+  # shellcheck disable=SC2086
+  timeout 300 "$BUILD/tools/symcomm-run" -n "${NRANKS:-2}" --timeout 290 -- "$BUILD/bench/symcomm-bench" $ARGS \
+    --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
+  rc=$?
+  note "bench: rc=$rc in $(($(date +%s) - t0)) s (log: bench.log, json: bench.json)"
+  # The CUDA runner prints its ratio table last (rank 0).
+  sed -n '/# symcomm \/ best NCCL/,$p' "$OUT/bench.log" | sed 's/^\[rank 0\] //' | tee -a "$SUMMARY"
+fi
+
+echo "---- summary ($OUT) ----"
+cat "$SUMMARY"
