@@ -95,7 +95,8 @@ int run(int argc, char** argv) {
     pos = comma + 1;
   }
 
-  CommOptions copts{.backend = *be};
+  CommOptions copts;
+  copts.backend = *be;
   bool want_mpi = std::find(baselines.begin(), baselines.end(), "mpi") != baselines.end();
   std::unique_ptr<Communicator> comm;
 #if defined(SYMCOMM_BENCH_MPI)
