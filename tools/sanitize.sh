@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export SYMCOMM_SOAK_OPS=${SYMCOMM_SOAK_OPS:-20000}
 # The 2^31-element test moves 4 GiB; it runs in the normal build only.
 export GTEST_FILTER=-LargeCounts.*
-export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1:atexit_sleep_ms=0
 for kind in asan tsan; do
   case $kind in
     asan) flags=address,undefined ;;

@@ -15,7 +15,9 @@ namespace symcomm {
 enum class LogLevel : uint8_t { kOff, kError, kWarn, kInfo, kDebug };
 
 /// Thresholds used by the pure selection function (src/algos/select.cc). Each field documents where its
-/// default was measured.
+/// default was measured. The CUDA defaults are the 2-rank measurements; for other world sizes, CUDA fields
+/// still at their default are replaced by the values measured for that world size (table in select.cc,
+/// NOTE [measured CUDA thresholds]); a field set to anything else is used as given.
 struct Tuning {
   /// Host backend: all-reduce payloads up to this many bytes use one-shot, larger ones two-shot.
   size_t host_one_shot_max_bytes = 64 * 1024;

@@ -45,7 +45,7 @@ Outcome run_select(const SelectRequest& request, const Capabilities& caps, const
 Capabilities host(int world_size) { return Capabilities{.backend = BackendKind::kHost, .world_size = world_size}; }
 
 struct CudaCaps {
-  int world_size = 8;
+  int world_size = 2;
   bool full_nvlink = true;
   bool nccl_available = true;
   bool copy_engine = false;
@@ -282,6 +282,27 @@ TEST(Select, CudaSmallDirectCollectivesGoToNccl) {
       {"cuda all_gather small low no ce", nvl, coll(Collective::kAllGather, 8, kAuto, Contention::kLow), t, kDirect},
       {"cuda all_reduce small stays", nvl, all_reduce(8), t, kOneShot},
       {"cuda barrier stays", nvl, coll(Collective::kBarrier, 0), t, kDirect},
+  });
+}
+
+// NOTE [measured CUDA thresholds]: fields left at their 2-rank default follow the 4-rank measurements from
+// 3 ranks on; fields set by the user are kept.
+TEST(Select, CudaThresholdsFollowTheWorldSize) {
+  using enum Algorithm;
+  const Tuning t{};
+  const Capabilities two = cuda({.world_size = 2}), four = cuda({.world_size = 4}), eight = cuda({.world_size = 8});
+  const Tuning user{.cuda_one_shot_max_bytes = 64 << 10};
+  check_rows({
+      {"2 ranks 64 KiB one-shot", two, all_reduce(64 << 10), t, kOneShot},
+      {"4 ranks 4 KiB one-shot", four, all_reduce(4 << 10), t, kOneShot},
+      {"4 ranks 4 KiB + 1 two-shot", four, all_reduce((4 << 10) + 1), t, kTwoShot},
+      {"8 ranks 64 KiB two-shot", eight, all_reduce(64 << 10), t, kTwoShot},
+      {"2 ranks 256 MiB two-shot", two, all_reduce(size_t{256} << 20), t, kTwoShot},
+      {"4 ranks 64 MiB - 1 two-shot", four, all_reduce((size_t{64} << 20) - 1), t, kTwoShot},
+      {"4 ranks 64 MiB nccl", four, all_reduce(size_t{64} << 20), t, kNccl},
+      {"4 ranks 64 MiB no nccl", cuda({.world_size = 4, .nccl_available = false}), all_reduce(size_t{64} << 20), t,
+       kTwoShot},
+      {"4 ranks user one-shot max kept", four, all_reduce(64 << 10), user, kOneShot},
   });
 }
 
