@@ -9,6 +9,46 @@
 
 namespace symcomm::detail {
 
+// The Work returned by *_async calls inside a group: it becomes the group's Work once the group ends.
+class CommCore::GroupWork final : public Work {
+ public:
+  void bind(std::shared_ptr<Work> target, std::exception_ptr error) {
+    std::lock_guard lock(mu_);
+    target_ = std::move(target);
+    error_ = error;
+    bound_ = true;
+  }
+  bool is_completed() override {
+    auto [t, e] = get();
+    return e || (t && t->is_completed());
+  }
+  void wait() override {
+    auto [t, e] = get();
+    if (e) std::rethrow_exception(e);
+    t->wait();
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    auto [t, e] = get();
+    if (e) std::rethrow_exception(e);
+    return t->wait_for(timeout);
+  }
+  std::exception_ptr exception() override {
+    auto [t, e] = get();
+    return e ? e : (t && t->is_completed() ? t->exception() : nullptr);
+  }
+
+ private:
+  std::pair<std::shared_ptr<Work>, std::exception_ptr> get() {
+    std::lock_guard lock(mu_);
+    SYMCOMM_CHECK_ARG(bound_, "wait on a collective of a group that has not ended yet (call group_end first)");
+    return {target_, error_};
+  }
+  std::mutex mu_;
+  bool bound_ = false;
+  std::shared_ptr<Work> target_;
+  std::exception_ptr error_;
+};
+
 bool is_fatal(ErrorCode code) { return code != ErrorCode::kInvalidArgument && code != ErrorCode::kUnsupported; }
 
 CommCore::CommCore(std::unique_ptr<CommContext> ctx, BackendKind kind, int device) : ctx_(std::move(ctx)) {
@@ -42,6 +82,12 @@ std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
   last_algo_.store(algo, std::memory_order_relaxed);
   try {
     if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq);
+    if (in_group()) {  // recorded now, run by group_end()
+      std::lock_guard lock(group_mu_);
+      group_.ops.emplace_back(r, algo);
+      group_.seqs.push_back(seq);
+      return async ? group_.work : nullptr;
+    }
     ctx_->history.set_state(seq, OpState::kRunning);
     if (async) {
       auto work = backend_->run_async(r, algo);
@@ -112,46 +158,6 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq)
                 __FILE__, __LINE__, bad);
   }
 }
-
-// The Work returned by *_async calls inside a group: it becomes the group's Work once the group ends.
-class CommCore::GroupWork final : public Work {
- public:
-  void bind(std::shared_ptr<Work> target, std::exception_ptr error) {
-    std::lock_guard lock(mu_);
-    target_ = std::move(target);
-    error_ = error;
-    bound_ = true;
-  }
-  bool is_completed() override {
-    auto [t, e] = get();
-    return e || (t && t->is_completed());
-  }
-  void wait() override {
-    auto [t, e] = get();
-    if (e) std::rethrow_exception(e);
-    t->wait();
-  }
-  bool wait_for(std::chrono::milliseconds timeout) override {
-    auto [t, e] = get();
-    if (e) std::rethrow_exception(e);
-    return t->wait_for(timeout);
-  }
-  std::exception_ptr exception() override {
-    auto [t, e] = get();
-    return e ? e : (t && t->is_completed() ? t->exception() : nullptr);
-  }
-
- private:
-  std::pair<std::shared_ptr<Work>, std::exception_ptr> get() {
-    std::lock_guard lock(mu_);
-    SYMCOMM_CHECK_ARG(bound_, "wait on a collective of a group that has not ended yet (call group_end first)");
-    return {target_, error_};
-  }
-  std::mutex mu_;
-  bool bound_ = false;
-  std::shared_ptr<Work> target_;
-  std::exception_ptr error_;
-};
 
 bool CommCore::in_group() const {
   std::lock_guard lock(group_mu_);

@@ -59,9 +59,8 @@ TEST(GpuFailure, PeerKilledMidCollective) {
         } catch (const Error& e) {
           EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
           EXPECT_FALSE(e.ranks().empty()) << e.what();
-          if (!e.ranks().empty()) {
-            EXPECT_EQ(e.ranks()[0], 1);
-          }
+          // Every rank but 0 dies; whichever the kernel saw first is named (on 4 GPUs rank 3 died first once).
+          for (int r : e.ranks()) EXPECT_TRUE(r >= 1 && r < comm->world_size()) << e.what();
         }
         double waited = seconds_since(t0);
         EXPECT_LT(waited, 0.3 + 1.5) << "kPeerDead took " << waited << " s";

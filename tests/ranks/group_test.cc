@@ -1,0 +1,144 @@
+// Coalescing on the host backend: random groups of collectives (mixed kinds, dtypes, ops, sizes; small
+// all-reduces get packed) must give, element for element, what the same collectives give one by one.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "harness/rank_harness.h"
+#include "harness/test_values.h"
+
+namespace symcomm::testing {
+namespace {
+
+struct Op {
+  Collective kind;
+  DataType dtype;
+  ReduceOp op;
+  size_t count;
+  std::vector<uint8_t> in, out;
+};
+
+std::vector<Op> random_ops(uint64_t seed, int n, int me, int how_many) {
+  std::vector<Op> ops;
+  for (int k = 0; k < how_many; ++k) {
+    uint64_t h = mix64(seed * 977 + k);
+    Op o{};
+    o.kind = (h % 4 == 0) ? Collective::kAllGather : (h % 4 == 1) ? Collective::kReduceScatter : Collective::kAllReduce;
+    o.dtype = static_cast<DataType>((h >> 8) % kNumDataTypes);
+    o.op = static_cast<ReduceOp>((h >> 16) % kNumReduceOps);
+    o.count = (h >> 24) % 3 == 0 ? (h >> 32) % 70000 : (h >> 32) % 300;  // mostly small: packed together
+    size_t es = dtype_size(o.dtype);
+    size_t in_elems = o.kind == Collective::kReduceScatter ? o.count * n : o.count;
+    size_t out_elems = o.kind == Collective::kAllGather ? o.count * n : o.count;
+    o.in.resize(in_elems * es);
+    o.out.assign(out_elems * es, 0xa5);
+    bool reduction = o.kind != Collective::kAllGather;
+    for (size_t i = 0; i < in_elems; ++i) {
+      store_value(o.dtype, o.in.data(), i, input_value(seed * 1000 + k, me, i, o.op, o.dtype, reduction));
+    }
+    ops.push_back(std::move(o));
+  }
+  return ops;
+}
+
+void issue(Communicator& c, Op& o) {
+  switch (o.kind) {
+    case Collective::kAllReduce: c.all_reduce(o.in.data(), o.out.data(), o.count, o.dtype, o.op); break;
+    case Collective::kAllGather: c.all_gather(o.in.data(), o.out.data(), o.count, o.dtype); break;
+    case Collective::kReduceScatter: c.reduce_scatter(o.in.data(), o.out.data(), o.count, o.dtype, o.op); break;
+    default: FAIL();
+  }
+}
+
+enum class Style { kExplicit, kAsync, kRaii };
+
+void run_groups(RankEnv& env, Style style) {
+  auto comm = env.make_comm();
+  const int n = env.info.world_size, me = env.info.rank;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    auto grouped = random_ops(seed, n, me, 1 + static_cast<int>(seed % 40));
+    auto single = random_ops(seed, n, me, 1 + static_cast<int>(seed % 40));
+    for (Op& o : single) issue(*comm, o);
+    if (style == Style::kRaii) {
+      CollectiveGroup g(*comm);
+      for (Op& o : grouped) issue(*comm, o);
+    } else {
+      comm->group_start();
+      for (Op& o : grouped) issue(*comm, o);
+      if (style == Style::kAsync) {
+        auto work = comm->group_end_async();
+        work->wait();
+        EXPECT_TRUE(work->is_completed());
+        EXPECT_EQ(work->exception(), nullptr);
+      } else {
+        comm->group_end();
+      }
+    }
+    for (size_t k = 0; k < grouped.size(); ++k) {
+      ASSERT_EQ(grouped[k].out, single[k].out) << "seed " << seed << " op " << k << " " << to_string(grouped[k].kind)
+                                               << " " << to_string(grouped[k].dtype) << " count " << grouped[k].count;
+    }
+  }
+}
+
+class HostGroups : public ::testing::TestWithParam<int> {};
+
+TEST_P(HostGroups, GroupedEqualsOneByOne) {
+  expect_success(GetParam(), [](RankEnv& env) { run_groups(env, Style::kExplicit); });
+}
+
+TEST_P(HostGroups, AsyncGroupWorkWaitsForEverything) {
+  expect_success(GetParam(), [](RankEnv& env) { run_groups(env, Style::kAsync); });
+}
+
+TEST_P(HostGroups, RaiiGroupRunsAtScopeEnd) {
+  expect_success(GetParam(), [](RankEnv& env) { run_groups(env, Style::kRaii); });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, HostGroups, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(HostGroupRules, AsyncCallsInsideAGroupCompleteWithIt) {
+  expect_success(2, [](RankEnv& env) {
+    auto comm = env.make_comm();
+    std::vector<int32_t> a(100, env.info.rank + 1), b(100, 0), c(50, 2), d(50, 0);
+    comm->group_start();
+    auto w1 = comm->all_reduce_async(a.data(), b.data(), a.size(), DataType::kInt32, ReduceOp::kSum);
+    auto w2 = comm->all_reduce_async(c.data(), d.data(), c.size(), DataType::kInt32, ReduceOp::kMax);
+    // Waiting before the group ends would wait forever: it is an error instead.
+    EXPECT_THROW(w1->wait(), Error);
+    EXPECT_EQ(b[0], 0) << "nothing runs before group_end";
+    comm->group_end();
+    w1->wait();
+    w2->wait();
+    EXPECT_EQ(b[0], 3);
+    EXPECT_EQ(b[99], 3);
+    EXPECT_EQ(d[49], 2);
+  });
+}
+
+TEST(HostGroupRules, BadArgumentsThrowAtIssueAndCancelRunsNothing) {
+  expect_success(2, [](RankEnv& env) {
+    auto comm = env.make_comm();
+    std::vector<float> x(8, 1.0f), y(8, 0.0f);
+    comm->group_start();
+    EXPECT_THROW(comm->all_reduce(nullptr, y.data(), 8, DataType::kFloat32, ReduceOp::kSum), Error);
+    comm->all_reduce(x.data(), y.data(), 8, DataType::kFloat32, ReduceOp::kSum);
+    comm->group_cancel();
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_THROW(comm->group_end(), Error);  // no group open
+    try {
+      CollectiveGroup g(*comm);
+      comm->all_reduce(x.data(), y.data(), 8, DataType::kFloat32, ReduceOp::kSum);
+      throw std::runtime_error("leave the scope by an exception");
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_EQ(y[0], 0.0f) << "a group left by an exception is cancelled, not run";
+    comm->all_reduce(x.data(), y.data(), 8, DataType::kFloat32, ReduceOp::kSum);  // still in step
+    EXPECT_EQ(y[0], 2.0f);
+  });
+}
+
+}  // namespace
+}  // namespace symcomm::testing
