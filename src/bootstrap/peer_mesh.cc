@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "core/logging.h"
 
 namespace symcomm::detail {
@@ -39,15 +40,6 @@ struct Hello {
   int32_t rank;
   char token[64];
 };
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 sockaddr_un abstract_address(const std::string& token, const std::string& prefix, int rank, socklen_t* len) {
   sockaddr_un addr{};

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "core/logging.h"
 #include "symcomm/communicator.h"
 
@@ -28,15 +29,6 @@ int env_int(const char* name, int fallback, bool required) {
   SYMCOMM_CHECK_ARG(end != v && *end == '\0' && x >= 0 && x <= 1 << 30, "{}='{}' is not a non-negative integer", name,
                     v);
   return static_cast<int>(x);
-}
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 }  // namespace
@@ -72,7 +64,7 @@ Rendezvous Rendezvous::from_env() {
     rv.token = token;
   } else {
     const char* run_id = env("TORCHELASTIC_RUN_ID");
-    rv.token = fmt::format("derived-{:016x}", fnv1a(fmt::format("{}|{}|{}", run_id ? run_id : "", addr, port)));
+    rv.token = fmt::format("derived-{:016x}", detail::fnv1a(fmt::format("{}|{}|{}", run_id ? run_id : "", addr, port)));
     SYMCOMM_LOG_WARN(
         "SYMCOMM_TOKEN is not set: using a token derived from the job's address and run id; "
         "set SYMCOMM_TOKEN (symcomm-run does) so that other local users cannot join the store");
