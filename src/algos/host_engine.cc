@@ -55,6 +55,8 @@ void HostEngine::publish(const Request& r, uint64_t round, uint64_t data_offset,
   h.data_offset = data_offset;
   h.stride = stride;
   h.flags = flags;
+  h.out_offset = offered_out_;
+  offered_out_ = kNoData;
   // Release: the header and the published data are visible before `ready` says so.
   seg_.pad(me_)->ready.store(step_, std::memory_order_release);
 }
@@ -77,6 +79,19 @@ void HostEngine::exchange(const Request& r, uint64_t round, const void* src, siz
     publish(r, round, seg_.scratch_offset(step_ & 1), block_bytes, 0);
   }
   wait_and_validate(r, round);
+}
+
+void HostEngine::offer_output(const void* out, size_t bytes) {
+  std::optional<size_t> off = seg_.own_heap_offset(out, bytes);
+  offered_out_ = off ? *off : kNoData;
+}
+
+bool HostEngine::all_outputs_offered() const {
+  if (seg_.pad(me_)->headers[step_ & 1].out_offset == kNoData) return false;
+  for (int p = 0; p < n_; ++p) {
+    if (p != me_ && seen_[p].out_offset == kNoData) return false;
+  }
+  return true;
 }
 
 void HostEngine::exchange_scratch(const Request& r, uint64_t round) {

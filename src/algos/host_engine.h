@@ -45,6 +45,14 @@ class HostEngine {
   /// this step's scratch half. Then waits for every peer's step and validates their headers.
   void exchange(const Request& r, uint64_t round, const void* src, size_t src_stride, int blocks, size_t block_bytes,
                 bool allow_zero_copy);
+  /// Offers this rank's output of the coming step to the peers (they may write into it; see
+  /// host_two_shot.cc): recorded in the next published header if [out, out + bytes) lies in the heap.
+  void offer_output(const void* out, size_t bytes);
+  /// After an exchange: true if every rank offered its output in this step.
+  bool all_outputs_offered() const;
+  /// After an exchange in which all outputs were offered: peer p's output of this round.
+  uint8_t* peer_output(int p) const { return seg_.base(p) + seen_[p].out_offset; }
+
   /// Publishes data already in this rank's scratch half for the *current* step (see next_scratch()).
   void exchange_scratch(const Request& r, uint64_t round);
   /// Publishes nothing (header only) and waits for every peer.
@@ -72,6 +80,7 @@ class HostEngine {
   int n_;
   uint64_t step_ = 1;
   bool op_zero_copy_ = false;
+  uint64_t offered_out_ = kNoData;  ///< consumed by the next publish()
   Clock::time_point deadline_at_;
   std::vector<StepHeader> seen_;  ///< peers' headers of the current step
 };

@@ -39,9 +39,24 @@ void host_all_reduce_two_shot(HostEngine& e, const Request& r) {
     uint8_t* out = static_cast<uint8_t*>(r.out) + off * es;
     Slice mine = slice_of(me, n, len, es);
 
+    // Peers may write into the output only where nobody reads: not when it partially overlaps the input.
+    if (in_zc || in == out) e.offer_output(out, len * es);
     e.exchange(r, 2 * round, in, 0, 1, len * es, in_zc);
     for (int p = 0; p < n; ++p) srcs[p] = (p == me ? in : e.peer_block(p, 0)) + mine.lo * es;
     host_reduce(r.dtype, r.op, out + mine.lo * es, srcs.data(), n, mine.hi - mine.lo);
+    if (e.all_outputs_offered()) {
+      // NOTE [two-shot push] Every output is in the heap: write the reduced slice straight into every
+      // peer's output (this rank is the only writer of that slice anywhere) instead of letting each peer
+      // pull it after the next step. The slice is hot in this rank's cache; the pull would move lines the
+      // owner has just modified. The second step then only says "your slice is written".
+      for (int p = 0; p < n; ++p) {
+        if (p != me) std::memcpy(e.peer_output(p) + mine.lo * es, out + mine.lo * es, (mine.hi - mine.lo) * es);
+      }
+      e.end_step();
+      e.exchange_empty(r, 2 * round + 1);
+      e.end_step();
+      continue;
+    }
     e.end_step();
 
     // Publish only the reduced slice: zero-copy from the output when it is in the heap (peers read this
