@@ -9,5 +9,5 @@ CC=clang CXX=clang++ cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWit
   -DSYMCOMM_SANITIZE=address,undefined,fuzzer-no-link >/dev/null
 cmake --build build-fuzz --target symcomm_store_fuzz -j "$(nproc)"
 mkdir -p build-fuzz/corpus
-UBSAN_OPTIONS=halt_on_error=1 build-fuzz/tests/symcomm_store_fuzz -max_total_time="$seconds" -max_len=4096 \
+SYMCOMM_LOG=error UBSAN_OPTIONS=halt_on_error=1 build-fuzz/tests/symcomm_store_fuzz -max_total_time="$seconds" -max_len=4096 \
   -print_final_stats=1 build-fuzz/corpus
