@@ -82,8 +82,14 @@ double median(std::vector<double> v);
 
 // Runners. Each returns the number of wrong elements seen (0 = all correct).
 long long run_host(Communicator& comm, const BenchOptions& o, Reporter& rep);
+/// --extra group / --extra bucket: coalescing and bucketing patterns, host or CUDA (bench/group_bench.h).
+long long run_group_bench(Communicator& comm, const BenchOptions& o, Reporter& rep);
 #if defined(SYMCOMM_BENCH_CUDA)
 long long run_cuda(Communicator& comm, const BenchOptions& o, Reporter& rep);
+/// --extra contention: a GEMM beside each collective (bench/contention_cuda.cu).
+long long run_contention(Communicator& comm, const BenchOptions& o, Reporter& rep);
+/// --extra fused: fused GEMM + collective vs unfused vs the matmul alone (bench/fused_bench_cuda.cu).
+long long run_fused(Communicator& comm, const BenchOptions& o, Reporter& rep);
 #endif
 
 }  // namespace symcomm::bench

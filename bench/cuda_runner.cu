@@ -20,26 +20,10 @@
 
 #include "algos/half.h"
 #include "bench.h"
+#include "cuda_util.h"
 
 namespace symcomm::bench {
 namespace {
-
-#define BENCH_CUDA(expr)                                                                                 \
-  do {                                                                                                   \
-    cudaError_t e_ = (expr);                                                                             \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::abort();                                                                                      \
-    }                                                                                                    \
-  } while (0)
-#define BENCH_NCCL(expr)                                                                                 \
-  do {                                                                                                   \
-    ncclResult_t r_ = (expr);                                                                            \
-    if (r_ != ncclSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, ncclGetErrorString(r_)); \
-      std::abort();                                                                                      \
-    }                                                                                                    \
-  } while (0)
 
 // Input value of element i on rank r: small integers, exact in bf16/f16/f32 sums over 8 ranks.
 __host__ __device__ inline int value(size_t i, int rank) { return static_cast<int>((i * 7 + rank * 3) % 5); }
@@ -69,30 +53,6 @@ double to_double(const uint8_t* p, DataType dt) {
     case DataType::kFloat32: return *reinterpret_cast<const float*>(p);
     default: return 0;
   }
-}
-
-ncclDataType_t nccl_type(DataType d) {
-  switch (d) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt8: return ncclInt8;
-    case DataType::kUInt8: return ncclUint8;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-  }
-  return ncclFloat32;
-}
-ncclRedOp_t nccl_op(ReduceOp o) {
-  switch (o) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kProd: return ncclProd;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kAvg: return ncclAvg;
-  }
-  return ncclSum;
 }
 
 struct Buffers {
@@ -146,19 +106,7 @@ size_t CudaBench::count_for(Collective c, size_t bytes) const {
   }
 }
 
-void CudaBench::init_nccl() {
-  // The NCCL id travels through symcomm's own broadcast (device memory), so no second rendezvous is needed.
-  ::setenv("NCCL_NVLS_ENABLE", "0", 1);
-  ncclUniqueId id{};
-  if (me_ == 0) BENCH_NCCL(ncclGetUniqueId(&id));
-  void* d = comm_.alloc(sizeof(id));
-  BENCH_CUDA(cudaMemcpy(d, &id, sizeof(id), cudaMemcpyHostToDevice));
-  comm_.broadcast(d, d, sizeof(id), DataType::kUInt8, 0);
-  BENCH_CUDA(cudaDeviceSynchronize());
-  BENCH_CUDA(cudaMemcpy(&id, d, sizeof(id), cudaMemcpyDeviceToHost));
-  comm_.free(d);
-  BENCH_NCCL(ncclCommInitRank(&nccl_, n_, id, me_));
-}
+void CudaBench::init_nccl() { nccl_ = make_nccl_comm(comm_); }
 
 long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t s) {
   if (o_.op != ReduceOp::kSum ||
@@ -166,8 +114,8 @@ long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t
     return 0;
   }
   const size_t es = dtype_size(o_.dtype);
-  size_t in_count = c == Collective::kReduceScatter ? count * n_ : count;
-  size_t out_count = c == Collective::kAllGather ? count * n_ : count;
+  size_t in_count = c == Collective::kReduceScatter || c == Collective::kAllToAll ? count * n_ : count;
+  size_t out_count = c == Collective::kAllGather || c == Collective::kAllToAll ? count * n_ : count;
   fill(impl.buf.in, o_.dtype, in_count, me_, s);
   BENCH_CUDA(cudaMemsetAsync(impl.buf.out, 0xff, out_count * es, s));
   impl.op(c, count, s);
@@ -182,6 +130,10 @@ long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t
       for (int r = 0; r < n_; ++r) want += value(j, r);
     } else if (c == Collective::kAllGather) {
       want = value(i % count, static_cast<int>(i / count));
+    } else if (c == Collective::kBroadcast) {
+      want = value(i, 0);  // root 0
+    } else if (c == Collective::kAllToAll) {
+      want = value(me_ * count + i % count, static_cast<int>(i / count));
     }
     if (to_double(host.data() + i * es, o_.dtype) != want) ++wrong;
   }

@@ -56,7 +56,8 @@ int run(int argc, char** argv) {
   app.add_option("--mode", modes, "eager,graph (cuda)")->delimiter(',');
   app.add_option("--algo", algo, "auto | one_shot | two_shot | direct | copy_engine | nccl");
   app.add_option("--contention", contention, "auto | low | throughput");
-  app.add_option("--extra", o.extra, "runner switches: plain (host buffers outside the heap), contention, fused")
+  app.add_option("--extra", o.extra,
+                 "runner switches: plain (host buffers outside the heap), contention, fused, group, bucket")
       ->delimiter(',');
   app.add_flag("!--no-check", o.check, "skip result verification");
   app.add_option("--json", o.json_path, "write one JSON object per measurement to this file");
@@ -117,11 +118,21 @@ int run(int argc, char** argv) {
   long long wrong = 0;
   {
     bench::Reporter rep(comm->rank() == 0, o.json_path);
-    if (*be == BackendKind::kHost) {
+    const bool coalescing = std::find(o.extra.begin(), o.extra.end(), "group") != o.extra.end() ||
+                            std::find(o.extra.begin(), o.extra.end(), "bucket") != o.extra.end();
+    if (coalescing) {
+      wrong = bench::run_group_bench(*comm, o, rep);  // issue 6: --extra group / --extra bucket
+    } else if (*be == BackendKind::kHost) {
       wrong = bench::run_host(*comm, o, rep);
     } else {
 #if defined(SYMCOMM_BENCH_CUDA)
-      wrong = bench::run_cuda(*comm, o, rep);
+      if (std::find(o.extra.begin(), o.extra.end(), "fused") != o.extra.end()) {
+        wrong = bench::run_fused(*comm, o, rep);
+      } else if (std::find(o.extra.begin(), o.extra.end(), "contention") != o.extra.end()) {
+        wrong = bench::run_contention(*comm, o, rep);
+      } else {
+        wrong = bench::run_cuda(*comm, o, rep);
+      }
 #else
       std::fprintf(stderr, "symcomm-bench: built without CUDA\n");
       return 2;

@@ -32,6 +32,16 @@ if(SYMCOMM_WITH_CUDA)
 endif()
 message(STATUS "symcomm: CUDA backend ${SYMCOMM_HAVE_CUDA}")
 
+# CPU BLAS (OpenBLAS, Debian libopenblas-dev) for the host backend's fused GEMM + collective operations;
+# without it the build works and those operations throw kUnsupported on the host backend.
+find_library(SYMCOMM_BLAS_LIBRARY NAMES openblas PATH_SUFFIXES openblas-pthread)
+find_path(SYMCOMM_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread)
+set(SYMCOMM_HAVE_BLAS OFF)
+if(SYMCOMM_BLAS_LIBRARY AND SYMCOMM_CBLAS_INCLUDE)
+  set(SYMCOMM_HAVE_BLAS ON)
+endif()
+message(STATUS "symcomm: host BLAS for fused ops ${SYMCOMM_HAVE_BLAS}")
+
 set(SYMCOMM_HAVE_MPI OFF)
 if(SYMCOMM_WITH_MPI)
   find_package(MPI COMPONENTS CXX QUIET)

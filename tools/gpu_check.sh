@@ -6,6 +6,7 @@
 #   OUT=/tmp/out tools/gpu_check.sh            # everything
 #   GPU_CHECK_STEPS="build tests" tools/gpu_check.sh
 #   BENCH_ARGS="--max-bytes 64M" tools/gpu_check.sh
+#   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket" tools/gpu_check.sh   # everything
 #
 # Missing headers (fmt, gtest, CLI11, nlohmann-json) are taken from Debian packages in .debs/ (carried to the
 # machine; see docs/cuda-backend.md), unpacked into /tmp/symcomm-deps.
@@ -68,7 +69,7 @@ fi
 
 if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   t0=$(date +%s)
-  timeout 420 "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} --gtest_output=json:"$OUT/gpu_tests.json" \
+  timeout "${TESTS_TIMEOUT:-420}" "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} --gtest_output=json:"$OUT/gpu_tests.json" \
     >"$OUT/gpu_tests.log" 2>&1
   rc=$?
   note "gpu tests: rc=$rc in $(($(date +%s) - t0)) s (77 = skipped; log: gpu_tests.log)"
@@ -87,6 +88,43 @@ if has bench && [ -x "$BUILD/bench/symcomm-bench" ] && [ -x "$BUILD/tools/symcom
   # The CUDA runner prints its ratio table last (rank 0).
   sed -n '/# symcomm \/ best NCCL/,$p' "$OUT/bench.log" | sed 's/^\[rank 0\] //' | tee -a "$SUMMARY"
 fi
+
+# Copy-engine (low-contention) collectives alone, against NCCL (the "symcomm" rows are the copy engine).
+if has cebench && [ -x "$BUILD/bench/symcomm-bench" ]; then
+  t0=$(date +%s)
+  timeout 300 "$BUILD/tools/symcomm-run" -n "${NRANKS:-2}" --timeout 290 -- "$BUILD/bench/symcomm-bench" \
+    --backend cuda --dtype bf16 --min-bytes ${CE_MIN_BYTES:-1M} --max-bytes 256M --step-factor 4 --baseline nccl \
+    --contention low --collective ${CE_COLLECTIVES:-all_gather,reduce_scatter,all_to_all,broadcast} \
+    --mode eager,graph --json "$OUT/ce_bench.json" \
+    >"$OUT/ce_bench.log" 2>&1
+  note "copy-engine bench: rc=$? in $(($(date +%s) - t0)) s (log: ce_bench.log)"
+  sed -n '/# symcomm \/ best NCCL/,/# all_reduce algorithm/p' "$OUT/ce_bench.log" | sed 's/^\[rank 0\] //' |
+    tee -a "$SUMMARY"
+fi
+
+# A bf16 GEMM beside each collective: GEMM slowdown and collective slowdown (bench/contention_cuda.cu).
+if has contention && [ -x "$BUILD/bench/symcomm-bench" ]; then
+  t0=$(date +%s)
+  timeout 300 "$BUILD/tools/symcomm-run" -n "${NRANKS:-2}" --timeout 290 -- "$BUILD/bench/symcomm-bench" \
+    --backend cuda --dtype bf16 --extra contention --min-bytes 64M --max-bytes 256M --step-factor 2 \
+    --collective all_gather,reduce_scatter --batches 5 --json "$OUT/contention.json" >"$OUT/contention.log" 2>&1
+  note "contention bench: rc=$? in $(($(date +%s) - t0)) s (log: contention.log)"
+  grep -E "gemm_us|symcomm_|nccl " "$OUT/contention.log" | sed 's/^\[rank 0\] //' | tee -a "$SUMMARY"
+fi
+
+# Runner switches of symcomm-bench (--extra NAME): fused (all-gather+matmul, matmul+reduce-scatter), group
+# (coalescing), bucket (reduce-scatter bucketer). Each gets its own log and JSON.
+for extra in fused group bucket; do
+  has "$extra" && [ -x "$BUILD/bench/symcomm-bench" ] || continue
+  t0=$(date +%s)
+  # The fused benchmark's 8192^3 workspace needs more than the default 1 GiB symmetric heap.
+  heap=1G
+  [ "$extra" = fused ] && heap=6G
+  SYMCOMM_HEAP_BYTES=$heap timeout "${EXTRA_TIMEOUT:-200}" "$BUILD/tools/symcomm-run" -n "${NRANKS:-2}" --timeout "$((${EXTRA_TIMEOUT:-200} - 10))" \
+    -- "$BUILD/bench/symcomm-bench" --backend cuda --dtype bf16 --extra "$extra" --json "$OUT/$extra.json" \
+    >"$OUT/$extra.log" 2>&1
+  note "$extra bench: rc=$? in $(($(date +%s) - t0)) s (log: $extra.log)"
+done
 
 echo "---- summary ($OUT) ----"
 cat "$SUMMARY"

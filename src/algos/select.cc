@@ -70,14 +70,15 @@ Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tu
     SYMCOMM_CHECK(caps.nccl_available, kUnsupported, "no NVLink symmetric-memory path and no NCCL fallback");
     return Algorithm::kNccl;
   }
+  // Low contention asked for: the copy engine, whatever the size (NCCL's kernels would hold SMs).
+  if (r.contention == Contention::kLow && caps.copy_engine && copy_engine_capable(r.kind)) {
+    return Algorithm::kCopyEngine;
+  }
   // The NCCL size threshold is a preference: without NCCL the symmetric-memory kernels still run.
   if (r.bytes >= t.cuda_nccl_min_bytes && caps.nccl_available && r.kind != Collective::kBarrier) {
     return Algorithm::kNccl;
   }
   if (!reducing) {
-    if (r.contention == Contention::kLow && caps.copy_engine && copy_engine_capable(r.kind)) {
-      return Algorithm::kCopyEngine;
-    }
     if (r.kind != Collective::kBarrier && r.contention != Contention::kLow && caps.nccl_available &&
         r.bytes <= t.cuda_direct_nccl_max_bytes) {
       return Algorithm::kNccl;

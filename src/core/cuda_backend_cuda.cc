@@ -98,12 +98,14 @@ CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(devi
 
   // Symmetric heap, signal pad, staging buffer (cuMem, collective).
   heap_ = std::make_unique<CudaHeap>(
-      ctx_, device_, ctx_.config.heap_bytes + ctx_.config.scratch_bytes + 4 * n * kLLPayloadBytes + (8 << 20));
+      ctx_, device_, ctx_.config.heap_bytes + ctx_.config.scratch_bytes + 4 * n * kLLPayloadBytes + (16 << 20));
   pad_ = heap_->alloc(device::kPadBytes);
   ll_ = heap_->alloc(2 * n * 2 * kLLPayloadBytes);  // [parity][source rank] slots of 2x payload
   size_t half = std::max<size_t>(ctx_.config.scratch_bytes / 2 / 4096 * 4096, 64 << 10);
   scratch_ = heap_->alloc(2 * half);
+  ce_pad_ = heap_->alloc(CopyEngine::kPadBytes);
   SYMCOMM_CUDA_CHECK(cudaMemset(pad_, 0, device::kPadBytes));
+  SYMCOMM_CUDA_CHECK(cudaMemset(ce_pad_, 0, CopyEngine::kPadBytes));
   SYMCOMM_CUDA_CHECK(cudaMalloc(&state_, sizeof(device::DeviceState)));
   SYMCOMM_CUDA_CHECK(cudaMemset(state_, 0, sizeof(device::DeviceState)));
   control_ = std::make_shared<ControlBlock>();
@@ -150,6 +152,18 @@ CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(devi
                      probe.detail, p2p ? "ok" : "failed");
   }
   caps_.full_nvlink = agree_all(ctx_, mine);
+  // Copy-engine collectives need the same peer mappings as the kernels (and the pads zeroed everywhere,
+  // which the functional P2P check's exchange has ordered before any peer's first signal).
+  caps_.copy_engine = caps_.full_nvlink;
+  if (caps_.copy_engine) {
+    std::vector<uint32_t*> ce_pads(n);
+    std::vector<char*> ce_scratch(n);
+    for (int p = 0; p < n; ++p) {
+      ce_pads[p] = static_cast<uint32_t*>(heap_->peer_ptr(ce_pad_, p));
+      ce_scratch[p] = comm_.scratch[p];
+    }
+    ce_ = std::make_unique<CopyEngine>(ctx_, device_, control_, control_dev_, *heap_, ce_pads, ce_scratch, 2 * half);
+  }
   init_nccl();
   SYMCOMM_LOG_INFO("rank {}: CUDA backend on device {}: full_nvlink={} nccl={} scratch={} B", me, device_,
                    caps_.full_nvlink, caps_.nccl_available, 2 * half);
@@ -192,6 +206,7 @@ CudaBackend::~CudaBackend() {
     }
   }
   cudaDeviceSynchronize();
+  ce_.reset();  // its watchdog released any copy-engine wait during the synchronisation above
   {
     std::lock_guard lock(control_->mu);
     if (control_->host) cudaFreeHost(control_->host);
@@ -214,7 +229,8 @@ bool CudaBackend::symmetric(const void* p, size_t bytes) const {
   return p && heap_->find(p, bytes, &base, &stride);
 }
 
-void CudaBackend::check_pointer(const void* p, const char* what) {
+void CudaBackend::check_pointer(const void* p, const char* what, cudaStream_t stream) {
+  if (symmetric(p, 1)) return;  // issue 6: heap memory is this device's; skips the cache for many-tensor groups
   {
     std::lock_guard lock(ptr_mu_);
     for (auto& [q, ok] : ptr_cache_) {
@@ -224,6 +240,9 @@ void CudaBackend::check_pointer(const void* p, const char* what) {
   cudaPointerAttributes a{};
   cudaError_t err = cudaPointerGetAttributes(&a, p);
   if (err != cudaSuccess) cudaGetLastError();
+  // A stream-ordered allocation made inside the capture being recorded (cudaMallocAsync) has no mapping yet,
+  // so the driver cannot describe it: such pointers are accepted unchecked while capturing.
+  if ((err != cudaSuccess || a.type == cudaMemoryTypeUnregistered) && stream_capturing(stream)) return;
   bool ok =
       err == cudaSuccess && ((a.type == cudaMemoryTypeDevice && a.device == device_) ||
                              a.type == cudaMemoryTypeManaged || (a.type == cudaMemoryTypeHost && a.devicePointer == p));
@@ -240,8 +259,9 @@ void CudaBackend::check_buffers(const Request& r) {
   if (r.kind == Collective::kBarrier || r.count == 0) return;
   const size_t es = r.elem_size();
   bool reads_in = r.kind != Collective::kBroadcast || r.root == ctx_.ranks.rank;
-  if (reads_in) check_pointer(r.in, "in");
-  check_pointer(r.out, "out");
+  const auto s = reinterpret_cast<cudaStream_t>(r.options.stream);
+  if (reads_in) check_pointer(r.in, "in", s);
+  check_pointer(r.out, "out", s);
   if (r.has_reduction()) {
     SYMCOMM_CHECK_ARG(reinterpret_cast<uintptr_t>(r.in) % es == 0 && reinterpret_cast<uintptr_t>(r.out) % es == 0,
                       "in/out must be aligned to the element size ({} bytes) for reductions", es);
@@ -312,6 +332,10 @@ std::shared_ptr<Work> CudaBackend::run_async(const Request& r, Algorithm algo) {
                     "asynchronous collectives cannot be captured into a CUDA graph; use the "
                     "blocking form (it only enqueues on the stream)");
   run(r, algo);
+  return record_work(s);
+}
+
+std::shared_ptr<Work> CudaBackend::record_work(cudaStream_t s) {
   cudaEvent_t ev = nullptr;
   SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   cudaError_t err = cudaEventRecord(ev, s);

@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "core/backend.h"
+#include "core/cuda_copy_engine_cuda.h"
 #include "memory/cuda_heap_cuda.h"
 #include "symcomm/device/handle.h"
 
@@ -67,7 +68,9 @@ class CudaBackend final : public Backend {
   void launch_nccl(const Request& r, cudaStream_t s);
   Error device_error(uint64_t e) const;
   bool symmetric(const void* p, size_t bytes) const;
-  void check_pointer(const void* p, const char* what);
+  /// Throws unless `p` is memory this device can access; while `stream` is capturing, pointers the driver
+  /// cannot describe yet (allocations made inside the capture) pass unchecked.
+  void check_pointer(const void* p, const char* what, cudaStream_t stream);
 
   CommContext& ctx_;
   int device_;
@@ -76,6 +79,8 @@ class CudaBackend final : public Backend {
   void* pad_ = nullptr;
   void* ll_ = nullptr;
   void* scratch_ = nullptr;
+  void* ce_pad_ = nullptr;          ///< copy-engine signal words (NOTE [copy-engine sync])
+  std::unique_ptr<CopyEngine> ce_;  ///< copy-engine collectives; null when the ranks cannot use them
   device::DeviceState* state_ = nullptr;
   std::shared_ptr<ControlBlock> control_;
   device::HostControl* control_dev_ = nullptr;  ///< device pointer of control_->host
@@ -83,6 +88,18 @@ class CudaBackend final : public Backend {
   ncclComm_t nccl_ = nullptr;
   std::mutex ptr_mu_;
   std::vector<std::pair<const void*, bool>> ptr_cache_;  ///< recently checked pointers
+
+  // ---- Issue 6: multi-tensor group execution (src/core/cuda_group_cuda.cc) ----
+ public:
+  /// Runs of same-(kind, dtype, op, stream) all-reduces / reduce-scatters / all-gathers run as one kernel.
+  void run_group(const std::vector<std::pair<Request, Algorithm>>& ops) override;
+  std::shared_ptr<Work> run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops) override;
+
+ private:
+  void launch_fused(const std::vector<std::pair<Request, Algorithm>>& ops, size_t begin, size_t end);
+  /// A Work completing when `s` reaches this point (event + the error word); defined in cuda_backend_cuda.cc.
+  std::shared_ptr<Work> record_work(cudaStream_t s);
+  // ---- end of issue 6 ----
 };
 
 }  // namespace symcomm::detail

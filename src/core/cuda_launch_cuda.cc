@@ -13,34 +13,10 @@
 #include "core/check.h"
 #include "core/cuda_backend_cuda.h"
 #include "core/cuda_check.h"
+#include "core/nccl_map.h"
 
 namespace symcomm::detail {
 namespace {
-
-ncclDataType_t to_nccl(DataType d) {
-  switch (d) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt8: return ncclInt8;
-    case DataType::kUInt8: return ncclUint8;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-  }
-  return ncclFloat32;
-}
-
-ncclRedOp_t to_nccl(ReduceOp o) {
-  switch (o) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kProd: return ncclProd;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kAvg: return ncclAvg;
-  }
-  return ncclSum;
-}
 
 // FNV-1a over the fields every rank must agree on; never 0 (0 means "no header").
 uint64_t op_header(const Request& r, int path, bool zero_copy) {
@@ -116,6 +92,11 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
 void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
   const int n = ctx_.ranks.world_size;
   const size_t es = r.elem_size();
+  if (algo == Algorithm::kCopyEngine) {
+    SYMCOMM_CHECK(ce_, kUnsupported, "copy-engine collectives are not available on this communicator");
+    ce_->run(r, s);
+    return;
+  }
   switch (r.kind) {
     case Collective::kBarrier: cuda::launch_barrier({.comm = comm_, .header = op_header(r, 0, false)}, s); return;
     case Collective::kAllReduce: {

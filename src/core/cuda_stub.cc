@@ -1,11 +1,17 @@
 // Stand-in for the CUDA backend in builds without CUDA (see src/CMakeLists.txt).
 #include "core/backend.h"
+#include "core/bucket_copy.h"
 #include "core/check.h"
 
 namespace symcomm::detail {
 
 std::unique_ptr<Backend> make_cuda_backend(CommContext&, int) {
   SYMCOMM_THROW(kUnsupported, "this build of symcomm has no CUDA backend (nvcc was not found at build time)");
+}
+
+// Issue 6: the bucketer's batched copy (src/algos/cuda_bucket_copy.cu); unreachable without a CUDA backend.
+void cuda_bucket_copy(const BucketCopySegment*, size_t, char*, size_t, int, Stream) {
+  SYMCOMM_THROW(kUnsupported, "this build of symcomm has no CUDA backend");
 }
 
 }  // namespace symcomm::detail

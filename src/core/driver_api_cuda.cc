@@ -41,6 +41,7 @@ DriverApi load_all() {
   load(d.mem_unmap, "cuMemUnmap");
   load(d.mem_set_access, "cuMemSetAccess");
   load(d.mem_get_granularity, "cuMemGetAllocationGranularity");
+  load(d.stream_batch_mem_op, "cuStreamBatchMemOp");
   return d;
 }
 

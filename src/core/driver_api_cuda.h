@@ -21,6 +21,8 @@ struct DriverApi {
   decltype(&::cuMemUnmap) mem_unmap = nullptr;
   decltype(&::cuMemSetAccess) mem_set_access = nullptr;
   decltype(&::cuMemGetAllocationGranularity) mem_get_granularity = nullptr;
+  /// Stream memory operations (waits and writes of 32-bit words by the GPU front end, no SM involved).
+  decltype(&::cuStreamBatchMemOp) stream_batch_mem_op = nullptr;
 };
 
 /// The process-wide table (loaded on first use; throws Error(kCuda) if a symbol is missing).

@@ -162,14 +162,14 @@ std::vector<Case> reduction_cases(Collective kind, std::vector<Algorithm> algos)
   return v;
 }
 
-std::vector<Case> move_cases(Collective kind, int world) {
+std::vector<Case> move_cases(Collective kind, int world, Algorithm algo = Algorithm::kAuto) {
   std::vector<Case> v;
   for (DataType dt : kAllDtypes)
     for (size_t count : kCounts)
       for (bool ip : {false, true})
         for (size_t off : {size_t{0}, dtype_size(dt)})
           for (int root = 0; root < (kind == Collective::kBroadcast ? world : 1); ++root) {
-            v.push_back({kind, dt, ReduceOp::kSum, count, ip, off, Algorithm::kAuto, root});
+            v.push_back({kind, dt, ReduceOp::kSum, count, ip, off, algo, root});
           }
   return v;
 }
@@ -200,6 +200,50 @@ TEST(GpuCollectives, Broadcast) {
 TEST(GpuCollectives, AllToAll) {
   const int n = gpus();
   testing::expect_success(n, [n](RankEnv& env) { sweep(env, move_cases(Collective::kAllToAll, n)); });
+}
+
+// Copy-engine (low-contention) paths: the same matrix as the SM kernels, forced to kCopyEngine. The large
+// count runs several staging rounds (test scratch 1 MB) and several reduce chunks per lane.
+TEST(GpuCollectives, CopyEngine) {
+  const int n = gpus();
+  testing::expect_success(n, [n](RankEnv& env) {
+    std::vector<Case> v = reduction_cases(Collective::kReduceScatter, {Algorithm::kCopyEngine});
+    for (Collective k : {Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll}) {
+      std::vector<Case> m = move_cases(k, n, Algorithm::kCopyEngine);
+      v.insert(v.end(), m.begin(), m.end());
+    }
+    sweep(env, v);
+  });
+}
+
+// Contention::kLow selects the copy engine for every collective that has one, at every size (also where the
+// throughput choice would be NCCL); all-reduce keeps its SM algorithms.
+TEST(GpuCollectives, LowContentionSelectsTheCopyEngine) {
+  const int n = gpus();
+  testing::expect_success(n, [](RankEnv& env) {
+    auto comm = env.make_comm(cuda_comm_options());
+    const int world = comm->world_size();
+    void *in = nullptr, *out = nullptr;
+    const size_t count = 1 << 20;
+    GPU_CHECK(cudaMalloc(&in, world * count * 2));
+    GPU_CHECK(cudaMalloc(&out, world * count * 2));
+    for (size_t c : {size_t{16}, count}) {
+      CollOptions o{.contention = Contention::kLow};
+      comm->all_gather(in, out, c, DataType::kBFloat16, o);
+      EXPECT_EQ(comm->last_algorithm(), Algorithm::kCopyEngine);
+      comm->reduce_scatter(in, out, c, DataType::kBFloat16, ReduceOp::kSum, o);
+      EXPECT_EQ(comm->last_algorithm(), Algorithm::kCopyEngine);
+      comm->all_to_all(in, out, c, DataType::kBFloat16, o);
+      EXPECT_EQ(comm->last_algorithm(), Algorithm::kCopyEngine);
+      comm->broadcast(in, out, c, DataType::kBFloat16, 0, o);
+      EXPECT_EQ(comm->last_algorithm(), Algorithm::kCopyEngine);
+      comm->all_reduce(in, out, c, DataType::kBFloat16, ReduceOp::kSum, o);
+      EXPECT_NE(comm->last_algorithm(), Algorithm::kCopyEngine);
+    }
+    GPU_CHECK(cudaDeviceSynchronize());
+    cudaFree(in);
+    cudaFree(out);
+  });
 }
 
 // The NCCL fallback path through the same entry points (a narrower matrix: NCCL is not under test).

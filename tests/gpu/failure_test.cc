@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "gpu_test_util.h"
 #include "harness/rank_harness.h"
@@ -140,6 +141,226 @@ TEST(GpuFailure, DeviceDeadlineNamesTheMissingRank) {
         cudaFree(buf);
       },
       opt);
+}
+
+// Copy-engine collectives wait with stream memory operations (no kernel, no device deadline): the
+// backend's watchdog must turn a dead peer, abort(), a missing peer and a mismatched peer into the same
+// errors, release the stream and leave the GPU usable (NOTE [copy-engine watchdog]).
+enum class CeFault { kKill, kAbort, kMissing, kMismatch };
+
+void copy_engine_fault(CeFault fault) {
+  const int n = testing::count_gpus_in_child();
+  testing::HarnessOptions opt;
+  const bool short_deadline = fault == CeFault::kMissing || fault == CeFault::kMismatch;
+  opt.config.timeout = short_deadline ? std::chrono::seconds(1) : std::chrono::seconds(20);
+  if (fault == CeFault::kKill)
+    for (int r = 1; r < n; ++r) opt.may_fail.push_back(r);
+  testing::expect_success(
+      n,
+      [fault](RankEnv& env) {
+        auto comm = env.make_comm(cuda_comm_options());
+        const int me = comm->rank(), world = comm->world_size();
+        const size_t count = 1 << 20;
+        void *in = nullptr, *out = nullptr;
+        ASSERT_EQ(cudaMalloc(&in, count * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&out, world * count * 4), cudaSuccess);
+        const CollOptions ce{.algorithm = Algorithm::kCopyEngine};
+        comm->all_gather(in, out, count, DataType::kFloat32, ce);  // all present: works
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        comm->check();
+        const bool victim = me == 0 || fault == CeFault::kMismatch;
+        if (!victim) {
+          if (fault == CeFault::kKill) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            ::kill(::getpid(), SIGKILL);
+          }
+          env.store->get("ce_fault/done");  // never joins the collective
+          cudaFree(in);
+          cudaFree(out);
+          return;
+        }
+        auto t0 = Clock::now();
+        // Mismatch: rank 0 gathers one element more than the others.
+        const size_t mine = fault == CeFault::kMismatch && me == 0 ? count - 1 : count;
+        auto work = comm->all_gather_async(in, out, mine, DataType::kFloat32, ce);
+        std::thread aborter;
+        if (fault == CeFault::kAbort) {
+          aborter = std::thread([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            comm->abort();
+          });
+        }
+        try {
+          work->wait();
+          ADD_FAILURE() << "the copy-engine collective completed";
+        } catch (const Error& e) {
+          switch (fault) {
+            case CeFault::kKill: EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what(); break;
+            case CeFault::kAbort: EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what(); break;
+            case CeFault::kMissing:
+              EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+              ASSERT_FALSE(e.ranks().empty()) << e.what();
+              EXPECT_GE(e.ranks()[0], 1) << e.what();
+              break;
+            case CeFault::kMismatch:
+              EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+              ASSERT_FALSE(e.ranks().empty()) << e.what();
+              EXPECT_NE(e.ranks()[0], me) << e.what();
+              break;
+          }
+        }
+        if (aborter.joinable()) aborter.join();
+        const double waited = seconds_since(t0);
+        EXPECT_LT(waited, fault == CeFault::kKill ? 0.3 + 1.5 : 3.0) << "the error took " << waited << " s";
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "the released stream must drain cleanly";
+        EXPECT_THROW(comm->check(), Error);
+        expect_gpu_usable();
+        if (me == 0) env.store->set("ce_fault/done", "1");
+        cudaFree(in);
+        cudaFree(out);
+      },
+      opt);
+}
+
+TEST(GpuFailure, CopyEnginePeerKilled) { copy_engine_fault(CeFault::kKill); }
+TEST(GpuFailure, CopyEngineAbort) { copy_engine_fault(CeFault::kAbort); }
+TEST(GpuFailure, CopyEngineMissingPeerTimesOut) { copy_engine_fault(CeFault::kMissing); }
+TEST(GpuFailure, CopyEngineMismatchIsReported) { copy_engine_fault(CeFault::kMismatch); }
+
+// Every way a peer can die (issue 7), eager and inside a replayed CUDA graph: the survivor's wait ends with
+// kPeerDead naming the dead rank within ~1 s of the death, and the GPU then runs fresh work.
+enum class Death { kSigkill, kSigterm, kSigsegv, kExit0, kExit1 };
+
+void die(Death how) {
+  switch (how) {
+    case Death::kSigkill: ::kill(::getpid(), SIGKILL); break;
+    case Death::kSigterm: ::kill(::getpid(), SIGTERM); break;
+    case Death::kSigsegv:
+      ::signal(SIGSEGV, SIG_DFL);
+      ::raise(SIGSEGV);
+      break;
+    case Death::kExit0: ::_exit(0);
+    case Death::kExit1: ::_exit(1);
+  }
+  ::_exit(3);
+}
+
+void peer_dies(Death how, bool graph) {
+  const int n = testing::count_gpus_in_child();
+  testing::HarnessOptions opt;
+  opt.config.timeout = std::chrono::seconds(20);
+  for (int r = 1; r < n; ++r) opt.may_fail.push_back(r);
+  testing::expect_success(
+      n,
+      [how, graph](RankEnv& env) {
+        auto comm = env.make_comm(cuda_comm_options());
+        void* buf = nullptr;
+        ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
+        cudaStream_t s;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+        cudaGraphExec_t exec = nullptr;
+        cudaGraph_t g = nullptr;
+        auto issue = [&] { comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.stream = s}); };
+        if (graph) {
+          ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+          issue();
+          ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+          ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+          ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);  // both alive: works
+        } else {
+          issue();
+        }
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        comm->check();
+        comm->barrier({.stream = s});
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        if (comm->rank() != 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          die(how);
+        }
+        auto t0 = Clock::now();
+        if (graph) {
+          ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        } else {
+          issue();
+        }
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the kernel must exit on its own";
+        try {
+          comm->check();
+          ADD_FAILURE() << "no error after the peer died";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
+          ASSERT_FALSE(e.ranks().empty()) << e.what();
+          EXPECT_GE(e.ranks()[0], 1) << e.what();
+        }
+        const double waited = seconds_since(t0);
+        EXPECT_LT(waited, 0.3 + 1.5) << "the error took " << waited << " s";
+        expect_gpu_usable();
+        if (exec) cudaGraphExecDestroy(exec);
+        if (g) cudaGraphDestroy(g);
+        cudaStreamDestroy(s);
+        cudaFree(buf);
+      },
+      opt);
+}
+
+TEST(GpuFailure, PeerSigtermEager) { peer_dies(Death::kSigterm, false); }
+TEST(GpuFailure, PeerSigsegvEager) { peer_dies(Death::kSigsegv, false); }
+TEST(GpuFailure, PeerExit0Eager) { peer_dies(Death::kExit0, false); }
+TEST(GpuFailure, PeerExit1Eager) { peer_dies(Death::kExit1, false); }
+TEST(GpuFailure, PeerSigkillDuringGraphReplay) { peer_dies(Death::kSigkill, true); }
+
+// Bad input on the CUDA backend: typed error, nothing launched, the communicator still works afterwards.
+TEST(GpuFailure, BadInputIsRejectedAndTheCommunicatorStaysUsable) {
+  const int n = testing::count_gpus_in_child();
+  testing::expect_success(n, [](RankEnv& env) {
+    auto comm = env.make_comm(cuda_comm_options());
+    const int me = comm->rank();
+    void* dev = nullptr;
+    ASSERT_EQ(cudaMalloc(&dev, 1 << 20), cudaSuccess);
+    std::vector<float> host(1024);
+    auto expect_invalid = [&](const char* what, auto&& call) {
+      try {
+        call();
+        ADD_FAILURE() << what << ": accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what << ": " << e.what();
+      }
+    };
+    expect_invalid("host pointer",
+                   [&] { comm->all_reduce(host.data(), dev, 1024, DataType::kFloat32, ReduceOp::kSum); });
+    expect_invalid("null input", [&] { comm->all_gather(nullptr, dev, 16, DataType::kFloat32); });
+    expect_invalid("misaligned reduction",
+                   [&] { comm->all_reduce(static_cast<char*>(dev) + 1, dev, 16, DataType::kFloat32, ReduceOp::kSum); });
+    expect_invalid("overflowing byte size",
+                   [&] { comm->all_reduce(dev, dev, size_t{1} << 62, DataType::kFloat32, ReduceOp::kSum); });
+    expect_invalid("bad dtype", [&] { comm->all_reduce(dev, dev, 16, static_cast<DataType>(77), ReduceOp::kSum); });
+    expect_invalid("bad op", [&] { comm->all_reduce(dev, dev, 16, DataType::kFloat32, static_cast<ReduceOp>(9)); });
+    expect_invalid("copy engine for all_reduce", [&] {
+      comm->all_reduce(dev, dev, 16, DataType::kFloat32, ReduceOp::kSum, {.algorithm = Algorithm::kCopyEngine});
+    });
+    int devices = 0;
+    cudaGetDeviceCount(&devices);
+    if (devices > 1) {  // memory of another GPU than the communicator's
+      void* other = nullptr;
+      int mine = comm->device(), them = (mine + 1) % devices;
+      ASSERT_EQ(cudaSetDevice(them), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&other, 4096), cudaSuccess);
+      ASSERT_EQ(cudaSetDevice(mine), cudaSuccess);
+      expect_invalid("other device", [&] { comm->all_reduce(other, dev, 16, DataType::kFloat32, ReduceOp::kSum); });
+      cudaFree(other);
+    }
+    // Still usable: a correct all-reduce of known values.
+    std::vector<float> ones(1024, static_cast<float>(me + 1));
+    ASSERT_EQ(cudaMemcpy(dev, ones.data(), 4096, cudaMemcpyHostToDevice), cudaSuccess);
+    comm->all_reduce(dev, dev, 1024, DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(ones.data(), dev, 4096, cudaMemcpyDeviceToHost), cudaSuccess);
+    const float want = static_cast<float>(comm->world_size() * (comm->world_size() + 1) / 2);
+    for (float v : ones) ASSERT_EQ(v, want);
+    comm->check();
+    cudaFree(dev);
+  });
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // Helpers of the GPU tests: exact small-integer inputs for every dtype, expected values computed on the host
 // independently of the kernels, guarded and poisoned device buffers.
 
+#include <cuda_runtime.h>  // also the typed cudaMalloc(T**) overloads
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

@@ -48,7 +48,12 @@ TEST(GpuGraph, ThousandReplaysWithChangingInputs) {
                            {Collective::kAllReduce, Algorithm::kTwoShot, 300007, BufKind::kDevice},
                            {Collective::kAllReduce, Algorithm::kTwoShot, 65537, BufKind::kSymmetric},
                            {Collective::kAllGather, Algorithm::kAuto, 4099, BufKind::kDevice},
-                           {Collective::kReduceScatter, Algorithm::kAuto, 4099, BufKind::kSymmetric}};
+                           {Collective::kReduceScatter, Algorithm::kAuto, 4099, BufKind::kSymmetric},
+                           // Copy-engine paths: stream memory operations and host nodes in the graph.
+                           {Collective::kAllGather, Algorithm::kCopyEngine, 300007, BufKind::kDevice},
+                           {Collective::kAllGather, Algorithm::kCopyEngine, 4099, BufKind::kSymmetric},
+                           {Collective::kReduceScatter, Algorithm::kCopyEngine, 300007, BufKind::kDevice},
+                           {Collective::kReduceScatter, Algorithm::kCopyEngine, 65537, BufKind::kSymmetric}};
     std::vector<void*> ins, outs;
     for (const Op& op : ops) {
       size_t in_bytes = (op.kind == Collective::kReduceScatter ? world : 1) * op.count * 2;

@@ -1,5 +1,6 @@
 // Coalescing on the CUDA backend: collectives recorded in a group (synchronous and asynchronous end) give
-// exactly the expected results. The CUDA backend runs a group's collectives back to back (one kernel each).
+// exactly the expected results. The six all-reduces form one run: one multi-tensor kernel (issue 6; random
+// mixed groups and graph capture are in group_multi_test.cc).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

@@ -229,8 +229,13 @@ TEST(Select, CudaTable) {
       {"cuda all_gather throughput ce", ce, coll(Collective::kAllGather, 8, kAuto, Contention::kThroughput), t,
        kDirect},
       {"cuda all_gather auto contention ce", ce, coll(Collective::kAllGather, 8), t, kDirect},
+      // Low contention wins over the NCCL size preference: NCCL's kernels would hold SMs beside the compute.
       {"cuda all_gather low ce >= nccl min", ce, coll(Collective::kAllGather, 8192, kAuto, Contention::kLow), nccl8k,
-       kNccl},
+       kCopyEngine},
+      {"cuda all_gather throughput >= nccl min", ce, coll(Collective::kAllGather, 8192, kAuto, Contention::kThroughput),
+       nccl8k, kNccl},
+      {"cuda all_reduce low has no copy engine", ce, coll(Collective::kAllReduce, 64, kAuto, Contention::kLow), t,
+       kOneShot},
       // Forced algorithms.
       {"cuda forced one_shot huge", nvl, all_reduce(kHuge, kOneShot), t, kOneShot},
       {"cuda forced two_shot small", nvl, all_reduce(8, kTwoShot), t, kTwoShot},

@@ -49,7 +49,9 @@ struct DeviceState {
 /// Host-mapped page-locked words shared by the host and the kernels.
 struct HostControl {
   uint32_t aborted;  ///< host sets 1 on abort(): every wait gives up with kAborted
-  uint32_t reserved;
+  /// Copy-engine collective in flight: its stream writes the op's header (top bit set) when it starts and 0
+  /// when it ends; the host watchdog overwrites a header with 1 to notice an op that stops progressing.
+  uint32_t ce_active;
   uint64_t dead_mask;  ///< host sets bit r when rank r died or left (peer-mesh watchdog)
   uint64_t error;      ///< copy of DeviceState::error written by the failing block, read by the host
 };

@@ -1,0 +1,94 @@
+#pragma once
+/// \file bucketer.h
+/// ReduceScatterBucketer: many small reduce-scatters (FSDP gradient shards) coalesced into few large ones.
+///
+/// Inputs are recorded per bucket; a bucket is keyed by (dtype, op, stream, algorithm, contention) of one
+/// communicator (and so one device). When a bucket is flushed, its inputs are copied into the bucket's memory
+/// from the communicator's symmetric heap (host backend: memcpy; CUDA backend: one copy kernel for up to
+/// kBucketCopySegments inputs, taking the list of (pointer, count) by value), reduced by one reduce-scatter
+/// on that memory (zero-copy) and every callback is called with a view of its part of the result.
+///
+/// Ordering contract. Every rank must issue the same sequence of calls (reduce_scatter_async with the same
+/// out_count, dtype, op and options; flush; teardown): buckets fill, flush and allocate collectively, in the
+/// same order on every rank. A mismatch is a collective mismatch (error or hang until the timeout), as for
+/// any collective.
+///
+/// Lifetimes. An input must stay valid and unchanged until its bucket is flushed: the copy into the bucket
+/// is deferred to the flush so that one kernel copies many inputs (CUDA: the copy is ordered on the stream
+/// at the flush). A result view is valid until that bucket is flushed again (explicitly or because it
+/// filled) or teardown(); on the CUDA backend it is a device pointer, valid in stream order on the bucket's
+/// stream (a consumer on another stream must wait for that stream first).
+///
+/// CUDA graphs: a flush may be captured once the bucket exists (its first flush allocates collectively, which
+/// cannot be captured); the copy list is a kernel parameter, so replays copy from the same input addresses.
+///
+/// Not thread-safe: one thread uses a bucketer at a time.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "symcomm/communicator.h"
+
+namespace symcomm {
+
+/// Options of a ReduceScatterBucketer.
+struct BucketOptions {
+  /// Total input bytes of one bucket (all ranks' parts): each bucket holds at most
+  /// bucket_cap_mb * 2^20 / world_size bytes of output per rank. Must be > 0.
+  double bucket_cap_mb = 25.0;
+};
+
+/// Inputs copied by one launch of the CUDA bucket copy kernel (the list travels as kernel parameters).
+inline constexpr size_t kBucketCopySegments = 1024;
+
+class ReduceScatterBucketer {
+ public:
+  /// Called with the reduced block of this rank: `count` elements at `result` (device pointer on CUDA).
+  using Callback = std::function<void(const void* result, size_t count)>;
+
+  /// Allocates nothing yet (buckets are allocated at their first flush). `comm` must outlive the
+  /// bucketer. Throws Error(kInvalidArgument) if options.bucket_cap_mb is not a positive finite number.
+  explicit ReduceScatterBucketer(Communicator& comm, BucketOptions options = {});
+  /// Releases the bucket memory (collective, like Communicator::free). Pending inputs are dropped without
+  /// communication and their callbacks never run: call flush() first (all ranks alike).
+  ~ReduceScatterBucketer();
+  ReduceScatterBucketer(const ReduceScatterBucketer&) = delete;
+  ReduceScatterBucketer& operator=(const ReduceScatterBucketer&) = delete;
+
+  /// Records a reduce-scatter of `input` (world_size * out_count elements, block r for rank r): this rank's
+  /// result is out_count elements, block `rank` reduced over ranks with `op`.
+  /// - If the input does not fit the bucket's remaining space, the bucket is flushed first (its reduction
+  ///   runs, then its callbacks).
+  /// - An input larger than a whole bucket (out_count * dtype size > bucket capacity per rank) is reduced at
+  ///   once into its own symmetric buffer, without touching the buckets, and its callback runs right away
+  ///   (before this call returns); the view is valid until the next flush() or teardown().
+  /// - out_count == 0: recorded; its callback gets (a valid pointer, 0) at the flush.
+  /// Throws Error(kInvalidArgument) for a null callback, a null input with out_count > 0, an input that
+  /// overlaps a bucket's memory, or invalid dtype/op/options (the same checks as
+  /// Communicator::reduce_scatter); nothing is recorded then.
+  void reduce_scatter_async(const void* input, size_t out_count, DataType dtype, ReduceOp op, Callback callback,
+                            const CollOptions& options = {});
+
+  /// Runs every pending reduction (bucket by bucket, in the order the buckets were created), then every
+  /// pending callback (callbacks may run in a different order than their inputs were recorded). If a
+  /// callback throws, the others still run and the first exception is rethrown at the end. Host
+  /// backend: results are final when the callbacks run. CUDA backend: the reductions are enqueued on the
+  /// buckets' streams; the views are ready in stream order.
+  void flush();
+
+  /// Frees every bucket's memory and every large-input buffer (collective). The next use allocates again.
+  /// Throws Error(kInvalidArgument) if inputs are pending (flush first).
+  void teardown();
+
+  /// Inputs recorded and not yet flushed.
+  size_t pending() const;
+  /// Output bytes per rank that one bucket holds.
+  size_t bucket_bytes_per_rank() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace symcomm

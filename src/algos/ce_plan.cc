@@ -1,0 +1,252 @@
+#include "algos/ce_plan.h"
+
+#include <algorithm>
+#include <string_view>
+
+#include "core/check.h"
+#include "core/hash.h"
+
+namespace symcomm::detail {
+namespace {
+
+// Copies smaller than this stay on one lane; larger ones are cut into one piece per lane (each lane is a
+// stream, and the driver spreads concurrent streams over the copy engines).
+constexpr size_t kSplitMinBytes = 4 << 20;
+constexpr size_t kAlign = 16;
+
+size_t align_down(size_t v, size_t a) { return v / a * a; }
+
+class Builder {
+ public:
+  Builder(const CePlanInput& in) : in_(in), me_(in.rank), n_(in.world_size) { plan_.lanes = std::max(1, in.lanes); }
+
+  CeRound& round() {
+    CeRound r;
+    r.lanes.resize(plan_.lanes);
+    plan_.rounds.push_back(std::move(r));
+    next_lane_ = 0;
+    return plan_.rounds.back();
+  }
+
+  static CeOp copy(CeRef dst, CeRef src, size_t bytes) {
+    CeOp op;
+    op.kind = CeOp::kCopy;
+    op.dst = dst;
+    op.srcs[0] = src;
+    op.bytes = bytes;
+    return op;
+  }
+
+  /// Adds a pull to lanes [lo, hi) (default: all): one lane for small copies (round-robin), one piece per
+  /// lane for large ones.
+  void pull(CeRound& r, CeRef dst, CeRef src, size_t bytes, int lo = 0, int hi = -1) {
+    if (bytes == 0) return;
+    if (hi < 0) hi = plan_.lanes;
+    const int width = hi - lo;
+    const int pieces = bytes >= kSplitMinBytes ? width : 1;
+    const size_t piece = std::max<size_t>(kAlign, align_down(bytes / pieces, kAlign));
+    for (size_t off = 0; off < bytes;) {
+      const size_t len = (off + 2 * piece > bytes) ? bytes - off : piece;  // the last piece takes the tail
+      CeRef d = dst, s = src;
+      d.offset += off;
+      s.offset += off;
+      const int lane = lo + next_lane_ % width;
+      r.lanes[lane].push_back(copy(d, s, len));
+      next_lane_ = (next_lane_ + 1) % width;
+      off += len;
+    }
+  }
+
+  void local(CeRound& r, CeRef dst, CeRef src, size_t bytes) {
+    if (bytes > 0) r.pre.push_back(copy(dst, src, bytes));
+  }
+
+  CePlan finish(uint32_t path) {
+    uint64_t h = fnv1a("symcomm-ce");
+    for (uint64_t v :
+         {static_cast<uint64_t>(in_.kind), static_cast<uint64_t>(in_.dtype),
+          static_cast<uint64_t>(in_.kind == Collective::kReduceScatter ? in_.op : ReduceOp::kSum),
+          static_cast<uint64_t>(in_.count), static_cast<uint64_t>(in_.kind == Collective::kBroadcast ? in_.root : 0),
+          static_cast<uint64_t>(path), static_cast<uint64_t>(n_)}) {
+      h = fnv1a(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v)), h);
+    }
+    // 31 bits, never 0 or 1 (the copy engine's in-flight word keeps the top bit and the values 0 and 1).
+    plan_.header = static_cast<uint32_t>(h ^ (h >> 32)) & 0x7fffffffu;
+    if (plan_.header < 2) plan_.header += 2;
+    return std::move(plan_);
+  }
+
+  const CePlanInput& in_;
+  const int me_, n_;
+  CePlan plan_;
+  int next_lane_ = 0;
+};
+
+CeRef ref(CeSpace s, int rank, size_t offset) { return CeRef{s, rank, offset}; }
+
+size_t usable(size_t bytes, size_t parts) {
+  SYMCOMM_CHECK_ARG(parts > 0, "no parts");
+  size_t v = align_down(bytes / parts, kAlign);
+  SYMCOMM_CHECK_ARG(v > 0, "copy-engine staging of {} bytes is too small for {} slots", bytes, parts);
+  return v;
+}
+
+CePlan all_gather(Builder& b, const CePlanInput& in, size_t B) {
+  const int me = in.rank, n = in.world_size;
+  if (in.out_symmetric || in.in_symmetric) {
+    // Peers pull each rank's block from its input, or from its output after the rank copied its input there.
+    // From the input, that own-block copy runs on a lane beside the pulls instead of before the barrier.
+    // With several lanes, the own-block copy gets the last lane to itself and the pulls share the others.
+    // A peer's input is found at this rank's input offset, so in place (input = own block of the output, at a
+    // different offset on every rank) the blocks are pulled from the output.
+    const bool from_out = !in.in_symmetric || in.in_is_own_block;
+    const int lanes = b.plan_.lanes, peer_lanes = lanes > 1 && !from_out ? lanes - 1 : lanes;
+    CeRound& r = b.round();
+    if (!in.in_is_own_block && from_out) b.local(r, ref(CeSpace::kOut, me, me * B), ref(CeSpace::kIn, me, 0), B);
+    for (int k = 1; k < n; ++k) {
+      const int p = (me + k) % n;
+      b.pull(r, ref(CeSpace::kOut, me, p * B), from_out ? ref(CeSpace::kOut, p, p * B) : ref(CeSpace::kIn, p, 0), B, 0,
+             peer_lanes);
+    }
+    if (!in.in_is_own_block && !from_out) {
+      b.pull(r, ref(CeSpace::kOut, me, me * B), ref(CeSpace::kIn, me, 0), B, lanes - 1, lanes);
+    }
+    return b.finish(from_out ? 1 : 2);
+  }
+  const size_t c = usable(in.scratch_bytes, 1);
+  for (size_t off = 0; off < B; off += c) {
+    const size_t len = std::min(c, B - off);
+    CeRound& r = b.round();
+    b.local(r, ref(CeSpace::kScratch, me, 0), ref(CeSpace::kIn, me, off), len);
+    if (!in.in_is_own_block) b.local(r, ref(CeSpace::kOut, me, me * B + off), ref(CeSpace::kIn, me, off), len);
+    for (int k = 1; k < n; ++k) {
+      const int p = (me + k) % n;
+      b.pull(r, ref(CeSpace::kOut, me, p * B + off), ref(CeSpace::kScratch, p, 0), len);
+    }
+  }
+  return b.finish(3);
+}
+
+CePlan all_to_all(Builder& b, const CePlanInput& in, size_t B) {
+  const int me = in.rank, n = in.world_size;
+  if (in.in_symmetric && !in.in_overlaps_out) {
+    CeRound& r = b.round();
+    b.local(r, ref(CeSpace::kOut, me, me * B), ref(CeSpace::kIn, me, me * B), B);
+    for (int k = 1; k < n; ++k) {
+      const int p = (me + k) % n;
+      b.pull(r, ref(CeSpace::kOut, me, p * B), ref(CeSpace::kIn, p, me * B), B);
+    }
+    return b.finish(1);
+  }
+  // Staged (also in place): every block of this round's window goes to a scratch slot first, so the pulls
+  // that overwrite the output (= input when in place) never touch bytes a peer still has to read.
+  const size_t c = usable(in.scratch_bytes, n);
+  for (size_t off = 0; off < B; off += c) {
+    const size_t len = std::min(c, B - off);
+    CeRound& r = b.round();
+    for (int q = 0; q < n; ++q) b.local(r, ref(CeSpace::kScratch, me, q * c), ref(CeSpace::kIn, me, q * B + off), len);
+    for (int k = 0; k < n; ++k) {
+      const int p = (me + k) % n;
+      b.pull(r, ref(CeSpace::kOut, me, p * B + off), ref(CeSpace::kScratch, p, me * c), len);
+    }
+  }
+  return b.finish(2);
+}
+
+CePlan broadcast(Builder& b, const CePlanInput& in, size_t B) {
+  const int me = in.rank, root = in.root;
+  if (in.out_symmetric) {
+    CeRound& r = b.round();
+    if (me == root && !in.in_is_out) b.local(r, ref(CeSpace::kOut, me, 0), ref(CeSpace::kIn, me, 0), B);
+    if (me != root) b.pull(r, ref(CeSpace::kOut, me, 0), ref(CeSpace::kOut, root, 0), B);
+    return b.finish(1);
+  }
+  const size_t c = usable(in.scratch_bytes, 1);
+  for (size_t off = 0; off < B; off += c) {
+    const size_t len = std::min(c, B - off);
+    CeRound& r = b.round();
+    if (me == root) {
+      b.local(r, ref(CeSpace::kScratch, me, 0), ref(CeSpace::kIn, me, off), len);
+      if (!in.in_is_out) b.local(r, ref(CeSpace::kOut, me, off), ref(CeSpace::kIn, me, off), len);
+    } else {
+      b.pull(r, ref(CeSpace::kOut, me, off), ref(CeSpace::kScratch, root, 0), len);
+    }
+  }
+  return b.finish(2);
+}
+
+CePlan reduce_scatter(Builder& b, const CePlanInput& in, size_t B, size_t es) {
+  const int me = in.rank, n = in.world_size, lanes = b.plan_.lanes;
+  // Per lane: one stage slot of `sc` bytes per peer.
+  const size_t per_lane = in.stage_bytes / lanes;
+  size_t sc = n > 1 ? std::min(in.chunk_bytes, per_lane / (n - 1)) : in.chunk_bytes;
+  sc = align_down(sc, kAlign);
+  SYMCOMM_CHECK_ARG(sc > 0 && es <= kAlign, "copy-engine stage of {} bytes is too small", in.stage_bytes);
+  b.plan_.stage_bytes_per_lane = n > 1 ? sc * (n - 1) : 0;
+  auto slot = [&](int p) { return static_cast<size_t>(p < me ? p : p - 1) * sc; };
+
+  const bool zero_copy = in.in_symmetric;
+  const size_t window = zero_copy ? B : usable(in.scratch_bytes, n);
+  int lane = 0;
+  for (size_t off = 0; off < B; off += window) {
+    const size_t len = std::min(window, B - off);
+    CeRound& r = b.round();
+    if (!zero_copy) {
+      for (int q = 0; q < n; ++q) {
+        if (q != me) b.local(r, ref(CeSpace::kScratch, me, q * window), ref(CeSpace::kIn, me, q * B + off), len);
+      }
+    }
+    for (size_t x = 0; x < len; x += sc, lane = (lane + 1) % lanes) {
+      const size_t m = std::min(sc, len - x);
+      auto& ops = r.lanes[lane];
+      CeOp red;
+      red.kind = CeOp::kReduce;
+      red.dst = ref(CeSpace::kOut, me, off + x);
+      red.nsrc = n;
+      red.bytes = m;
+      for (int p = 0; p < n; ++p) {
+        if (p == me) {
+          red.srcs[p] = ref(CeSpace::kIn, me, me * B + off + x);
+          continue;
+        }
+        const CeRef src =
+            zero_copy ? ref(CeSpace::kIn, p, me * B + off + x) : ref(CeSpace::kScratch, p, me * window + x);
+        ops.push_back(Builder::copy(ref(CeSpace::kStage, lane, slot(p)), src, m));
+        red.srcs[p] = ref(CeSpace::kStage, lane, slot(p));
+      }
+      ops.push_back(red);
+    }
+  }
+  return b.finish(zero_copy ? 1 : 2);
+}
+
+}  // namespace
+
+CePlan make_ce_plan(const CePlanInput& in) {
+  SYMCOMM_CHECK_ARG(in.world_size >= 1 && in.world_size <= kCeMaxRanks && in.rank >= 0 && in.rank < in.world_size,
+                    "copy-engine plan for rank {} of {}", in.rank, in.world_size);
+  const size_t es = dtype_size(in.dtype), B = in.count * es;
+  Builder b(in);
+  switch (in.kind) {
+    case Collective::kAllGather:
+      SYMCOMM_CHECK_ARG(!in.in_overlaps_out || in.in_is_own_block,
+                        "all_gather: the input may overlap the output only as this rank's own block");
+      return all_gather(b, in, B);
+    case Collective::kAllToAll:
+      SYMCOMM_CHECK_ARG(!in.in_overlaps_out || in.in_is_out, "all_to_all: in and out overlap partially");
+      return all_to_all(b, in, B);
+    case Collective::kBroadcast:
+      SYMCOMM_CHECK_ARG(in.rank != in.root || !in.in_overlaps_out || in.in_is_out,
+                        "broadcast: in and out overlap partially");
+      return broadcast(b, in, B);
+    case Collective::kReduceScatter:
+      SYMCOMM_CHECK_ARG(!in.in_overlaps_out || in.in_is_own_block,
+                        "reduce_scatter: the output may overlap the input only as this rank's own block");
+      return reduce_scatter(b, in, B, es);
+    case Collective::kAllReduce:
+    case Collective::kBarrier: break;
+  }
+  SYMCOMM_THROW(kInvalidArgument, "{} has no copy-engine algorithm", to_string(in.kind));
+}
+
+}  // namespace symcomm::detail

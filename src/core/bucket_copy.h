@@ -1,0 +1,29 @@
+#pragma once
+// The batched copy of a bucket flush (ReduceScatterBucketer, src/core/bucketer.cc): many inputs, each
+// `rows` rows (one per rank), copied into one bucket. Host: memcpy; CUDA: one kernel per kBucketCopySegments
+// inputs (src/algos/cuda_bucket_copy.cu).
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "symcomm/communicator.h"
+
+namespace symcomm::detail {
+
+/// One input: row r (r < rows) is `bytes` bytes at src + r * bytes and goes to dst + r * row_stride + dst_offset.
+struct BucketCopySegment {
+  const void* src;
+  uint64_t dst_offset;
+  uint64_t bytes;
+};
+static_assert(std::is_trivially_copyable_v<BucketCopySegment> && sizeof(BucketCopySegment) == 24);
+
+/// Host: memcpy of every row of every segment.
+void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows);
+/// CUDA: enqueues the copies on `stream`, one kernel launch per kBucketCopySegments segments; the list is
+/// passed by value (kernel parameters), so nothing has to outlive the call (also under graph capture).
+/// Without the CUDA backend compiled in, throws Error(kUnsupported).
+void cuda_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows, Stream stream);
+
+}  // namespace symcomm::detail

@@ -1,0 +1,232 @@
+// ReduceScatterBucketer (include/symcomm/bucketer.h): records small reduce-scatters per bucket and runs each
+// bucket as one copy pass plus one zero-copy reduce-scatter on symmetric memory.
+//
+// NOTE [bucket layout] A bucket's memory (Communicator::alloc, so symmetric) is
+//   [input: world_size blocks of cap bytes | output: cap bytes],  cap = bucket_cap_mb MiB / world_size.
+// At a flush with C elements recorded (entry k at element offset off_k, offsets padded to 16 bytes so every
+// view and copy is aligned), rank block r of entry k goes to input + (r * C + off_k) * es: the first
+// world_size * C elements are then exactly the input of one reduce-scatter of count C, whose output block
+// holds entry k's result at output + off_k * es. The copies wait for the flush because C is known only then,
+// and so that one kernel copies many inputs. Padding elements are never read by a callback.
+
+#include "symcomm/bucketer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "core/bucket_copy.h"
+#include "core/check.h"
+#include "core/request.h"
+
+namespace symcomm {
+namespace {
+
+size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+bool same_options(const CollOptions& a, const CollOptions& b) {
+  return a.stream == b.stream && a.algorithm == b.algorithm && a.contention == b.contention;
+}
+
+}  // namespace
+
+namespace detail {
+
+void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows) {
+  for (size_t k = 0; k < n; ++k) {
+    const auto* src = static_cast<const char*>(segs[k].src);
+    for (int r = 0; r < rows; ++r) {
+      if (segs[k].bytes) std::memcpy(dst + r * row_stride + segs[k].dst_offset, src + r * segs[k].bytes, segs[k].bytes);
+    }
+  }
+}
+
+}  // namespace detail
+
+struct ReduceScatterBucketer::Impl {
+  struct Entry {
+    const void* input;
+    size_t count;
+    size_t offset;  ///< elements into the bucket's per-rank block
+    Callback callback;
+  };
+  struct Bucket {
+    DataType dtype;
+    ReduceOp op;
+    CollOptions options;
+    char* mem = nullptr;  ///< NOTE [bucket layout]; nullptr until the first flush (or after teardown)
+    size_t used = 0;      ///< elements per rank, padded offsets included
+    std::vector<Entry> entries;
+  };
+  /// A flushed entry whose callback has not run yet.
+  struct Done {
+    const void* result;
+    size_t count;
+    Callback callback;
+  };
+
+  Impl(Communicator& c, BucketOptions o) : comm(c), options(o) {
+    SYMCOMM_CHECK_ARG(std::isfinite(o.bucket_cap_mb) && o.bucket_cap_mb > 0,
+                      "ReduceScatterBucketer: bucket_cap_mb must be a positive number (got {})", o.bucket_cap_mb);
+    n = comm.world_size();
+    double per_rank = o.bucket_cap_mb * 1048576.0 / n;
+    SYMCOMM_CHECK_ARG(per_rank >= 16 && per_rank < 1e15,
+                      "ReduceScatterBucketer: bucket_cap_mb {} gives {} bytes per rank (need at least 16)",
+                      o.bucket_cap_mb, per_rank);
+    cap_bytes = static_cast<size_t>(per_rank) / 16 * 16;
+  }
+
+  Bucket& bucket_for(DataType dtype, ReduceOp op, const CollOptions& o) {
+    for (auto& b : buckets) {
+      if (b->dtype == dtype && b->op == op && same_options(b->options, o)) return *b;
+    }
+    buckets.push_back(std::make_unique<Bucket>(
+        Bucket{.dtype = dtype, .op = op, .options = o, .mem = nullptr, .used = 0, .entries = {}}));
+    return *buckets.back();
+  }
+
+  bool overlaps_buckets(const void* p, size_t bytes) const {
+    auto lo = reinterpret_cast<uintptr_t>(p);
+    for (const auto& b : buckets) {
+      if (!b->mem) continue;
+      auto blo = reinterpret_cast<uintptr_t>(b->mem);
+      if (lo < blo + (n + 1) * cap_bytes && blo < lo + bytes) return true;
+    }
+    for (const auto& [l, l_bytes] : large) {
+      auto llo = reinterpret_cast<uintptr_t>(l);
+      if (lo < llo + l_bytes && llo < lo + bytes) return true;
+    }
+    return false;
+  }
+
+  // Copies the bucket's inputs in, reduces, and moves its entries to `done` (callbacks not yet called).
+  void run_bucket(Bucket& b, std::vector<Done>& done) {
+    if (b.entries.empty()) return;
+    const size_t es = dtype_size(b.dtype), c = b.used;
+    if (!b.mem) b.mem = static_cast<char*>(comm.alloc((n + 1) * cap_bytes));
+    char* out = b.mem + n * cap_bytes;
+    segs.clear();
+    for (const Entry& e : b.entries) {
+      segs.push_back({.src = e.input, .dst_offset = e.offset * es, .bytes = e.count * es});
+    }
+    if (comm.backend() == BackendKind::kCuda) {
+      detail::cuda_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, b.options.stream);
+    } else {
+      detail::host_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n);
+    }
+    if (c > 0) comm.reduce_scatter(b.mem, out, c, b.dtype, b.op, b.options);
+    for (Entry& e : b.entries) done.push_back({out + e.offset * es, e.count, std::move(e.callback)});
+    pending -= b.entries.size();
+    b.entries.clear();
+    b.used = 0;
+  }
+
+  // Every callback runs even if one throws; the first exception is rethrown afterwards.
+  static void run_callbacks(std::vector<Done>& done) {
+    std::vector<Done> list;
+    list.swap(done);
+    std::exception_ptr first;
+    for (Done& d : list) {
+      try {
+        d.callback(d.result, d.count);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+  void release_memory() {
+    for (auto& b : buckets) {
+      comm.free(b->mem);
+      b->mem = nullptr;
+    }
+    buckets.clear();
+    for (const auto& [l, l_bytes] : large) comm.free(l);
+    large.clear();
+  }
+
+  Communicator& comm;
+  BucketOptions options;
+  int n = 1;
+  size_t cap_bytes = 0;
+  size_t pending = 0;
+  std::vector<std::unique_ptr<Bucket>> buckets;  ///< creation order, the same on every rank
+  std::vector<std::pair<void*, size_t>> large;   ///< outputs (and bytes) of inputs larger than a bucket
+  std::vector<detail::BucketCopySegment> segs;   ///< reused between flushes
+};
+
+ReduceScatterBucketer::ReduceScatterBucketer(Communicator& comm, BucketOptions options)
+    : impl_(std::make_unique<Impl>(comm, options)) {}
+
+ReduceScatterBucketer::~ReduceScatterBucketer() {
+  try {
+    impl_->release_memory();
+  } catch (...) {  // a destructor must not throw; the communicator reports its own failure
+  }
+}
+
+void ReduceScatterBucketer::reduce_scatter_async(const void* input, size_t out_count, DataType dtype, ReduceOp op,
+                                                 Callback callback, const CollOptions& options) {
+  Impl& m = *impl_;
+  SYMCOMM_CHECK_ARG(callback != nullptr, "ReduceScatterBucketer::reduce_scatter_async: callback is empty");
+  // The checks of Communicator::reduce_scatter (enums, null input, byte-size overflow), at record time.
+  detail::Request r{.kind = Collective::kReduceScatter,
+                    .in = input,
+                    .out = &m,  // any non-null pointer: the output is the bucket's
+                    .count = out_count,
+                    .dtype = dtype,
+                    .op = op,
+                    .root = 0,
+                    .options = options};
+  detail::validate_request(r, m.n);
+  const size_t es = dtype_size(dtype), bytes = out_count * es;
+  SYMCOMM_CHECK_ARG(!m.overlaps_buckets(input, bytes * m.n),
+                    "ReduceScatterBucketer::reduce_scatter_async: input {} overlaps the bucketer's own memory", input);
+  if (bytes > m.cap_bytes) {
+    // Larger than a whole bucket: reduced at once into its own symmetric buffer (zero-copy output).
+    void* out = m.comm.alloc(bytes);
+    try {
+      m.comm.reduce_scatter(input, out, out_count, dtype, op, options);
+    } catch (...) {
+      m.comm.free(out);
+      throw;
+    }
+    m.large.emplace_back(out, bytes);
+    callback(out, out_count);
+    return;
+  }
+  Impl::Bucket& b = m.bucket_for(dtype, op, options);
+  const size_t padded = round_up(out_count, std::max<size_t>(1, 16 / es));
+  if ((b.used + padded) * es > m.cap_bytes) {  // full: flush this bucket before adding
+    std::vector<Impl::Done> done;
+    m.run_bucket(b, done);
+    Impl::run_callbacks(done);
+  }
+  b.entries.push_back({.input = input, .count = out_count, .offset = b.used, .callback = std::move(callback)});
+  b.used += padded;
+  ++m.pending;
+}
+
+void ReduceScatterBucketer::flush() {
+  std::vector<Impl::Done> done;
+  for (auto& b : impl_->buckets) impl_->run_bucket(*b, done);
+  Impl::run_callbacks(done);
+}
+
+void ReduceScatterBucketer::teardown() {
+  SYMCOMM_CHECK_ARG(impl_->pending == 0,
+                    "ReduceScatterBucketer::teardown: {} input(s) still pending; call flush() first (on every rank)",
+                    impl_->pending);
+  impl_->release_memory();
+}
+
+size_t ReduceScatterBucketer::pending() const { return impl_->pending; }
+size_t ReduceScatterBucketer::bucket_bytes_per_rank() const { return impl_->cap_bytes; }
+
+}  // namespace symcomm

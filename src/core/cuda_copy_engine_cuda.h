@@ -1,0 +1,102 @@
+#pragma once
+// CopyEngine: runs copy-engine (low-contention) collectives of the CUDA backend.
+//
+// NOTE [copy-engine sync] Data moves with cudaMemcpyAsync between peer mappings (the GPU's copy engines, no
+// SM), on the caller's stream and on internal "lane" streams forked from it and joined back (so CUDA-graph
+// capture records the same work). Barriers are stream memory operations (cuStreamBatchMemOp): each rank
+// writes 1 into a slot of every peer's copy-engine pad, waits until its own slots for all peers read 1, then
+// writes them back to 0; the values written and waited for never change, so a captured graph replays them
+// correctly. A slot is rewritten by its peer only after a later barrier that this rank enters after its
+// reset (arrive and depart barriers alternate), and the default write carries a memory fence, so no signal
+// is lost or seen twice. The arrive barrier also carries the plan's header: each rank writes it into its
+// peers' header slots before arriving and waits for each peer's header to equal its own, so ranks running
+// different collectives block instead of exchanging data.
+//
+// NOTE [copy-engine watchdog] A stream memory wait cannot time out and uses no SM, so the host watches it.
+// Each operation's first batch of memory operations writes its header (top bit set) into a host-mapped word
+// (HostControl::ce_active) and its last batch writes 0, in eager mode and in captured graphs alike (no
+// events, no host nodes). A watchdog thread polls the word every millisecond: it replaces a header it reads
+// with the marker 1; if it still reads 1 a timeout later, no operation has started or ended since, so the
+// one in flight is stuck. On that, on abort() or on a dead peer (HostControl::dead_mask) while an operation
+// is in flight, it records the error in HostControl::error (read by the host like a kernel's error:
+// kTimeout naming the missing rank, kMismatch naming the rank with another header, kPeerDead, kAborted) and
+// writes every wait's value into this rank's own slots from an internal stream, so the stuck stream drains
+// (with garbage data; the communicator is failed) and the CUDA context stays usable.
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "algos/ce_plan.h"
+#include "core/request.h"
+#include "symcomm/device/handle.h"
+
+namespace symcomm::detail {
+
+struct CommContext;
+struct ControlBlock;
+class CudaHeap;
+
+class CopyEngine {
+ public:
+  /// uint32 words of one rank's copy-engine pad: arrive, depart and header slots per source rank.
+  static constexpr size_t kPadWords = 3 * device::kMaxDeviceRanks;
+  static constexpr size_t kPadBytes = kPadWords * sizeof(uint32_t);
+  /// Internal copy streams: reduce-scatter alternates chunks over all; all-gather gives the last one to the
+  /// local copy of the own block.
+  static constexpr int kLanes = 3;
+
+  /// `pads[p]`: rank p's copy-engine pad as mapped here (zeroed by every rank before first use);
+  /// `scratch[p]`: rank p's symmetric staging buffer of `scratch_bytes`; `control_dev`: the device address
+  /// of the control words.
+  CopyEngine(CommContext& ctx, int device, std::shared_ptr<ControlBlock> control, device::HostControl* control_dev,
+             CudaHeap& heap, const std::vector<uint32_t*>& pads, const std::vector<char*>& scratch,
+             size_t scratch_bytes);
+  ~CopyEngine();
+  CopyEngine(const CopyEngine&) = delete;
+  CopyEngine& operator=(const CopyEngine&) = delete;
+
+  /// Enqueues the collective on `stream` (validated request; all_gather, all_to_all, broadcast or
+  /// reduce_scatter).
+  void run(const Request& r, cudaStream_t stream);
+
+ private:
+  void* resolve(const CeRef& ref, const Request& r);
+  /// One batch: arrive (with header check) or depart barrier; `begin`/`end` add the in-flight word's writes.
+  void barrier(cudaStream_t s, bool arrive, uint32_t header, bool begin, bool end);
+  void watchdog();
+  /// Called by the watchdog for the operation in flight: reports the error (once) and releases the waits.
+  void fail_and_release(uint32_t header, bool timed_out);
+  uint64_t classify(uint32_t header, bool timed_out);
+
+  CommContext& ctx_;
+  int device_;
+  std::shared_ptr<ControlBlock> control_;
+  uint32_t* active_dev_;  // device address of HostControl::ce_active
+  CudaHeap& heap_;
+  std::vector<uint32_t*> pads_;
+  std::vector<char*> scratch_;
+  size_t scratch_bytes_;
+  cudaStream_t lanes_[kLanes] = {};
+  cudaEvent_t fork_ = nullptr;
+  cudaEvent_t join_[kLanes] = {};
+  char* stage_ = nullptr;
+  size_t stage_bytes_ = 0;
+  std::vector<CUstreamBatchMemOpParams> ops_;  // reused by barrier()
+
+  // Watchdog.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool started_ = false;                   // a first operation was issued: start polling
+  cudaStream_t release_stream_ = nullptr;  // the watchdog's own stream (writes into this rank's pad)
+  std::thread thread_;
+};
+
+}  // namespace symcomm::detail

@@ -1,0 +1,159 @@
+// CudaBackend's group execution (issue 6): runs of same-(kind, dtype, op, stream) all-reduces,
+// reduce-scatters and all-gathers of one group become one multi-tensor kernel launch (src/algos/cuda_multi.h).
+//
+// NOTE [cuda group fusion] A run is a maximal sequence of consecutive group entries with the same collective
+// (all-reduce, reduce-scatter or all-gather), dtype, op (reductions), stream and contention, none of them with
+// a forced algorithm or a zero count. The run's algorithm is selected again from its total payload (the pure
+// select_algorithm, so every rank decides alike):
+//   - NCCL: the run's collectives are issued inside one ncclGroupStart/ncclGroupEnd (NCCL fuses them);
+//   - copy engine (low contention asked for): one by one, as outside a group;
+//   - otherwise one symcomm kernel per kMaxMultiSegments tensors over their virtual concatenation: the
+//     two-shot all-reduce (also for totals where a single tensor would use one-shot: one launch of two-shot
+//     beats many one-shot launches), the reduce-scatter, the all-gather exchange. Zero-copy when every
+//     tensor's remote side lies in the symmetric heap, staged otherwise.
+// The segment list is a kernel parameter (NOTE [multi-tensor list]), so a captured group replays correctly.
+// Results equal the separate collectives bit for bit: elements are reduced in rank order wherever they sit.
+
+#include <nccl.h>
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "algos/cuda_multi.h"
+#include "core/check.h"
+#include "core/cuda_backend_cuda.h"
+#include "core/cuda_check.h"
+#include "core/group_plan.h"
+#include "core/hash.h"
+
+namespace symcomm::detail {
+namespace {
+
+using Ops = std::vector<std::pair<Request, Algorithm>>;
+
+// Hash of the fields every rank must agree on (the kernel's first barrier compares it); never 0.
+uint64_t multi_header(const cuda::MultiParams& p) {
+  constexpr uint64_t kPathMulti = 16;  // distinct from the single-collective paths of cuda_launch_cuda.cc
+  std::array<uint64_t, 6 + cuda::kMaxMultiSegments> f{};
+  f[0] = static_cast<uint64_t>(p.kind);
+  f[1] = kPathMulti;
+  f[2] = static_cast<uint64_t>(p.dtype);
+  f[3] = static_cast<uint64_t>(p.op);
+  f[4] = p.nseg;
+  f[5] = p.zero_copy;
+  for (uint32_t k = 0; k < p.nseg; ++k) f[6 + k] = p.seg[k].count;
+  uint64_t h = fnv1a(std::string_view(reinterpret_cast<const char*>(f.data()), (6 + p.nseg) * sizeof(uint64_t)));
+  return h ? h : 1;
+}
+
+}  // namespace
+
+void CudaBackend::run_group(const Ops& ops) {
+  poll_errors();
+  for (size_t i = 0; i < ops.size();) {
+    const size_t end = group_run_end(ops, i);
+    if (end - i >= 2) {
+      launch_fused(ops, i, end);
+    } else {
+      run(ops[i].first, ops[i].second);
+    }
+    i = end;
+  }
+}
+
+std::shared_ptr<Work> CudaBackend::run_group_async(const Ops& ops) {
+  std::vector<cudaStream_t> streams;
+  for (const auto& [r, algo] : ops) {
+    auto s = reinterpret_cast<cudaStream_t>(r.options.stream);
+    if (std::find(streams.begin(), streams.end(), s) == streams.end()) streams.push_back(s);
+  }
+  for (cudaStream_t s : streams) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &st) != cudaSuccess) cudaGetLastError();
+    SYMCOMM_CHECK_ARG(st == cudaStreamCaptureStatusNone,
+                      "group_end_async cannot be captured into a CUDA graph; use group_end (it only enqueues)");
+  }
+  run_group(ops);
+  std::vector<std::shared_ptr<Work>> parts;
+  for (cudaStream_t s : streams) parts.push_back(record_work(s));
+  return parts.size() == 1 ? parts[0] : make_composite_work(std::move(parts));
+}
+
+void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
+  const Request& a = ops[begin].first;
+  const size_t es = a.elem_size();
+  const int n = ctx_.ranks.world_size;
+  size_t bytes = 0;  // what select() sees: all_reduce total, the others per rank
+  for (size_t k = begin; k < end; ++k) bytes += ops[k].first.count * es;
+  const Algorithm algo = select_algorithm(SelectRequest{.kind = a.kind,
+                                                        .dtype = a.dtype,
+                                                        .op = a.op,
+                                                        .bytes = bytes,
+                                                        .forced = Algorithm::kAuto,
+                                                        .contention = a.options.contention},
+                                          caps_, ctx_.config.tuning);
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  auto s = reinterpret_cast<cudaStream_t>(a.options.stream);
+  if (algo == Algorithm::kNccl) {
+    SYMCOMM_NCCL_CHECK(ncclGroupStart());
+    try {
+      for (size_t k = begin; k < end; ++k) launch_nccl(ops[k].first, s);
+    } catch (...) {
+      ncclGroupEnd();
+      throw;
+    }
+    SYMCOMM_NCCL_CHECK(ncclGroupEnd());
+    return;
+  }
+  if (algo == Algorithm::kCopyEngine || !caps_.full_nvlink) {
+    for (size_t k = begin; k < end; ++k) run(ops[k].first, ops[k].second);
+    return;
+  }
+  const bool gather = a.kind == Collective::kAllGather;
+  const size_t unit = gather ? 16 : std::max<size_t>(1, 16 / es);  // virtual offsets: 16-byte multiples
+  cuda::MultiParams p{};
+  p.comm = comm_;
+  p.kind = a.kind;
+  p.dtype = a.dtype;
+  p.op = a.has_reduction() ? a.op : ReduceOp::kSum;
+  for (size_t first = begin; first < end; first += cuda::kMaxMultiSegments) {
+    const size_t last = std::min(end, first + cuda::kMaxMultiSegments);
+    p.nseg = static_cast<uint32_t>(last - first);
+    std::array<uint64_t, cuda::kMaxMultiSegments> counts{}, voff{};
+    for (size_t k = first; k < last; ++k) counts[k - first] = gather ? ops[k].first.count * es : ops[k].first.count;
+    p.total = virtual_offsets(counts.data(), p.nseg, unit, voff.data());
+    bool zc = true;
+    for (size_t k = first; k < last; ++k) {
+      const Request& r = ops[k].first;
+      cuda::MultiSegment& g = p.seg[k - first];
+      g = cuda::MultiSegment{.in = static_cast<const char*>(r.in),
+                             .out = static_cast<char*>(r.out),
+                             .count = counts[k - first],
+                             .voff = voff[k - first],
+                             .in_stride = 0,
+                             .out_stride = 0};
+      // The remote side each kernel touches: all-reduce reads peers' inputs and writes their outputs;
+      // reduce-scatter reads their inputs; all-gather writes their outputs.
+      char* base = nullptr;
+      size_t stride = 0;
+      const size_t tb = r.count * es;
+      if (a.kind != Collective::kAllGather) {
+        const size_t in_bytes = a.kind == Collective::kReduceScatter ? tb * n : tb;
+        zc = zc && heap_->find(r.in, in_bytes, &base, &stride);
+        g.in_stride = static_cast<int64_t>(stride);
+      }
+      if (a.kind != Collective::kReduceScatter) {
+        const size_t out_bytes = gather ? tb * n : tb;
+        zc = zc && heap_->find(r.out, out_bytes, &base, &stride);
+        g.out_stride = static_cast<int64_t>(stride);
+      }
+    }
+    p.zero_copy = zc;
+    p.header = multi_header(p);
+    cuda::launch_multi(p, s);
+  }
+}
+
+}  // namespace symcomm::detail

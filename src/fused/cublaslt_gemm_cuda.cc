@@ -1,0 +1,152 @@
+#include "fused/cublaslt_gemm_cuda.h"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+
+namespace symcomm::detail::fused {
+namespace {
+
+#define LT_CHECK(expr)                                                                \
+  do {                                                                                \
+    cublasStatus_t lt_status_ = (expr);                                               \
+    SYMCOMM_CHECK(lt_status_ == CUBLAS_STATUS_SUCCESS, kCuda, "{} failed: {}", #expr, \
+                  cublasLtGetStatusString(lt_status_));                               \
+  } while (0)
+
+// NOTE [cuBLASLt workspace] 32 MiB is what NVIDIA recommends for Hopper (cuBLAS documentation, "cuBLAS
+// workspace"); larger buys nothing measurable for these GEMM shapes.
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+// Cached plans are never freed (like cuBLAS's own handles); past this many shapes new ones are not cached.
+constexpr size_t kMaxCachedPlans = 512;
+
+cudaDataType_t cuda_type(DataType d) {
+  switch (d) {
+    case DataType::kBFloat16: return CUDA_R_16BF;
+    case DataType::kFloat16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+uint32_t alignment(const void* p) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t,
+                           uint32_t, size_t>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t b_as_a = nullptr, a_as_b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  void destroy() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (b_as_a) cublasLtMatrixLayoutDestroy(b_as_a);
+    if (a_as_b) cublasLtMatrixLayoutDestroy(a_as_b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+struct LtState {
+  std::mutex mu;
+  std::map<int, cublasLtHandle_t> handles;
+  std::map<std::pair<int, cudaStream_t>, void*> workspaces;
+  std::map<PlanKey, Plan> plans;
+};
+
+LtState& state() {
+  static LtState* s = new LtState;  // never destroyed: handles may be used until exit
+  return *s;
+}
+
+// Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLASLt's "A" is our B (n × k, ld ldb), its "B" is our A
+// (k × m, ld lda), and D is Cᵀ (n × m, ld ldc).
+Plan make_plan(cublasLtHandle_t h, const Gemm& g, uint32_t align_a, uint32_t align_b, uint32_t align_c,
+               size_t ws_bytes) {
+  Plan p;
+  try {
+    LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cudaDataType_t ab = cuda_type(g.ab), ct = cuda_type(g.c_dtype);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p.b_as_a, ab, g.n, g.k, g.ldb));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p.a_as_b, ab, g.k, g.m, g.lda));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p.c, ct, g.n, g.m, g.ldc));
+    cublasLtMatmulPreference_t pref = nullptr;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    // The operand roles are swapped (see above): cuBLASLt's A is our B.
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_b, sizeof(align_b));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.b_as_a, p.a_as_b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    LT_CHECK(st);
+    SYMCOMM_CHECK(found > 0, kCuda, "cuBLASLt has no algorithm for a {}x{}x{} GEMM ({} inputs, {} output)", g.m, g.n,
+                  g.k, to_string(g.ab), to_string(g.c_dtype));
+    p.algo = result.algo;
+  } catch (...) {
+    p.destroy();
+    throw;
+  }
+  return p;
+}
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {
+    const size_t es = dtype_size(g.c_dtype);
+    SYMCOMM_CUDA_CHECK(cudaMemset2DAsync(g.c, g.ldc * es, 0, g.n * es, g.m, stream));
+    return;
+  }
+  LtState& s = state();
+  std::unique_lock lock(s.mu);
+  cublasLtHandle_t& handle = s.handles[device];
+  if (!handle) LT_CHECK(cublasLtCreate(&handle));
+  void*& workspace = s.workspaces[{device, stream}];
+  if (!workspace && !capturing(stream)) SYMCOMM_CUDA_CHECK(cudaMalloc(&workspace, kLtWorkspaceBytes));
+  cublasLtHandle_t h = handle;
+  void* ws = workspace;
+  const size_t ws_bytes = ws ? kLtWorkspaceBytes : 0;
+  const uint32_t aa = alignment(g.a), ab = alignment(g.b), ac = alignment(g.c);
+  const PlanKey key{device, g.m, g.n, g.k,     g.lda, g.ldb, g.ldc, static_cast<int>(g.ab), static_cast<int>(g.c_dtype),
+                    aa,     ab,  ac,  ws_bytes};
+  auto it = s.plans.find(key);
+  Plan plan;
+  bool cached = it != s.plans.end();
+  if (cached) {
+    plan = it->second;
+  } else {
+    plan = make_plan(h, g, aa, ab, ac, ws_bytes);
+    if (s.plans.size() < kMaxCachedPlans) {
+      s.plans.emplace(key, plan);
+      cached = true;
+    }
+  }
+  lock.unlock();
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st = cublasLtMatmul(h, plan.desc, &alpha, g.b, plan.b_as_a, g.a, plan.a_as_b, &beta, g.c, plan.c, g.c,
+                                     plan.c, &plan.algo, ws, ws_bytes, stream);
+  if (!cached) plan.destroy();
+  LT_CHECK(st);
+}
+
+}  // namespace symcomm::detail::fused
