@@ -75,7 +75,12 @@ CopyEngine::CopyEngine(CommContext& ctx, int device, std::shared_ptr<ControlBloc
       pads_(pads),
       scratch_(scratch),
       scratch_bytes_(scratch_bytes) {
-  for (auto& l : lanes_) SYMCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&l, cudaStreamNonBlocking));
+  // Lanes get the highest stream priority: the block scheduler then dispatches the small reduction kernels
+  // (and any copy the driver runs as a kernel) ahead of the pending blocks of compute queued on
+  // normal-priority streams, instead of after the whole compute kernel.
+  int least = 0, greatest = 0;
+  SYMCOMM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  for (auto& l : lanes_) SYMCOMM_CUDA_CHECK(cudaStreamCreateWithPriority(&l, cudaStreamNonBlocking, greatest));
   for (auto& e : join_) SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   SYMCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&release_stream_, cudaStreamNonBlocking));

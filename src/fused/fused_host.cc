@@ -77,6 +77,7 @@ class HostEngine final : public Engine {
   }
 
   void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, Lane) override {
+    if (width == 0 || height == 0) return;  // empty shards may come with null pointers
     for (size_t r = 0; r < height; ++r) {
       std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
     }
