@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "core/nccl_map.h"
-
 #include "cuda_util.h"
 
 namespace symcomm::bench {
