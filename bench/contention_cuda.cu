@@ -199,36 +199,11 @@ long long ContentionBench::run() {
 
   auto symcomm_op = [&](Contention contention) {
     return [this, contention, sym_in, sym_out, dt, rop](Collective c, size_t count, cudaStream_t st) {
-      CollOptions opt{.stream = st, .contention = contention};
-      switch (c) {
-        case Collective::kAllGather: comm_.all_gather(sym_in, sym_out, count, dt, opt); break;
-        case Collective::kReduceScatter: comm_.reduce_scatter(sym_in, sym_out, count, dt, rop, opt); break;
-        case Collective::kAllToAll: comm_.all_to_all(sym_in, sym_out, count, dt, opt); break;
-        case Collective::kBroadcast: comm_.broadcast(sym_in, sym_out, count, dt, 0, opt); break;
-        case Collective::kAllReduce: comm_.all_reduce(sym_in, sym_out, count, dt, rop, opt); break;
-        case Collective::kBarrier: break;
-      }
+      symcomm_collective(comm_, c, sym_in, sym_out, count, dt, rop, {.stream = st, .contention = contention});
     };
   };
-  auto nccl_fn = [&, in, out, dt, rop, nccl](Collective c, size_t count, cudaStream_t st) {
-    const ncclDataType_t t = nccl_type(dt);
-    switch (c) {
-      case Collective::kAllGather: BENCH_NCCL(ncclAllGather(in, out, count, t, nccl, st)); break;
-      case Collective::kReduceScatter: BENCH_NCCL(ncclReduceScatter(in, out, count, t, nccl_op(rop), nccl, st)); break;
-      case Collective::kBroadcast: BENCH_NCCL(ncclBroadcast(in, out, count, t, 0, nccl, st)); break;
-      case Collective::kAllReduce: BENCH_NCCL(ncclAllReduce(in, out, count, t, nccl_op(rop), nccl, st)); break;
-      case Collective::kAllToAll: {
-        const size_t bytes = count * dtype_size(dt);
-        BENCH_NCCL(ncclGroupStart());
-        for (int p = 0; p < n_; ++p) {
-          BENCH_NCCL(ncclSend(static_cast<char*>(in) + p * bytes, count, t, p, nccl, st));
-          BENCH_NCCL(ncclRecv(static_cast<char*>(out) + p * bytes, count, t, p, nccl, st));
-        }
-        BENCH_NCCL(ncclGroupEnd());
-        break;
-      }
-      case Collective::kBarrier: break;
-    }
+  auto nccl_fn = [in, out, dt, rop, nccl](Collective c, size_t count, cudaStream_t st) {
+    nccl_collective(nccl, c, in, out, count, dt, rop, st);
   };
   std::vector<ContImpl> impls;
   impls.push_back(

@@ -216,40 +216,14 @@ long long CudaBench::run() {
 
   auto symcomm_op = [&](Buffers b, Algorithm forced) {
     return [this, b, forced, dt, rop](Collective c, size_t count, cudaStream_t st) {
-      CollOptions opt{
-          .stream = st, .algorithm = forced == Algorithm::kAuto ? o_.algorithm : forced, .contention = o_.contention};
-      switch (c) {
-        case Collective::kAllReduce: comm_.all_reduce(b.in, b.out, count, dt, rop, opt); break;
-        case Collective::kAllGather: comm_.all_gather(b.in, b.out, count, dt, opt); break;
-        case Collective::kReduceScatter: comm_.reduce_scatter(b.in, b.out, count, dt, rop, opt); break;
-        case Collective::kBroadcast: comm_.broadcast(b.in, b.out, count, dt, 0, opt); break;
-        case Collective::kAllToAll: comm_.all_to_all(b.in, b.out, count, dt, opt); break;
-        case Collective::kBarrier: comm_.barrier(opt); break;
-      }
+      symcomm_collective(
+          comm_, c, b.in, b.out, count, dt, rop,
+          {.stream = st, .algorithm = forced == Algorithm::kAuto ? o_.algorithm : forced, .contention = o_.contention});
     };
   };
   auto nccl_op_fn = [&](Buffers b) {
     return [this, b, dt, rop](Collective c, size_t count, cudaStream_t st) {
-      const ncclDataType_t t = nccl_type(dt);
-      switch (c) {
-        case Collective::kAllReduce: BENCH_NCCL(ncclAllReduce(b.in, b.out, count, t, nccl_op(rop), nccl_, st)); break;
-        case Collective::kAllGather: BENCH_NCCL(ncclAllGather(b.in, b.out, count, t, nccl_, st)); break;
-        case Collective::kReduceScatter:
-          BENCH_NCCL(ncclReduceScatter(b.in, b.out, count, t, nccl_op(rop), nccl_, st));
-          break;
-        case Collective::kBroadcast: BENCH_NCCL(ncclBroadcast(b.in, b.out, count, t, 0, nccl_, st)); break;
-        case Collective::kAllToAll: {
-          const size_t bytes = count * dtype_size(dt);
-          BENCH_NCCL(ncclGroupStart());
-          for (int p = 0; p < n_; ++p) {
-            BENCH_NCCL(ncclSend(static_cast<char*>(b.in) + p * bytes, count, t, p, nccl_, st));
-            BENCH_NCCL(ncclRecv(static_cast<char*>(b.out) + p * bytes, count, t, p, nccl_, st));
-          }
-          BENCH_NCCL(ncclGroupEnd());
-          break;
-        }
-        case Collective::kBarrier: break;
-      }
+      nccl_collective(nccl_, c, b.in, b.out, count, dt, rop, st);
     };
   };
   std::vector<Impl> impls;

@@ -35,6 +35,42 @@ ncclComm_t make_nccl_comm(Communicator& comm) {
   return nccl;
 }
 
+void symcomm_collective(Communicator& comm, Collective c, const void* in, void* out, size_t count, DataType dt,
+                        ReduceOp op, const CollOptions& opt) {
+  switch (c) {
+    case Collective::kAllReduce: comm.all_reduce(in, out, count, dt, op, opt); break;
+    case Collective::kAllGather: comm.all_gather(in, out, count, dt, opt); break;
+    case Collective::kReduceScatter: comm.reduce_scatter(in, out, count, dt, op, opt); break;
+    case Collective::kBroadcast: comm.broadcast(in, out, count, dt, 0, opt); break;
+    case Collective::kAllToAll: comm.all_to_all(in, out, count, dt, opt); break;
+    case Collective::kBarrier: comm.barrier(opt); break;
+  }
+}
+
+void nccl_collective(ncclComm_t nccl, Collective c, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
+                     cudaStream_t st) {
+  const ncclDataType_t t = nccl_type(dt);
+  switch (c) {
+    case Collective::kAllReduce: BENCH_NCCL(ncclAllReduce(in, out, count, t, nccl_op(op), nccl, st)); break;
+    case Collective::kAllGather: BENCH_NCCL(ncclAllGather(in, out, count, t, nccl, st)); break;
+    case Collective::kReduceScatter: BENCH_NCCL(ncclReduceScatter(in, out, count, t, nccl_op(op), nccl, st)); break;
+    case Collective::kBroadcast: BENCH_NCCL(ncclBroadcast(in, out, count, t, 0, nccl, st)); break;
+    case Collective::kAllToAll: {
+      int n = 0;
+      BENCH_NCCL(ncclCommCount(nccl, &n));
+      const size_t bytes = count * dtype_size(dt);
+      BENCH_NCCL(ncclGroupStart());
+      for (int p = 0; p < n; ++p) {
+        BENCH_NCCL(ncclSend(static_cast<const char*>(in) + p * bytes, count, t, p, nccl, st));
+        BENCH_NCCL(ncclRecv(static_cast<char*>(out) + p * bytes, count, t, p, nccl, st));
+      }
+      BENCH_NCCL(ncclGroupEnd());
+      break;
+    }
+    case Collective::kBarrier: break;
+  }
+}
+
 struct BenchGemm::Lt {
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDesc_t op = nullptr;

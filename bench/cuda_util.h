@@ -33,6 +33,12 @@ ncclDataType_t nccl_type(DataType d);
 ncclRedOp_t nccl_op(ReduceOp o);
 /// A new NCCL communicator over the same ranks; its unique id travels through comm's broadcast.
 ncclComm_t make_nccl_comm(Communicator& comm);
+/// One collective through symcomm / through NCCL, with the benchmark's conventions (broadcast root 0,
+/// all-to-all through grouped send/recv on NCCL).
+void symcomm_collective(Communicator& comm, Collective c, const void* in, void* out, size_t count, DataType dt,
+                        ReduceOp op, const CollOptions& opt);
+void nccl_collective(ncclComm_t nccl, Collective c, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
+                     cudaStream_t st);
 
 /// C = A x B, bf16 inputs and output, float32 accumulation (cuBLASLt), square n x n.
 class BenchGemm {

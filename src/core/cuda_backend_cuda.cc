@@ -20,15 +20,6 @@ namespace {
 
 using device::DeviceError;
 
-bool stream_capturing(cudaStream_t s) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return st != cudaStreamCaptureStatusNone;
-}
-
 uint64_t read_error(const ControlBlock& c) {
   return c.host ? *reinterpret_cast<const volatile uint64_t*>(&c.host->error) : 0;
 }

@@ -10,6 +10,8 @@ namespace symcomm::detail {
 [[noreturn]] void throw_cuda_error(int err, const char* expr, const char* file, int line);
 [[noreturn]] void throw_driver_error(int res, const char* expr, const char* file, int line);
 [[noreturn]] void throw_nccl_error(int res, const char* expr, const char* file, int line);
+/// True while `s` is being captured into a CUDA graph (false, with the error cleared, if the query fails).
+bool stream_capturing(cudaStream_t s);
 }  // namespace symcomm::detail
 
 /// Throws Error(kCuda) if a CUDA runtime call does not return cudaSuccess.

@@ -23,4 +23,13 @@ void throw_nccl_error(int res, const char* expr, const char* file, int line) {
               file, line);
 }
 
+bool stream_capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace symcomm::detail

@@ -103,11 +103,6 @@ Plan make_plan(cublasLtHandle_t h, const Gemm& g, uint32_t align_a, uint32_t ali
   return p;
 }
 
-bool capturing(cudaStream_t s) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace
 
 void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
@@ -122,7 +117,7 @@ void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
   cublasLtHandle_t& handle = s.handles[device];
   if (!handle) LT_CHECK(cublasLtCreate(&handle));
   void*& workspace = s.workspaces[{device, stream}];
-  if (!workspace && !capturing(stream)) SYMCOMM_CUDA_CHECK(cudaMalloc(&workspace, kLtWorkspaceBytes));
+  if (!workspace && !stream_capturing(stream)) SYMCOMM_CUDA_CHECK(cudaMalloc(&workspace, kLtWorkspaceBytes));
   cublasLtHandle_t h = handle;
   void* ws = workspace;
   const size_t ws_bytes = ws ? kLtWorkspaceBytes : 0;

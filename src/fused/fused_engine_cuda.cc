@@ -96,7 +96,7 @@ class CudaEngine final : public Engine {
   // its stream reaches it and the collectives check their pointers (freed with cudaFree, which waits).
   void* temp(size_t bytes) override {
     void* p = nullptr;
-    const bool async = capturing_main();
+    const bool async = stream_capturing(main_);
     if (async) {
       SYMCOMM_CUDA_CHECK(cudaMallocAsync(&p, bytes, main_));
     } else {
@@ -117,14 +117,6 @@ class CudaEngine final : public Engine {
     void* ptr;
     bool async;
   };
-  bool capturing_main() const {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(main_, &st) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return st != cudaStreamCaptureStatusNone;
-  }
   void release() {
     std::vector<Temp> temps;
     temps.swap(temps_);
