@@ -9,7 +9,8 @@
 //     event after each, K chosen (identically on all ranks) so that they outlast the GEMMs even unslowed;
 //   - GEMM time while overlapped = (end - start) / G; the collective's overlapped time = mean gap between
 //     consecutive collective events that both fall inside the GEMM window.
-// Alone times come from the same loops without the other stream. Reported: median over --batches.
+// Alone times come from the same loops without the other stream; the GEMMs alone run again right before each
+// overlapped batch and the slowdown is the median of per-batch ratios. Reported: medians over --batches.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench.h"
@@ -60,9 +62,15 @@ class ContentionBench {
   int agree_max(int v);
   double gemm_alone();
   double coll_alone(ContImpl& impl, Collective c, size_t count);
-  // Returns {gemm us while overlapped, collective us while overlapped, collectives inside the GEMM window
-  // (median), covered}.
-  std::tuple<double, double, int, bool> overlapped(ContImpl& impl, Collective c, size_t count, int k);
+  struct Overlap {
+    double gemm_alone_us = 0;  ///< median of the GEMMs alone, measured right before each overlapped batch
+    double gemm_us = 0;        ///< median GEMM time while overlapped
+    double slowdown_pct = 0;   ///< median over batches of (overlapped / alone of the same batch - 1)
+    double coll_us = 0;        ///< median collective time while overlapped
+    int inside = 0;            ///< collectives inside the GEMM window (median)
+    bool covered = true;       ///< the collectives outlasted the GEMMs in every batch
+  };
+  Overlap overlapped(ContImpl& impl, Collective c, size_t count, int k);
 
   Communicator& comm_;
   const BenchOptions& o_;
@@ -121,15 +129,22 @@ double ContentionBench::coll_alone(ContImpl& impl, Collective c, size_t count) {
   return median(v);
 }
 
-std::tuple<double, double, int, bool> ContentionBench::overlapped(ContImpl& impl, Collective c, size_t count, int k) {
+ContentionBench::Overlap ContentionBench::overlapped(ContImpl& impl, Collective c, size_t count, int k) {
   cudaEvent_t g0, g1;
   BENCH_CUDA(cudaEventCreate(&g0));
   BENCH_CUDA(cudaEventCreate(&g1));
   std::vector<cudaEvent_t> ev(k + 1);
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
-  std::vector<double> gemm_us, coll_us, insides;
+  std::vector<double> alone_us, gemm_us, slow, coll_us, insides;
   bool covered = true;
   for (int b = 0; b < o_.batches; ++b) {
+    // The GEMMs alone right before each overlapped batch: the slowdown compares neighbours in time (the GEMM's
+    // own speed drifts by a few percent over a run, with clocks and temperature).
+    BENCH_CUDA(cudaEventRecord(g0, sg_));
+    for (int i = 0; i < kGemms; ++i) gemm_->run(sg_);
+    BENCH_CUDA(cudaEventRecord(g1, sg_));
+    BENCH_CUDA(cudaEventSynchronize(g1));
+    alone_us.push_back(ms(g0, g1) * 1000.0 / kGemms);
     comm_.barrier({.stream = sc_});
     BENCH_CUDA(cudaStreamSynchronize(sc_));
     __atomic_store_n(flag_, 0, __ATOMIC_RELEASE);
@@ -150,6 +165,7 @@ std::tuple<double, double, int, bool> ContentionBench::overlapped(ContImpl& impl
     BENCH_CUDA(cudaStreamSynchronize(sc_));
     const double window = ms(g0, g1);
     gemm_us.push_back(window * 1000.0 / kGemms);
+    slow.push_back((gemm_us.back() / alone_us.back() - 1.0) * 100.0);
     // Collectives entirely inside the GEMM window.
     double first = -1, last = -1;
     int inside = 0;
@@ -168,7 +184,12 @@ std::tuple<double, double, int, bool> ContentionBench::overlapped(ContImpl& impl
   for (auto& e : ev) cudaEventDestroy(e);
   cudaEventDestroy(g0);
   cudaEventDestroy(g1);
-  return {median(gemm_us), median(coll_us), static_cast<int>(median(insides)), covered};
+  return {.gemm_alone_us = median(alone_us),
+          .gemm_us = median(gemm_us),
+          .slowdown_pct = median(slow),
+          .coll_us = median(coll_us),
+          .inside = static_cast<int>(median(insides)),
+          .covered = covered};
 }
 
 long long ContentionBench::run() {
@@ -205,17 +226,37 @@ long long ContentionBench::run() {
   auto nccl_fn = [in, out, dt, rop, nccl](Collective c, size_t count, cudaStream_t st) {
     nccl_collective(nccl, c, in, out, count, dt, rop, st);
   };
+  // In place (all-gather: the input is this rank's block of the output; reduce-scatter: the output is this
+  // rank's block of the input), the layout FSDP uses: no own-block copy. A local device-to-device copy is a
+  // kernel (measured: local_memcpy below waits for the GEMM), so only in place is a copy-engine all-gather
+  // free of SM work.
+  auto in_place = [this, dt](Collective c, void* base, size_t count) -> std::pair<void*, void*> {
+    char* own = static_cast<char*>(base) + static_cast<size_t>(me_) * count * dtype_size(dt);
+    return c == Collective::kReduceScatter ? std::pair<void*, void*>{base, own} : std::pair<void*, void*>{own, base};
+  };
+  auto symcomm_ip = [this, in_place, sym_in, sym_out, dt, rop](Collective c, size_t count, cudaStream_t st) {
+    auto [i, o] = in_place(c, c == Collective::kReduceScatter ? sym_in : sym_out, count);
+    symcomm_collective(comm_, c, i, o, count, dt, rop, {.stream = st, .contention = Contention::kLow});
+  };
+  auto nccl_ip = [in_place, in, out, dt, rop, nccl](Collective c, size_t count, cudaStream_t st) {
+    auto [i, o] = in_place(c, c == Collective::kReduceScatter ? in : out, count);
+    nccl_collective(nccl, c, i, o, count, dt, rop, st);
+  };
   std::vector<ContImpl> impls;
   impls.push_back(
       {"symcomm_low", symcomm_op(Contention::kLow), [this] { return std::string(to_string(comm_.last_algorithm())); }});
+  impls.push_back(
+      {"symcomm_low_inplace", symcomm_ip, [this] { return std::string(to_string(comm_.last_algorithm())); }});
+  impls.push_back({"nccl_inplace", nccl_ip, [] { return std::string("nccl"); }});
   impls.push_back({"symcomm_throughput", symcomm_op(Contention::kThroughput),
                    [this] { return std::string(to_string(comm_.last_algorithm())); }});
   impls.push_back({"nccl", nccl_fn, [] { return std::string("nccl"); }});
-  // Probe: the copy-engine protocol with a tiny payload (stream memory operations and two small copies):
-  // what the synchronisation alone costs and whether it waits for the GEMM.
+  // Probe: the copy-engine protocol with a tiny payload (stream memory operations and one small copy from
+  // the peer, in place): what the synchronisation alone costs and whether it waits for the GEMM.
   impls.push_back({"symcomm_low_tiny",
-                   [this, sym_in, sym_out, dt](Collective c, size_t, cudaStream_t st) {
-                     comm_.all_gather(sym_in, sym_out, 8, dt, {.stream = st, .contention = Contention::kLow});
+                   [this, in_place, sym_out, dt](Collective, size_t, cudaStream_t st) {
+                     auto [i, o] = in_place(Collective::kAllGather, sym_out, 8);
+                     comm_.all_gather(i, o, 8, dt, {.stream = st, .contention = Contention::kLow});
                    },
                    [this] { return std::string(to_string(comm_.last_algorithm())); }});
   // Probe: a plain copy-engine read of the peer's buffer (cudaMemcpyAsync from its mapping, no barrier).
@@ -258,7 +299,10 @@ long long ContentionBench::run() {
         const double alone = coll_alone(impl, c, count);
         const std::string algo = impl.algo();
         const int k = agree_max(static_cast<int>(std::ceil(1.5 * kGemms * g_alone / std::max(alone, 1.0))) + 2);
-        auto [g_ov, c_ov, inside, covered] = overlapped(impl, c, count, std::min(k, kMaxOverlapOps));
+        const Overlap ov = overlapped(impl, c, count, std::min(k, kMaxOverlapOps));
+        const double g_ov = ov.gemm_us, c_ov = ov.coll_us, slow = ov.slowdown_pct;
+        const int inside = ov.inside;
+        const bool covered = ov.covered;
         Measurement m;
         m.collective = std::string(to_string(c));
         m.backend = "cuda";
@@ -272,21 +316,20 @@ long long ContentionBench::run() {
         m.world_size = n_;
         m.time_us = c_ov;
         fill_bandwidth(m, c);
-        const double slow = (g_ov / g_alone - 1.0) * 100.0;
         const double alone_busbw = static_cast<double>(bytes) / (alone * 1e3) * bus_factor(c, n_);
         char extra[512];
         std::snprintf(extra, sizeof(extra),
                       "\"gemm_alone_us\": %.2f, \"gemm_overlap_us\": %.2f, \"gemm_slowdown_pct\": %.3f, "
                       "\"coll_alone_us\": %.2f, \"coll_overlap_us\": %.2f, \"coll_overlap_ratio\": %.3f, "
                       "\"inside\": %d, \"covered\": %s",
-                      g_alone, g_ov, slow, alone, c_ov, alone > 0 ? c_ov / alone : 0.0, inside,
+                      ov.gemm_alone_us, g_ov, slow, alone, c_ov, alone > 0 ? c_ov / alone : 0.0, inside,
                       covered ? "true" : "false");
         m.extra_json = extra;
         rep_.add(m);
         if (me_ == 0) {
           std::printf("%-15s %10zu %-19s %-11s %10.1f %10.1f %8.2f %10.1f %10.1f %7.3f %8.1f %4d/%d%s\n",
-                      m.collective.c_str(), bytes, impl.name.c_str(), algo.c_str(), g_alone, g_ov, slow, alone, c_ov,
-                      alone > 0 ? c_ov / alone : 0.0, alone_busbw, inside, k,
+                      m.collective.c_str(), bytes, impl.name.c_str(), algo.c_str(), ov.gemm_alone_us, g_ov, slow, alone,
+                      c_ov, alone > 0 ? c_ov / alone : 0.0, alone_busbw, inside, k,
                       covered ? "" : "  (collectives ended early)");
           std::fflush(stdout);
         }

@@ -36,6 +36,12 @@ struct Tuning {
   /// 2 x H200 (tools/gpu_check.sh): symcomm's direct kernels were 1.1-1.6x slower than NCCL below 1 MB of
   /// total payload (512 KB per rank at 2 ranks) and 1.4-1.5x faster at 64-256 MB.
   size_t cuda_direct_nccl_max_bytes = 512 << 10;
+  /// CUDA LL all-reduce (one-shot up to 1 MB): 8-byte chunks each thread carries before another block of 512
+  /// threads is added, and the most blocks (NOTE [LL lines]). Measured 2026-11-22 on 2 x H200 (bf16 sum,
+  /// CUDA graph, µs at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 1 chunk, 128 blocks: 2.83 / 3.73 / 4.05 / 5.08 /
+  /// 9.68; 4 chunks, 64 blocks (the earlier default): 2.78 / 4.25 / 5.32 / 6.43 / 9.68; 2 chunks: in between.
+  size_t cuda_ll_chunks_per_thread = 1;
+  size_t cuda_ll_max_blocks = 128;
 };
 
 struct Config {

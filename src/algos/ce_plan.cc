@@ -9,9 +9,10 @@
 namespace symcomm::detail {
 namespace {
 
-// Copies smaller than this stay on one lane; larger ones are cut into one piece per lane (each lane is a
-// stream, and the driver spreads concurrent streams over the copy engines).
-constexpr size_t kSplitMinBytes = 4 << 20;
+// A pull is never cut into pieces on several lanes: one cudaMemcpyAsync from a peer already runs at the
+// NVLink limit (2 x H200, 2026-11-22: 356 GB/s at 32 MB, 370 GB/s at 128 MB, the `peer_memcpy` probe of the
+// contention benchmark), while pieces on three lanes made the in-place all-gather slower (261 GB/s bus
+// bandwidth at 64 MB) and cost a fork and a join. Pulls from different peers go round-robin to the lanes.
 constexpr size_t kAlign = 16;
 
 size_t align_down(size_t v, size_t a) { return v / a * a; }
@@ -37,24 +38,13 @@ class Builder {
     return op;
   }
 
-  /// Adds a pull to lanes [lo, hi) (default: all): one lane for small copies (round-robin), one piece per
-  /// lane for large ones.
+  /// Adds a pull to the next of lanes [lo, hi) (default: all), round-robin.
   void pull(CeRound& r, CeRef dst, CeRef src, size_t bytes, int lo = 0, int hi = -1) {
     if (bytes == 0) return;
     if (hi < 0) hi = plan_.lanes;
     const int width = hi - lo;
-    const int pieces = bytes >= kSplitMinBytes ? width : 1;
-    const size_t piece = std::max<size_t>(kAlign, align_down(bytes / pieces, kAlign));
-    for (size_t off = 0; off < bytes;) {
-      const size_t len = (off + 2 * piece > bytes) ? bytes - off : piece;  // the last piece takes the tail
-      CeRef d = dst, s = src;
-      d.offset += off;
-      s.offset += off;
-      const int lane = lo + next_lane_ % width;
-      r.lanes[lane].push_back(copy(d, s, len));
-      next_lane_ = (next_lane_ + 1) % width;
-      off += len;
-    }
+    r.lanes[lo + next_lane_ % width].push_back(copy(dst, src, bytes));
+    next_lane_ = (next_lane_ + 1) % width;
   }
 
   void local(CeRound& r, CeRef dst, CeRef src, size_t bytes) {

@@ -8,6 +8,8 @@
 // numbers come from DeviceState::seq (advanced by the kernel, so graph replays see fresh values); buffers
 // alternate by seq parity: a rank can only write op k+2's lines after receiving the peer's op k+1 lines,
 // which the peer sends after it finished reading op k's.
+#include <algorithm>
+
 #include "algos/cuda_all_reduce_ll.h"
 #include "algos/cuda_common.cuh"
 #include "core/cuda_check.h"
@@ -15,13 +17,11 @@
 namespace symcomm::detail::cuda {
 namespace {
 
-// Tunables: 8-byte chunks per thread before another block is added; one block up to 16 KB, so the common
-// small case skips the inter-block counter update. Result (measured 2026-11-22 on 2 x H200 (nvidia-h200-x2),
-// `tools/gpu_check.sh` (bf16 sum, symcomm-bench), run 3): 2.7 us at 4 KB, 4.5 at 16 KB, 5.4 at 64 KB, 6.0 at 256
-// KB, 11.9 at 1 MB per op in a CUDA graph.
-constexpr int kChunksPerThread = 4;
-constexpr int kBatch = kChunksPerThread;  // chunks whose lines one thread loads before waiting
-constexpr int kMaxBlocks = 64;
+// Chunks whose lines one thread loads before waiting (an unroll factor). How many chunks a thread carries
+// and how many blocks run are Tuning::cuda_ll_chunks_per_thread / cuda_ll_max_blocks (the launch below;
+// measurements in config.h): more blocks with fewer chunks each won at 16-256 KB although the kernel then
+// needs the inter-block counter update from 8 KB on.
+constexpr int kBatch = 4;
 
 template <class T>
 union Pack8 {
@@ -85,17 +85,28 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   const bool out_al = (reinterpret_cast<uintptr_t>(out) & 7) == 0;
   const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
 
-  for (size_t i = tid; i < nchunks; i += stride) {
-    const uint2 v = load8(in, i, bytes, in_al);
-    const uint4 line = make_uint4(v.x, seq, v.y, seq);
-    for (int q = 0; q < n_ranks; ++q) {
-      if (q != me) st_line(c.ll[q] + region + me * c.ll_slot_bytes + i * 16, line);
-    }
-  }
-  // Receive: issue the loads of kBatch chunks x peers before waiting on any, so one thread pays about one
-  // memory latency per batch instead of one per chunk.
+  // Per batch of kBatch chunks: load this rank's values (all loads in flight at once), send them to every
+  // peer, issue the loads of the peers' lines, then wait for and reduce each chunk. The own values stay in
+  // registers for the reduction, so one thread pays about one local and one NVLink latency per batch (the
+  // earlier send-everything-first loop paid one local load latency per chunk, twice). A thread waits only for
+  // lines its peers' threads of the same index send before they wait themselves, so no cycle is possible.
   bool failed = false;
   for (size_t base = tid; base < nchunks && !failed; base += stride * kBatch) {
+    uint2 own[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const size_t i = base + u * stride;
+      if (i < nchunks) own[u] = load8(in, i, bytes, in_al);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const size_t i = base + u * stride;
+      if (i >= nchunks) break;
+      const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
+      for (int q = 0; q < n_ranks; ++q) {
+        if (q != me) st_line(c.ll[q] + region + me * c.ll_slot_bytes + i * 16, line);
+      }
+    }
     uint4 lines[kBatch][kR];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -116,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
       for (int q = 0; q < kR; ++q) {
         if (q >= n_ranks || failed) break;
         if (q == me) {
-          vals[q].v = load8(in, i, bytes, in_al);
+          vals[q].v = own[u];
           continue;
         }
         const char* src = c.ll[me] + region + q * c.ll_slot_bytes + i * 16;
@@ -154,8 +165,10 @@ size_t all_reduce_ll_max_bytes(const device::DeviceComm& c) { return c.ll_slot_b
 
 void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const size_t nchunks = div_up(p.count * dtype_size(p.dtype), 8);
-  size_t b = div_up(nchunks, size_t{kThreads} * kChunksPerThread);
-  const int blocks = static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+  const size_t per_thread = std::clamp(p.chunks_per_thread, 1, 64);
+  const size_t max_blocks = std::clamp(p.max_blocks, 1, 1024);
+  const size_t b = std::clamp<size_t>(div_up(nchunks, size_t{kThreads} * per_thread), 1, max_blocks);
+  const int blocks = static_cast<int>(b);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);

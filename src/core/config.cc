@@ -131,6 +131,9 @@ const std::vector<EnvVar>& env_table() {
       tuning_var("SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
                  "CUDA all_gather/reduce_scatter/all_to_all/broadcast: NCCL up to this size per rank",
                  &Tuning::cuda_direct_nccl_max_bytes),
+      tuning_var("SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD", "CUDA LL all-reduce: 8-byte chunks per thread (1-64)",
+                 &Tuning::cuda_ll_chunks_per_thread),
+      tuning_var("SYMCOMM_CUDA_LL_MAX_BLOCKS", "CUDA LL all-reduce: most blocks (1-1024)", &Tuning::cuda_ll_max_blocks),
   };
   return table;
 }

@@ -18,7 +18,7 @@ namespace {
 static_assert(kCeMaxRanks == device::kMaxDeviceRanks);
 
 constexpr int kMax = device::kMaxDeviceRanks;
-constexpr size_t kArrive = 0, kDepart = kMax, kHeader = 2 * kMax;  // word offsets in a pad
+constexpr size_t kArrive = 0, kDepart = kMax;  // word offsets in a pad
 // Local stage per lane (reduce-scatter chunks of every peer) and the chunk size: 8 MB chunks keep the copy
 // engine busy for ~20 us per chunk at 390 GB/s, long enough to hide the reduction of the previous one.
 constexpr size_t kStagePerLane = 16 << 20;
@@ -129,18 +129,13 @@ void CopyEngine::barrier(cudaStream_t s, bool arrive, uint32_t header, bool begi
   ops_.clear();
   if (begin) ops_.push_back(write_op(active_dev_, header | kBusy));
   for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    if (arrive) ops_.push_back(write_op(pads_[p] + kHeader + me, header));
-    ops_.push_back(write_op(pads_[p] + slot + me, 1));  // the fence orders it after our earlier writes
+    if (p != me) ops_.push_back(write_op(pads_[p] + slot + me, header));  // the fence orders it after our writes
   }
   for (int p = 0; p < n; ++p) {
-    if (p != me) ops_.push_back(wait_op(pads_[me] + slot + p, 1));
+    if (p != me) ops_.push_back(wait_op(pads_[me] + slot + p, header));
   }
   for (int p = 0; p < n; ++p) {
     if (p != me) ops_.push_back(write_op(pads_[me] + slot + p, 0));
-  }
-  for (int p = 0; arrive && p < n; ++p) {
-    if (p != me) ops_.push_back(wait_op(pads_[me] + kHeader + p, header));
   }
   if (end) ops_.push_back(write_op(active_dev_, 0));
   batch(s, ops_);
@@ -286,17 +281,20 @@ uint64_t CopyEngine::classify(uint32_t header, bool timed_out) {
     }
   }
   if (!timed_out) return 0;
-  // Which peer is missing: one whose arrive and depart slots are both 0 (the other peers' slot of the
-  // barrier we wait in reads 1); a header slot holding another value names a peer running something else.
-  uint32_t words[kMax * 3] = {};
+  // A non-zero slot holding another header names a peer in another op (slots are reset after every wait, and
+  // a peer cannot pass an op we are still in unless it failed and went on). Otherwise the missing peer is one
+  // whose arrive and depart slots are both 0 (the other peers' slot of our barrier holds our header).
+  uint32_t words[kMax * 2] = {};
   if (cudaMemcpyAsync(words, pads_[me], sizeof(words), cudaMemcpyDeviceToHost, release_stream_) != cudaSuccess ||
       cudaStreamSynchronize(release_stream_) != cudaSuccess) {
     cudaGetLastError();
     return device::pack_error(DeviceError::kTimeout, -1, 0);
   }
   for (int p = 0; p < n; ++p) {
-    if (p != me && words[kHeader + p] != 0 && words[kHeader + p] != header && words[kArrive + p] == 0) {
-      return device::pack_error(DeviceError::kMismatch, p, header);
+    for (size_t slot : {kArrive, kDepart}) {
+      if (p != me && words[slot + p] != 0 && words[slot + p] != header) {
+        return device::pack_error(DeviceError::kMismatch, p, header);
+      }
     }
   }
   for (int p = 0; p < n; ++p) {
@@ -329,9 +327,8 @@ void CopyEngine::fail_and_release(uint32_t header, bool timed_out) {
   std::vector<CUstreamBatchMemOpParams> ops;
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    ops.push_back(write_op(pads_[me] + kHeader + p, header));
-    ops.push_back(write_op(pads_[me] + kArrive + p, 1));
-    ops.push_back(write_op(pads_[me] + kDepart + p, 1));
+    ops.push_back(write_op(pads_[me] + kArrive + p, header));
+    ops.push_back(write_op(pads_[me] + kDepart + p, header));
   }
   try {
     batch(release_stream_, ops);

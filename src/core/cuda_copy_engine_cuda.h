@@ -4,13 +4,13 @@
 // NOTE [copy-engine sync] Data moves with cudaMemcpyAsync between peer mappings (the GPU's copy engines, no
 // SM), on the caller's stream and on internal "lane" streams forked from it and joined back (so CUDA-graph
 // capture records the same work). Barriers are stream memory operations (cuStreamBatchMemOp): each rank
-// writes 1 into a slot of every peer's copy-engine pad, waits until its own slots for all peers read 1, then
-// writes them back to 0; the values written and waited for never change, so a captured graph replays them
-// correctly. A slot is rewritten by its peer only after a later barrier that this rank enters after its
-// reset (arrive and depart barriers alternate), and the default write carries a memory fence, so no signal
-// is lost or seen twice. The arrive barrier also carries the plan's header: each rank writes it into its
-// peers' header slots before arriving and waits for each peer's header to equal its own, so ranks running
-// different collectives block instead of exchanging data.
+// writes the plan's header (31 bits, never 0) into its slot of every peer's copy-engine pad, waits until its
+// own slots for all peers read its own header, then writes them back to 0. The values written and waited for
+// never change between replays, so a captured graph replays them correctly. A slot is rewritten by its peer
+// only after a later barrier that this rank enters after its reset (arrive and depart barriers alternate),
+// and the default write carries a memory fence, so no signal is lost or seen twice. Ranks running different
+// collectives (different headers) block instead of exchanging data, and a non-zero slot holding another
+// header names a peer in another op (the watchdog reports kMismatch).
 //
 // NOTE [copy-engine watchdog] A stream memory wait cannot time out and uses no SM, so the host watches it.
 // Each operation's first batch of memory operations writes its header (top bit set) into a host-mapped word

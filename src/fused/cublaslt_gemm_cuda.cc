@@ -42,17 +42,18 @@ uint32_t alignment(const void* p) {
 }
 
 using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t,
-                           uint32_t, size_t>;
+                           uint32_t, size_t, int64_t, uint32_t>;
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t b_as_a = nullptr, a_as_b = nullptr, c = nullptr;
+  cublasLtMatrixLayout_t b_as_a = nullptr, a_as_b = nullptr, c = nullptr, acc = nullptr;
   cublasLtMatmulAlgo_t algo{};
   void destroy() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (b_as_a) cublasLtMatrixLayoutDestroy(b_as_a);
     if (a_as_b) cublasLtMatrixLayoutDestroy(a_as_b);
     if (c) cublasLtMatrixLayoutDestroy(c);
+    if (acc) cublasLtMatrixLayoutDestroy(acc);
   }
 };
 
@@ -69,9 +70,9 @@ LtState& state() {
 }
 
 // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLASLt's "A" is our B (n × k, ld ldb), its "B" is our A
-// (k × m, ld lda), and D is Cᵀ (n × m, ld ldc).
+// (k × m, ld lda), and D is Cᵀ (n × m, ld ldc); cuBLASLt's C is our acc (n × m, ld ldacc) when there is one.
 Plan make_plan(cublasLtHandle_t h, const Gemm& g, uint32_t align_a, uint32_t align_b, uint32_t align_c,
-               size_t ws_bytes) {
+               uint32_t align_acc, size_t ws_bytes) {
   Plan p;
   try {
     LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -79,18 +80,20 @@ Plan make_plan(cublasLtHandle_t h, const Gemm& g, uint32_t align_a, uint32_t ali
     LT_CHECK(cublasLtMatrixLayoutCreate(&p.b_as_a, ab, g.n, g.k, g.ldb));
     LT_CHECK(cublasLtMatrixLayoutCreate(&p.a_as_b, ab, g.k, g.m, g.lda));
     LT_CHECK(cublasLtMatrixLayoutCreate(&p.c, ct, g.n, g.m, g.ldc));
+    if (g.acc) LT_CHECK(cublasLtMatrixLayoutCreate(&p.acc, ct, g.n, g.m, g.ldacc));
     cublasLtMatmulPreference_t pref = nullptr;
     LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     // The operand roles are swapped (see above): cuBLASLt's A is our B.
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_b, sizeof(align_b));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_acc,
+                                         sizeof(align_acc));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.b_as_a, p.a_as_b, p.c, p.c, pref, 1, &result, &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.b_as_a, p.a_as_b, p.acc ? p.acc : p.c, p.c, pref, 1,
+                                                       &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     LT_CHECK(st);
     SYMCOMM_CHECK(found > 0, kCuda, "cuBLASLt has no algorithm for a {}x{}x{} GEMM ({} inputs, {} output)", g.m, g.n,
@@ -122,24 +125,39 @@ void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
   void* ws = workspace;
   const size_t ws_bytes = ws ? kLtWorkspaceBytes : 0;
   const uint32_t aa = alignment(g.a), ab = alignment(g.b), ac = alignment(g.c);
-  const PlanKey key{device, g.m, g.n, g.k,     g.lda, g.ldb, g.ldc, static_cast<int>(g.ab), static_cast<int>(g.c_dtype),
-                    aa,     ab,  ac,  ws_bytes};
+  const uint32_t aacc = g.acc ? alignment(g.acc) : ac;
+  const PlanKey key{device,
+                    g.m,
+                    g.n,
+                    g.k,
+                    g.lda,
+                    g.ldb,
+                    g.ldc,
+                    static_cast<int>(g.ab),
+                    static_cast<int>(g.c_dtype),
+                    aa,
+                    ab,
+                    ac,
+                    ws_bytes,
+                    g.acc ? g.ldacc : -1,
+                    aacc};
   auto it = s.plans.find(key);
   Plan plan;
   bool cached = it != s.plans.end();
   if (cached) {
     plan = it->second;
   } else {
-    plan = make_plan(h, g, aa, ab, ac, ws_bytes);
+    plan = make_plan(h, g, aa, ab, ac, aacc, ws_bytes);
     if (s.plans.size() < kMaxCachedPlans) {
       s.plans.emplace(key, plan);
       cached = true;
     }
   }
   lock.unlock();
-  const float alpha = 1.0f, beta = 0.0f;
-  cublasStatus_t st = cublasLtMatmul(h, plan.desc, &alpha, g.b, plan.b_as_a, g.a, plan.a_as_b, &beta, g.c, plan.c, g.c,
-                                     plan.c, &plan.algo, ws, ws_bytes, stream);
+  const float alpha = g.alpha, beta = g.acc ? g.beta : 0.0f;
+  const void* c_in = g.acc ? g.acc : g.c;
+  cublasStatus_t st = cublasLtMatmul(h, plan.desc, &alpha, g.b, plan.b_as_a, g.a, plan.a_as_b, &beta, c_in,
+                                     plan.acc ? plan.acc : plan.c, g.c, plan.c, &plan.algo, ws, ws_bytes, stream);
   if (!cached) plan.destroy();
   LT_CHECK(st);
 }

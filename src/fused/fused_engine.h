@@ -14,8 +14,10 @@ namespace symcomm::detail::fused {
 
 enum class Lane : uint8_t { kMain, kSide };
 
-/// Row-major C[m×n] = A[m×k] · B[k×n] with leading dimensions (in elements), float32 accumulation. A and B
-/// have dtype `ab`; C has dtype `c_dtype` (ab or float32).
+/// Row-major C[m×n] = alpha · A[m×k] · B[k×n] (+ beta · acc[m×n] when acc is set) with leading dimensions
+/// (in elements), float32 accumulation. A and B have dtype `ab`; C and acc have dtype `c_dtype` (ab or
+/// float32). acc may be C itself (same leading dimension) or another buffer; the sum is formed in float32
+/// and rounded once to c_dtype.
 struct Gemm {
   const void* a = nullptr;
   int64_t lda = 0;
@@ -26,6 +28,9 @@ struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   DataType ab = DataType::kBFloat16;
   DataType c_dtype = DataType::kBFloat16;
+  const void* acc = nullptr;
+  int64_t ldacc = 0;
+  float alpha = 1.0f, beta = 0.0f;  ///< beta is used only with acc
 };
 
 /// Events of one operation: indices in [0, kMaxEvents).

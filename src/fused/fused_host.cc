@@ -59,11 +59,13 @@ class HostEngine final : public Engine {
     if (g.m == 0 || g.n == 0) return;
     if (g.k == 0) {
       for (int64_t r = 0; r < g.m; ++r) {
-        for (int64_t c = 0; c < g.n; ++c) store(g.c_dtype, g.c, r * g.ldc + c, 0.0f);
+        for (int64_t c = 0; c < g.n; ++c) {
+          store(g.c_dtype, g.c, r * g.ldc + c, g.acc ? g.beta * load(g.c_dtype, g.acc, r * g.ldacc + c) : 0.0f);
+        }
       }
       return;
     }
-    if (g.ab == DataType::kFloat32 && g.c_dtype == DataType::kFloat32) {
+    if (g.ab == DataType::kFloat32 && g.c_dtype == DataType::kFloat32 && g.acc == nullptr && g.alpha == 1.0f) {
       sgemm(static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b), g.ldb, static_cast<float*>(g.c),
             g.ldc, g.m, g.n, g.k);
       return;
@@ -72,7 +74,11 @@ class HostEngine final : public Engine {
     std::vector<float> c(static_cast<size_t>(g.m * g.n));
     sgemm(a.data(), g.k, b.data(), g.n, c.data(), g.n, g.m, g.n, g.k);
     for (int64_t r = 0; r < g.m; ++r) {
-      for (int64_t col = 0; col < g.n; ++col) store(g.c_dtype, g.c, r * g.ldc + col, c[r * g.n + col]);
+      for (int64_t col = 0; col < g.n; ++col) {
+        float v = g.alpha * c[r * g.n + col];
+        if (g.acc != nullptr) v += g.beta * load(g.c_dtype, g.acc, r * g.ldacc + col);
+        store(g.c_dtype, g.c, r * g.ldc + col, v);
+      }
     }
   }
 

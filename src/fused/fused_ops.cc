@@ -6,11 +6,19 @@
 // (copying each chunk into a_gathered if asked) and signals each chunk, while the main lane multiplies the
 // local shard (no communication needed); the main lane waits for chunk c and multiplies the other
 // ranks' rows of it; finally the main lane joins the side lane. Unfused: one all-gather, then the GEMMs.
-// matmul_reduce_scatter, pipelined: the output columns are cut into chunks; for chunk j the main lane
-// writes the float32 product into a rank-major buffer (rank q's rows contiguous, NOTE [fused row layout]),
-// the side lane reduce-scatters it (float32 sum) and stores the result in the output dtype; two product
-// buffers alternate, so the GEMM of chunk j+1 overlaps the reduce-scatter of chunk j, and the GEMM of chunk
-// j+2 waits for the reduce-scatter of chunk j. Unfused: one chunk of width N on the main lane.
+// matmul_reduce_scatter, pipelined, two ranks (RsMode::kExchange): the output columns are cut into chunks.
+// The main lane first computes, chunk by chunk, the product of the peer's rows (its block of the result) in
+// the output dtype into a symmetric buffer; after each chunk the side lane swaps that chunk with the peer
+// (an in-place all-gather on the copy engine: no SMs, so it runs beside the next GEMM). Then the main lane
+// computes this rank's own rows chunk by chunk with the peer's partial added in the GEMM's epilogue
+// (D = scale·(A·B + partial), formed in float32 and rounded once). Each partial is rounded once, as in an
+// unfused GEMM followed by a float32-accumulating reduce-scatter; the own product is not rounded at all.
+// The transfers hide behind the second half of the GEMMs; nothing is reduced by a separate kernel.
+// Unfused: one GEMM of all rows, then one reduce-scatter straight into the output; up to two ranks in the
+// output dtype (float32 accumulation inside the reduce-scatter, each partial rounded once), with more ranks
+// in float32 and rounded once at the end (a ring reduce-scatter in bf16 would round every intermediate sum).
+// More than two ranks have no pipelined path: a float32 pipeline over column chunks was measured at
+// 1.9-8.2 x the matmul alone on 4 x H200 (the reduce-scatter kernels fight the GEMM for SMs).
 // Every collective of an operation is issued on one lane, in the same order on every rank.
 
 #include <fmt/format.h>
@@ -169,11 +177,11 @@ void run_all_gather_matmul(Communicator& comm, Engine& e, const AgPlan& p, const
   e.join();
 }
 
-// Float32 products of chunk `ch` for every rank's block, rank-major: block q is [outer][m][width].
-void rs_gemms(Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b, int world, float* buf,
-              const ColChunk& ch) {
+// Products of columns `ch` for every rank's block in `c_dtype`, rank-major: block q is [outer][m][width].
+void rs_gemms(Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b, int world, void* buf,
+              DataType c_dtype, const ColChunk& ch) {
   const RowSplit& s = p.rows;
-  const size_t es = dtype_size(a.dtype);
+  const size_t es = dtype_size(a.dtype), cs = dtype_size(c_dtype);
   const int64_t w = ch.width();
   Gemm g{.a = a.data,
          .lda = s.k,
@@ -185,7 +193,7 @@ void rs_gemms(Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b
          .n = w,
          .k = s.k,
          .ab = a.dtype,
-         .c_dtype = DataType::kFloat32};
+         .c_dtype = c_dtype};
   if (s.outer == 1) {  // rank-major is the natural row order
     e.gemm(g, Lane::kMain);
     return;
@@ -194,39 +202,91 @@ void rs_gemms(Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b
   for (int q = 0; q < world; ++q) {
     for (int64_t o = 0; o < s.outer; ++o) {
       g.a = at(a.data, (o * world + q) * s.m * s.k, es);
-      g.c = buf + (q * s.outer + o) * s.m * w;
+      g.c = at(buf, (q * s.outer + o) * s.m * w, cs);
       e.gemm(g, Lane::kMain);
     }
   }
 }
 
-void run_matmul_reduce_scatter(Communicator& comm, Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b,
-                               const TensorRef& out, const FusedOptions& o) {
-  const int world = comm.world_size();
-  const bool pipelined = p.path == FusedPath::kPipelined;
-  const Lane lane = pipelined ? Lane::kSide : Lane::kMain;
+// GEMMs of rank q's rows of A (every outer index) with columns `ch` of B. Without acc: into dst as
+// [outer][m][width]. With acc ([outer][m][width], like dst above): dst = scale · (A·B + acc) at
+// dst[(o·m + i)·ld_dst + c].
+void rs_rank_gemms(Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b, int q, const ColChunk& ch,
+                   void* dst, int64_t ld_dst, const void* acc, float scale) {
+  const RowSplit& s = p.rows;
+  const size_t es = dtype_size(a.dtype);
+  const int64_t w = ch.width();
+  for (int64_t o = 0; o < s.outer; ++o) {
+    Gemm g{.a = at(a.data, (o * 2 + q) * s.m * s.k, es),
+           .lda = s.k,
+           .b = at(b.data, ch.c0, es),
+           .ldb = p.n,
+           .c = at(dst, o * s.m * ld_dst, es),
+           .ldc = ld_dst,
+           .m = s.m,
+           .n = w,
+           .k = s.k,
+           .ab = a.dtype,
+           .c_dtype = a.dtype};
+    if (acc != nullptr) {
+      g.acc = at(acc, o * s.m * w, es);
+      g.ldacc = w;
+      g.alpha = g.beta = scale;
+    }
+    e.gemm(g, Lane::kMain);
+  }
+}
+
+// Two ranks (NOTE [fused pipelines]): chunk j's buffer holds [2][local rows][width]; block r is rank r's
+// product for the other rank, so an in-place all-gather of the buffer hands each rank its peer's partial.
+void run_exchange(Communicator& comm, Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b,
+                  const TensorRef& out, char* ws) {
+  const int me = comm.rank(), peer = 1 - me, nch = static_cast<int>(p.chunks.size());
   const size_t es = dtype_size(a.dtype);
   const int64_t local_rows = p.rows.local_rows();
-  char* ws = scratch(e, o, p.buffers * p.product_bytes + p.result_bytes);
-  float* result = reinterpret_cast<float*>(ws + p.buffers * p.product_bytes);
-  // Events: GEMM of chunk j done = j; reduce-scatter of chunk j done = kMaxFusedChunks + j.
-  if (pipelined) e.fork();
-  for (size_t j = 0; j < p.chunks.size(); ++j) {
+  e.fork();
+  for (int j = 0; j < nch; ++j) {
     const ColChunk& ch = p.chunks[j];
-    float* buf = reinterpret_cast<float*>(ws + (j % p.buffers) * p.product_bytes);
-    if (pipelined && j >= static_cast<size_t>(p.buffers)) {
-      e.wait(kMaxFusedChunks + static_cast<int>(j) - p.buffers, Lane::kMain);
-    }
-    rs_gemms(e, p, a, b, world, buf, ch);
-    if (pipelined) {
-      e.signal(static_cast<int>(j), Lane::kMain);
-      e.wait(static_cast<int>(j), Lane::kSide);
-    }
-    comm.reduce_scatter(buf, result, local_rows * ch.width(), DataType::kFloat32, ReduceOp::kSum, e.coll(lane));
-    e.store_rows(result, local_rows, ch.width(), at(out.data, ch.c0, es), p.n, out.dtype, p.scale, lane);
-    if (pipelined) e.signal(kMaxFusedChunks + static_cast<int>(j), Lane::kSide);
+    char* buf = ws + j * p.product_bytes;
+    const int64_t block = local_rows * ch.width();
+    rs_rank_gemms(e, p, a, b, peer, ch, at(buf, me * block, es), ch.width(), nullptr, 1.0f);
+    e.signal(j, Lane::kMain);
+    e.wait(j, Lane::kSide);
+    comm.all_gather(at(buf, me * block, es), buf, static_cast<size_t>(block), a.dtype, e.coll(Lane::kSide));
+    e.signal(kMaxFusedChunks + j, Lane::kSide);
   }
-  if (pipelined) e.join();
+  for (int j = 0; j < nch; ++j) {
+    const ColChunk& ch = p.chunks[j];
+    const char* buf = ws + j * p.product_bytes;
+    e.wait(kMaxFusedChunks + j, Lane::kMain);
+    rs_rank_gemms(e, p, a, b, me, ch, at(out.data, ch.c0, es), p.n, at(buf, peer * local_rows * ch.width(), es),
+                  p.scale);
+  }
+  e.join();
+}
+
+void run_matmul_reduce_scatter(Communicator& comm, Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b,
+                               ReduceOp op, const TensorRef& out, const FusedOptions& o) {
+  const int world = comm.world_size();
+  const int64_t local_rows = p.rows.local_rows();
+  char* ws = scratch(e, o, p.buffers * p.product_bytes + p.result_bytes);
+  if (p.mode == RsMode::kUnfused) {
+    // Products in the output dtype, reduced in float32 by the reduce-scatter (the accuracy the fused paths
+    // must match), straight into the output.
+    rs_gemms(e, p, a, b, world, ws, a.dtype, p.chunks[0]);
+    comm.reduce_scatter(ws, out.data, static_cast<size_t>(local_rows * p.n), a.dtype, op, e.coll(Lane::kMain));
+    return;
+  }
+  if (p.mode == RsMode::kExchange) {
+    run_exchange(comm, e, p, a, b, out, ws);
+    return;
+  }
+  // kFloat32 (more than two ranks): float32 products and reduce-scatter, one rounding into the output.
+  float* result = reinterpret_cast<float*>(ws + p.product_bytes);
+  rs_gemms(e, p, a, b, world, ws, DataType::kFloat32, p.chunks[0]);
+  comm.reduce_scatter(ws, result, static_cast<size_t>(local_rows * p.n), DataType::kFloat32, ReduceOp::kSum,
+                      e.coll(Lane::kMain));
+  e.store_rows(result, local_rows, p.n, out.data, p.n, out.dtype, p.scale, Lane::kMain);
 }
 
 }  // namespace
@@ -255,7 +315,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   if (fused.path_out) *fused.path_out = p.path;
   if (p.empty) return;
   auto e = make_engine(comm, coll, fused.workspace, p.path == FusedPath::kPipelined);
-  run_matmul_reduce_scatter(comm, *e, p, a, b, out, fused);
+  run_matmul_reduce_scatter(comm, *e, p, a, b, op, out, fused);
   e->finish();
 }
 
@@ -265,7 +325,7 @@ size_t all_gather_matmul_workspace_bytes(int world_size, const TensorRef& a_shar
   SYMCOMM_CHECK_ARG(world_size >= 1 && a_shard.ndim() >= 2, "bad world size or shard shape");
   const int dim = normalize_dim(gather_dim, a_shard.ndim(), "gather_dim");
   const RowSplit s = split_rows(a_shard.shape, dim, 1);
-  const bool direct = want_gathered && s.outer == 1 && row_chunks(s, world_size, chunks).size() == 1;
+  const bool direct = want_gathered && s.outer == 1 && row_chunks(s, world_size, chunks, want_gathered).size() == 1;
   return ag_staging_bytes(world_size, s, dtype_size(a_shard.dtype), direct);
 }
 
@@ -276,9 +336,15 @@ size_t matmul_reduce_scatter_workspace_bytes(int world_size, const TensorRef& a,
   const int dim = normalize_dim(scatter_dim, a.ndim(), "scatter_dim");
   SYMCOMM_CHECK_ARG(a.shape[dim] % world_size == 0, "scatter extent not divisible by the world size");
   const RowSplit s = split_rows(a.shape, dim, world_size);
-  const auto c = col_chunks(b.shape[1], dtype_size(a.dtype), chunks);
+  const size_t es = dtype_size(a.dtype);
+  // The pipelined path's buffers where there is one, else the unfused path's (a workspace that large spares
+  // it temporary allocations).
+  const RsMode mode = rs_can_pipeline(world_size, s.k) ? RsMode::kExchange : rs_unfused_mode(world_size);
+  const auto c = mode == RsMode::kExchange ? col_chunks(b.shape[1], es, chunks)
+                                           : std::vector<ColChunk>{{.c0 = 0, .c1 = b.shape[1]}};
+  int buffers = 0;
   size_t product = 0, result = 0;
-  return rs_workspace_bytes(world_size, s, c, c.size() > 1 ? 2 : 1, &product, &result);
+  return rs_workspace_bytes(mode, world_size, s, b.shape[1], es, c, &buffers, &product, &result);
 }
 
 }  // namespace symcomm

@@ -33,12 +33,19 @@ void check_shape(const TensorRef& t, const std::vector<int64_t>& want, const cha
   SYMCOMM_CHECK_ARG(t.shape == want, "{} has shape {}, expected {}", what, shape_str(t.shape), shape_str(want));
 }
 
-// Automatic chunk counts. Not measured yet (the lead's 2 x H200 run decides): all-gather + matmul at two
-// ranks overlaps the whole gather with the local GEMM, so one chunk; more ranks split the gather so that
-// remote GEMMs start early. Matmul + reduce-scatter exposes the last chunk's reduce-scatter, so it wants
-// many chunks, each still wide enough (512 columns) for an efficient GEMM.
-int auto_row_chunks(int world_size) { return std::clamp(world_size - 1, 1, 4); }
-int auto_col_chunks(int64_t n) { return static_cast<int>(std::clamp<int64_t>(n / 512, 2, kMaxFusedChunks)); }
+// Automatic chunk counts, from 2 x H200 (2026-11-22, `symcomm-bench --extra fused`, docs/benchmarks.md):
+// all-gather + matmul at two ranks overlaps the whole gather with the local GEMM, so one chunk; in three runs
+// 1, 2 and 4 row chunks came within the run-to-run noise (±5%) of each other at the large shapes, and 4
+// chunks cost 1.4 x at M = 1024. More ranks split the gather so that remote GEMMs start early (not measured).
+// With a_gathered wanted and one outer index, one chunk gathers straight into it (no staging, no copies).
+// Matmul + reduce-scatter: see auto_col_chunks.
+int auto_row_chunks(const RowSplit& s, int world_size, bool want_gathered) {
+  return want_gathered && s.outer == 1 ? 1 : std::clamp(world_size - 1, 1, 4);
+}
+// Matmul + reduce-scatter (two ranks): the copy engine moves a chunk while the next one is computed, so a
+// few wide chunks (efficient GEMMs, few transfers of fixed cost) suffice; the last transfer still hides
+// behind this rank's own rows. On 2 x H200 (2026-11-22) the automatic 4 chunks at N = 8192 beat 8 and 16.
+int auto_col_chunks(int64_t n) { return static_cast<int>(std::clamp<int64_t>(n / 1024, 2, 4)); }
 
 }  // namespace
 
@@ -68,8 +75,8 @@ RowSplit split_rows(const std::vector<int64_t>& shape, int dim, int64_t divide_b
   return s;
 }
 
-std::vector<RowChunk> row_chunks(const RowSplit& s, int world_size, int requested) {
-  int c = requested > 0 ? requested : auto_row_chunks(world_size);
+std::vector<RowChunk> row_chunks(const RowSplit& s, int world_size, int requested, bool want_gathered) {
+  int c = requested > 0 ? requested : auto_row_chunks(s, world_size, want_gathered);
   c = std::min(c, kMaxFusedChunks);
   if (s.outer == 1) {
     c = static_cast<int>(std::clamp<int64_t>(c, 1, std::max<int64_t>(s.m, 1)));
@@ -101,14 +108,31 @@ size_t ag_staging_bytes(int world_size, const RowSplit& s, size_t elem_size, boo
   return direct ? 0 : align_up(static_cast<size_t>(world_size) * s.local_rows() * s.k * elem_size);
 }
 
-size_t rs_workspace_bytes(int world_size, const RowSplit& s, const std::vector<ColChunk>& chunks, int buffers,
-                          size_t* product, size_t* result) {
+bool rs_can_pipeline(int world_size, int64_t k) { return world_size == 2 && k > 0; }
+RsMode rs_unfused_mode(int world_size) { return world_size <= 2 ? RsMode::kUnfused : RsMode::kFloat32; }
+
+size_t rs_workspace_bytes(RsMode mode, int world_size, const RowSplit& s, int64_t n, size_t elem_size,
+                          const std::vector<ColChunk>& chunks, int* buffers, size_t* product, size_t* result) {
   int64_t w = 0;
   for (const ColChunk& x : chunks) w = std::max(w, x.width());
-  const size_t local_rows = static_cast<size_t>(s.local_rows());
-  *product = align_up(static_cast<size_t>(world_size) * local_rows * w * sizeof(float));
-  *result = align_up(local_rows * w * sizeof(float));
-  return buffers * *product + *result;
+  const size_t local_rows = static_cast<size_t>(s.local_rows()), world = static_cast<size_t>(world_size);
+  *result = 0;
+  switch (mode) {
+    case RsMode::kUnfused:
+      *buffers = 1;
+      *product = align_up(world * local_rows * static_cast<size_t>(n) * elem_size);
+      break;
+    case RsMode::kExchange:
+      *buffers = static_cast<int>(chunks.size());
+      *product = align_up(2 * local_rows * static_cast<size_t>(w) * elem_size);
+      break;
+    case RsMode::kFloat32:
+      *buffers = 1;
+      *product = align_up(world * local_rows * static_cast<size_t>(n) * sizeof(float));
+      *result = align_up(local_rows * static_cast<size_t>(n) * sizeof(float));
+      break;
+  }
+  return static_cast<size_t>(*buffers) * *product + *result;
 }
 
 AgPlan plan_all_gather_matmul(int world_size, const TensorRef& a, std::span<const TensorRef> b, int gather_dim,
@@ -147,7 +171,7 @@ AgPlan plan_all_gather_matmul(int world_size, const TensorRef& a, std::span<cons
 
   const size_t es = dtype_size(a.dtype);
   const auto staging = [&](bool direct) { return ag_staging_bytes(world_size, p.rows, es, direct); };
-  std::vector<RowChunk> chunks = row_chunks(p.rows, world_size, o.chunks);
+  std::vector<RowChunk> chunks = row_chunks(p.rows, world_size, o.chunks, a_gathered != nullptr);
   const bool direct_pipelined = a_gathered && p.rows.outer == 1 && chunks.size() == 1;
   const double flops = 2.0 * world_size * static_cast<double>(p.rows.local_rows()) * p.rows.k * sum_n;
   p.path = select_fused_path({.world_size = world_size,
@@ -196,14 +220,13 @@ RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const Tens
   p.n = b.shape[1];
   p.scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world_size) : 1.0f;
   p.empty = p.rows.local_rows() == 0 || p.n == 0;
-  const size_t local_rows = static_cast<size_t>(p.rows.local_rows());
-  const auto bytes_for = [&](const std::vector<ColChunk>& c, int buffers, size_t* product, size_t* result) {
-    return rs_workspace_bytes(world_size, p.rows, c, buffers, product, result);
-  };
-  std::vector<ColChunk> chunks = col_chunks(p.n, dtype_size(a.dtype), o.chunks);
-  const int buffers = chunks.size() > 1 ? 2 : 1;
+  const size_t local_rows = static_cast<size_t>(p.rows.local_rows()), es = dtype_size(a.dtype);
+  const bool can_pipeline = rs_can_pipeline(world_size, p.rows.k);
+  std::vector<ColChunk> chunks = col_chunks(p.n, es, o.chunks);
+  int buffers = 0;
   size_t product = 0, result = 0;
-  const size_t needed = bytes_for(chunks, buffers, &product, &result);
+  const size_t needed =
+      rs_workspace_bytes(RsMode::kExchange, world_size, p.rows, p.n, es, chunks, &buffers, &product, &result);
   p.path = select_fused_path({.world_size = world_size,
                               .flops = 2.0 * world_size * static_cast<double>(local_rows) * p.rows.k * p.n,
                               .has_workspace = o.workspace != nullptr,
@@ -211,17 +234,17 @@ RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const Tens
                               .workspace_needed = needed,
                               .chunks = static_cast<int>(chunks.size()),
                               .needs_two_chunks = true,
-                              .force_unfused = o.force_unfused,
+                              .force_unfused = o.force_unfused || !can_pipeline,
                               .min_flops = o.min_pipelined_flops,
                               .empty = p.empty});
   if (p.path == FusedPath::kPipelined) {
+    p.mode = RsMode::kExchange;
     p.chunks = std::move(chunks);
-    p.buffers = buffers;
   } else {
+    p.mode = rs_unfused_mode(world_size);
     p.chunks = {ColChunk{.c0 = 0, .c1 = p.n}};
-    p.buffers = 1;
   }
-  bytes_for(p.chunks, p.buffers, &p.product_bytes, &p.result_bytes);
+  rs_workspace_bytes(p.mode, world_size, p.rows, p.n, es, p.chunks, &p.buffers, &p.product_bytes, &p.result_bytes);
   for (const ColChunk& c : p.chunks) p.max_width = std::max(p.max_width, c.width());
   return p;
 }

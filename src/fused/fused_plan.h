@@ -54,16 +54,30 @@ struct AgPlan {
   bool empty = false;            ///< nothing to compute or move
 };
 
+/// How matmul_reduce_scatter runs (NOTE [fused pipelines]).
+enum class RsMode : uint8_t {
+  kUnfused,   ///< up to two ranks: one GEMM of every rank's rows in the output dtype, one reduce-scatter into
+              ///< `out` (float32 accumulation inside, each partial rounded once: the accuracy bar)
+  kFloat32,   ///< more ranks: one float32 GEMM, one float32 reduce-scatter, then rounding into `out` (a ring
+              ///< reduce-scatter in the output dtype would round every intermediate sum)
+  kExchange,  ///< two ranks, pipelined: the peer's rows first, swapped chunk by chunk by the copy engine, then
+              ///< this rank's rows with the received partial added in the GEMM's epilogue
+};
+
 struct RsPlan {
   FusedPath path = FusedPath::kUnfused;
+  RsMode mode = RsMode::kUnfused;
   RowSplit rows;                 ///< m: rows per rank (after the scatter)
   int64_t n = 0;                 ///< N
-  std::vector<ColChunk> chunks;  ///< one GEMM + reduce-scatter each; the unfused path has one of width N
+  std::vector<ColChunk> chunks;  ///< the column chunks; the unfused path has one of width N
   int64_t max_width = 0;
-  int buffers = 1;           ///< rank-major float32 product buffers (2: GEMM j+1 overlaps reduce-scatter j)
-  size_t product_bytes = 0;  ///< one product buffer: world × local rows × max_width floats (aligned)
-  size_t result_bytes = 0;   ///< the reduce-scatter output: local rows × max_width floats (aligned)
-  float scale = 1.0f;        ///< 1 / world for kAvg
+  /// Product buffers. kExchange: one per chunk, 2 × local rows × max_width elements of the output dtype;
+  /// kUnfused: one of world × local rows × N elements of the output dtype; kFloat32: one of world × local
+  /// rows × N floats. Aligned.
+  int buffers = 1;
+  size_t product_bytes = 0;
+  size_t result_bytes = 0;  ///< kFloat32: the reduce-scatter output, local rows × N floats (aligned)
+  float scale = 1.0f;       ///< 1 / world for kAvg
   bool empty = false;
 };
 
@@ -89,14 +103,21 @@ FusedPath select_fused_path(const FusedSelect& s);
 int normalize_dim(int dim, int ndim, const char* what);
 RowSplit split_rows(const std::vector<int64_t>& shape, int dim, int64_t divide_by);
 /// Chunk counts after clamping (automatic when `requested` is 0).
-std::vector<RowChunk> row_chunks(const RowSplit& s, int world_size, int requested);
+std::vector<RowChunk> row_chunks(const RowSplit& s, int world_size, int requested, bool want_gathered);
 std::vector<ColChunk> col_chunks(int64_t n, size_t elem_size, int requested);
 
 /// Staging of all_gather_matmul: world × shard bytes, or 0 when gathering straight into a_gathered.
 size_t ag_staging_bytes(int world_size, const RowSplit& s, size_t elem_size, bool direct);
-/// Workspace of matmul_reduce_scatter: `buffers` product buffers (*product bytes each) + the result.
-size_t rs_workspace_bytes(int world_size, const RowSplit& s, const std::vector<ColChunk>& chunks, int buffers,
-                          size_t* product, size_t* result);
+/// Whether matmul_reduce_scatter has a pipelined path (RsMode::kExchange) for a world size and contraction
+/// extent: two ranks only (measured on 4 x H200, 2026-11-22: a float32 pipeline over column chunks took
+/// 1.9-8.2 x the matmul alone, the unfused path 1.2-1.5 x; see docs/benchmarks.md).
+bool rs_can_pipeline(int world_size, int64_t k);
+/// The unfused mode for a world size.
+RsMode rs_unfused_mode(int world_size);
+/// Buffers of matmul_reduce_scatter in `mode` (see RsPlan): sets *buffers, *product and *result and returns
+/// the workspace bytes (buffers × product + result).
+size_t rs_workspace_bytes(RsMode mode, int world_size, const RowSplit& s, int64_t n, size_t elem_size,
+                          const std::vector<ColChunk>& chunks, int* buffers, size_t* product, size_t* result);
 
 /// Validates every argument (throws kInvalidArgument) and plans. `workspace_bytes` is what the caller gave.
 AgPlan plan_all_gather_matmul(int world_size, const TensorRef& a, std::span<const TensorRef> b, int gather_dim,

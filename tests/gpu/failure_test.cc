@@ -6,7 +6,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -302,6 +305,109 @@ void peer_dies(Death how, bool graph) {
         cudaFree(buf);
       },
       opt);
+}
+
+// CLOCK_MONOTONIC is system-wide, so ranks (processes) compare these.
+int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// Runs body(env, world size) on every GPU's rank, the last of which is allowed to die; a 20 s deadline, so
+// that an error arriving in time was not produced by a timeout.
+void with_last_rank_dying(const std::function<void(RankEnv&, int)>& body) {
+  const int n = testing::count_gpus_in_child();
+  testing::HarnessOptions opt;
+  opt.config.timeout = std::chrono::seconds(20);
+  opt.may_fail = {n - 1};
+  testing::expect_success(
+      n, [&body, n](RankEnv& env) { body(env, n); }, opt);
+}
+
+// The last rank dies while the others create a CUDA communicator: after publishing its pid (what a rank
+// publishes first when it joins; NOTE [death during rendezvous]), before exchanging its heap. The others get
+// kPeerDead naming it soon after the death (their own CUDA set-up runs meanwhile), not at the 20 s deadline.
+TEST(GpuFailure, PeerDiesDuringRendezvous) {
+  with_last_rank_dying([](RankEnv& env, int n) {
+    const int victim = n - 1;
+    if (env.info.rank == victim) {
+      env.store->set("symcomm/rdv/pid/" + std::to_string(victim), std::to_string(::getpid()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      env.store->set("killed_at", std::to_string(mono_ns()));
+      die(Death::kSigkill);
+    }
+    CommOptions o = cuda_comm_options();
+    o.name = "rdv";
+    try {
+      env.make_comm(o);
+      ADD_FAILURE() << "the communicator was created without the dead rank";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
+      EXPECT_NE(std::find(e.ranks().begin(), e.ranks().end(), victim), e.ranks().end()) << e.what();
+    }
+    const double since = (mono_ns() - std::stoll(env.store->get_string("killed_at"))) / 1e9;
+    EXPECT_LT(since, 1.5) << "the death was reported " << since << " s after it happened";
+    expect_gpu_usable();
+  });
+}
+
+// The last rank dies while the others destroy the communicator: destruction is local (no wait for the dead
+// rank), takes well under a second, and leaves the GPU usable.
+TEST(GpuFailure, PeerDiesDuringDestroy) {
+  with_last_rank_dying([](RankEnv& env, int n) {
+    auto comm = env.make_comm(cuda_comm_options());
+    void* buf = nullptr;
+    ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
+    for (int i = 0; i < 5; ++i) comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    comm->barrier();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (env.info.rank == n - 1) {
+      env.store->set("killed_at", std::to_string(mono_ns()));
+      die(Death::kSigkill);
+    }
+    env.store->get("killed_at");
+    const auto t0 = Clock::now();
+    comm.reset();
+    EXPECT_LT(seconds_since(t0), 1.0) << "destroy waited for the dead rank";
+    expect_gpu_usable();
+    cudaFree(buf);
+  });
+}
+
+// A rank 100 ms late to an SM-kernel all-reduce and to a copy-engine all-gather: the others wait (well
+// inside the deadline) and every result is exact.
+TEST(GpuFailure, LateRankStillCompletesExactly) {
+  const int n = testing::count_gpus_in_child();
+  testing::expect_success(n, [n](RankEnv& env) {
+    auto comm = env.make_comm(cuda_comm_options());
+    const int me = comm->rank();
+    constexpr size_t kCount = 1 << 16;
+    float* buf = static_cast<float*>(comm->alloc(n * kCount * sizeof(float)));
+    std::vector<float> host(n * kCount);
+    for (int late = 0; late < n; ++late) {
+      for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>((me + 1) * (i % 97));
+      ASSERT_EQ(cudaMemcpy(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+      if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm->all_reduce(buf, buf, kCount, DataType::kFloat32, ReduceOp::kSum);
+      ASSERT_EQ(cudaMemcpy(host.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+      int64_t bad = 0;
+      for (size_t i = 0; i < kCount; ++i) bad += host[i] != ranks_sum * static_cast<float>(i % 97);
+      EXPECT_EQ(bad, 0) << "all_reduce with rank " << late << " late";
+      // Copy-engine all-gather in place: block q = q + 1 everywhere.
+      for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(me + 1);
+      ASSERT_EQ(cudaMemcpy(buf + me * kCount, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm->all_gather(buf + me * kCount, buf, kCount, DataType::kFloat32, {.contention = Contention::kLow});
+      EXPECT_EQ(comm->last_algorithm(), Algorithm::kCopyEngine);
+      ASSERT_EQ(cudaMemcpy(host.data(), buf, n * kCount * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      bad = 0;
+      for (size_t i = 0; i < n * kCount; ++i) bad += host[i] != static_cast<float>(i / kCount + 1);
+      EXPECT_EQ(bad, 0) << "copy-engine all_gather with rank " << late << " late";
+    }
+    comm->free(buf);
+  });
 }
 
 TEST(GpuFailure, PeerSigtermEager) { peer_dies(Death::kSigterm, false); }

@@ -70,6 +70,8 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_NCCL_MIN_BYTES",
     "SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
+    "SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD",
+    "SYMCOMM_CUDA_LL_MAX_BLOCKS",
 };
 
 // Every SYMCOMM_* configuration variable unset, except those given.

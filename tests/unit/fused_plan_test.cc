@@ -61,7 +61,7 @@ TEST(FusedChunks, RowChunksCoverTheShardInOrder) {
     for (int64_t m : {1, 3, 7, 64}) {
       for (int req : {0, 1, 2, 3, 4, 16, 100}) {
         const RowSplit s{.outer = outer, .m = m, .k = 4};
-        const auto c = row_chunks(s, 4, req);
+        const auto c = row_chunks(s, 4, req, req % 2 == 0);
         ASSERT_FALSE(c.empty());
         EXPECT_LE(static_cast<int>(c.size()), kMaxFusedChunks);
         int64_t next = 0;  // elements of the shard covered so far
@@ -95,7 +95,8 @@ TEST(FusedChunks, ColumnChunksAreAlignedAndCoverEveryColumn) {
       }
     }
   }
-  EXPECT_EQ(col_chunks(8192, 2, 0).size(), 16u) << "automatic: 512 columns per chunk, at most 16";
+  EXPECT_EQ(col_chunks(8192, 2, 0).size(), 4u) << "automatic: 1024 columns per chunk or more, at most 4";
+  EXPECT_EQ(col_chunks(3000, 2, 0).size(), 2u) << "automatic: 1024 columns per chunk or more";
   EXPECT_EQ(col_chunks(1024, 2, 0).size(), 2u);
   EXPECT_EQ(col_chunks(100, 2, 0).size(), 2u) << "automatic: at least two chunks";
 }
@@ -108,6 +109,10 @@ TEST(FusedPlans, AllGatherPathsAndStaging) {
   FusedOptions o{.min_pipelined_flops = 0};
   FusedWorkspace* fake = reinterpret_cast<FusedWorkspace*>(dummy);  // only compared with null by the planner
   o.workspace = fake;
+  EXPECT_EQ(row_chunks(RowSplit{.outer = 1, .m = 64, .k = 4}, 2, 0, false).size(), 1u) << "automatic, 2 ranks";
+  EXPECT_EQ(row_chunks(RowSplit{.outer = 1, .m = 64, .k = 4}, 4, 0, false).size(), 3u) << "automatic, 4 ranks";
+  EXPECT_EQ(row_chunks(RowSplit{.outer = 1, .m = 64, .k = 4}, 8, 0, true).size(), 1u) << "a_gathered: 1 chunk";
+  EXPECT_EQ(row_chunks(RowSplit{.outer = 3, .m = 64, .k = 4}, 8, 0, true).size(), 3u) << "a_gathered, outer 3";
   AgPlan p = plan_all_gather_matmul(2, a, bs, 0, outs, nullptr, o, 1 << 20);
   EXPECT_EQ(p.path, FusedPath::kPipelined);
   EXPECT_EQ(p.staging_bytes, align_up(2 * 4 * 8 * 2));
@@ -132,16 +137,32 @@ TEST(FusedPlans, ReduceScatterPathsAndWorkspace) {
   TensorRef a{dummy, dt, {2, 8, 16}}, b{dummy, dt, {16, 64}}, out{dummy, dt, {2, 4, 64}};
   FusedOptions o{.workspace = reinterpret_cast<FusedWorkspace*>(dummy), .chunks = 4, .min_pipelined_flops = 0};
   const size_t need = matmul_reduce_scatter_workspace_bytes(2, a, b, 1, 4);
-  // 4 chunks of 16 columns, 2 product buffers of 2 ranks × 8 local rows × 16 floats, and one result.
-  EXPECT_EQ(need, 2 * align_up(2 * 8 * 16 * 4) + align_up(8 * 16 * 4));
+  // Two ranks swap partials: 4 chunks of 16 columns, one buffer each of 2 blocks × 8 local rows × 16 bf16.
+  EXPECT_EQ(need, 4 * align_up(2 * 8 * 16 * 2));
   RsPlan p = plan_matmul_reduce_scatter(2, a, b, ReduceOp::kAvg, 1, out, o, need);
   EXPECT_EQ(p.path, FusedPath::kPipelined);
+  EXPECT_EQ(p.mode, RsMode::kExchange);
   EXPECT_EQ(p.chunks.size(), 4u);
-  EXPECT_EQ(p.buffers, 2);
+  EXPECT_EQ(p.buffers, 4);
+  EXPECT_EQ(p.product_bytes, align_up(2 * 8 * 16 * 2));
   EXPECT_EQ(p.rows.outer, 2);
   EXPECT_EQ(p.rows.m, 4);
   EXPECT_FLOAT_EQ(p.scale, 0.5f);
   EXPECT_EQ(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, need - 1).path, FusedPath::kUnfused);
+  // Four ranks: no pipelined path; the unfused float32 path's product (4 ranks × 4 local rows × 64 floats)
+  // and result (4 local rows × 64 floats).
+  TensorRef out4{dummy, dt, {2, 2, 64}};
+  const size_t need4 = matmul_reduce_scatter_workspace_bytes(4, a, b, 1, 4);
+  EXPECT_EQ(need4, align_up(4 * 4 * 64 * 4) + align_up(4 * 64 * 4));
+  p = plan_matmul_reduce_scatter(4, a, b, ReduceOp::kSum, 1, out4, o, 1 << 20);
+  EXPECT_EQ(p.path, FusedPath::kUnfused);
+  EXPECT_EQ(p.mode, RsMode::kFloat32);
+  EXPECT_EQ(p.product_bytes + p.result_bytes, need4);
+  // Unfused: one buffer of every rank's rows in the output dtype, nothing else.
+  p = plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, 0);
+  EXPECT_EQ(p.mode, RsMode::kUnfused);
+  EXPECT_EQ(p.product_bytes, align_up(2 * 8 * 64 * 2));
+  EXPECT_EQ(p.result_bytes, 0u);
   o.chunks = 1;
   EXPECT_EQ(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, 1 << 20).path, FusedPath::kUnfused);
   EXPECT_THROW(plan_matmul_reduce_scatter(3, a, b, ReduceOp::kSum, 1, out, o, 0), Error) << "8 rows over 3 ranks";
