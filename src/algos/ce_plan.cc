@@ -239,4 +239,17 @@ CePlan make_ce_plan(const CePlanInput& in) {
   SYMCOMM_THROW(kInvalidArgument, "{} has no copy-engine algorithm", to_string(in.kind));
 }
 
+CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, int world_size, int rank, uint32_t header) {
+  for (int p = 0; p < world_size; ++p) {
+    if (p == rank) continue;
+    for (uint32_t v : {arrive[p], depart[p]}) {
+      if (v != 0 && v != header) return {CeStall::kMismatch, p};
+    }
+  }
+  for (int p = 0; p < world_size; ++p) {
+    if (p != rank && arrive[p] == 0 && depart[p] == 0) return {CeStall::kMissing, p};
+  }
+  return {};
+}
+
 }  // namespace symcomm::detail

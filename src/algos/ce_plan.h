@@ -89,4 +89,19 @@ struct CePlanInput {
 /// barrier) or when the staging areas are too small to make progress.
 CePlan make_ce_plan(const CePlanInput& in);
 
+/// Why a copy-engine op is stuck, from this rank's barrier slots (NOTE [copy-engine sync]): arrive[p] and
+/// depart[p] are what peer p last wrote there (0 after this rank consumed it), `header` the stuck op's.
+struct CeStall {
+  enum Kind : uint8_t {
+    kMismatch,  ///< `peer`'s slot holds another op's header: it runs something else
+    kMissing,   ///< `peer` has written neither slot: it has not arrived
+    kUnknown,   ///< every peer arrived (e.g. stuck in a later barrier); no one to name
+  } kind = kUnknown;
+  int peer = -1;
+};
+/// A non-zero slot holding another header names a peer in another op (slots are reset after every wait, and a
+/// peer cannot pass an op this rank is still in unless it failed and went on); otherwise the first peer whose
+/// slots are both 0 is the missing one.
+CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, int world_size, int rank, uint32_t header);
+
 }  // namespace symcomm::detail

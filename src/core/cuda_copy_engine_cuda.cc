@@ -281,28 +281,15 @@ uint64_t CopyEngine::classify(uint32_t header, bool timed_out) {
     }
   }
   if (!timed_out) return 0;
-  // A non-zero slot holding another header names a peer in another op (slots are reset after every wait, and
-  // a peer cannot pass an op we are still in unless it failed and went on). Otherwise the missing peer is one
-  // whose arrive and depart slots are both 0 (the other peers' slot of our barrier holds our header).
   uint32_t words[kMax * 2] = {};
   if (cudaMemcpyAsync(words, pads_[me], sizeof(words), cudaMemcpyDeviceToHost, release_stream_) != cudaSuccess ||
       cudaStreamSynchronize(release_stream_) != cudaSuccess) {
     cudaGetLastError();
     return device::pack_error(DeviceError::kTimeout, -1, 0);
   }
-  for (int p = 0; p < n; ++p) {
-    for (size_t slot : {kArrive, kDepart}) {
-      if (p != me && words[slot + p] != 0 && words[slot + p] != header) {
-        return device::pack_error(DeviceError::kMismatch, p, header);
-      }
-    }
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p != me && words[kArrive + p] == 0 && words[kDepart + p] == 0) {
-      return device::pack_error(DeviceError::kTimeout, p, header);
-    }
-  }
-  return device::pack_error(DeviceError::kTimeout, -1, header);
+  const CeStall stall = classify_ce_stall(words + kArrive, words + kDepart, n, me, header);
+  return device::pack_error(stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout,
+                            stall.peer, header);
 }
 
 void CopyEngine::fail_and_release(uint32_t header, bool timed_out) {

@@ -111,6 +111,7 @@ Plan make_plan(cublasLtHandle_t h, const Gemm& g, uint32_t align_a, uint32_t ali
 void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) {
+    SYMCOMM_CHECK(g.acc == nullptr, kInternal, "a GEMM with k = 0 and an accumulator is not supported");
     const size_t es = dtype_size(g.c_dtype);
     SYMCOMM_CUDA_CHECK(cudaMemset2DAsync(g.c, g.ldc * es, 0, g.n * es, g.m, stream));
     return;

@@ -208,7 +208,7 @@ void rs_gemms(Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b
   }
 }
 
-// GEMMs of rank q's rows of A (every outer index) with columns `ch` of B. Without acc: into dst as
+// Two ranks: GEMMs of rank q's rows of A (every outer index) with columns `ch` of B. Without acc: into dst as
 // [outer][m][width]. With acc ([outer][m][width], like dst above): dst = scale · (A·B + acc) at
 // dst[(o·m + i)·ld_dst + c].
 void rs_rank_gemms(Engine& e, const RsPlan& p, const TensorRef& a, const TensorRef& b, int q, const ColChunk& ch,

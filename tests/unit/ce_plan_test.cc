@@ -327,6 +327,31 @@ TEST(CePlan, HeaderDependsOnTheArguments) {
   EXPECT_NE(make_ce_plan(a).header, 0u);
 }
 
+// The watchdog's reading of a stuck op's barrier slots (rank 0 of 4, op header 77).
+TEST(CePlan, StallClassificationNamesThePeer) {
+  constexpr uint32_t h = 77;
+  struct Row {
+    const char* what;
+    uint32_t arrive[4], depart[4];
+    CeStall::Kind kind;
+    int peer;
+  };
+  const Row rows[] = {
+      {"peer 2 never arrived", {0, h, 0, h}, {0, 0, 0, 0}, CeStall::kMissing, 2},
+      {"peer 3 runs another op", {0, h, h, 91}, {0, 0, 0, 0}, CeStall::kMismatch, 3},
+      {"another op's header in a depart slot", {0, h, 0, 0}, {0, 0, 91, 0}, CeStall::kMismatch, 2},
+      {"a mismatch wins over a missing peer", {0, 0, 0, 91}, {0, 0, 0, 0}, CeStall::kMismatch, 3},
+      {"everyone arrived", {0, h, h, h}, {0, 0, 0, 0}, CeStall::kUnknown, -1},
+      {"this rank's own slots are ignored", {91, h, h, h}, {91, 0, 0, 0}, CeStall::kUnknown, -1},
+      {"stuck in the depart barrier, peer 1 gone", {0, 0, 0, 0}, {0, 0, h, h}, CeStall::kMissing, 1},
+  };
+  for (const Row& r : rows) {
+    const CeStall s = classify_ce_stall(r.arrive, r.depart, 4, 0, h);
+    EXPECT_EQ(s.kind, r.kind) << r.what;
+    EXPECT_EQ(s.peer, r.peer) << r.what;
+  }
+}
+
 TEST(CePlan, RejectsWhatItCannotRun) {
   CePlanInput in;
   in.world_size = 2;
