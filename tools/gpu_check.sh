@@ -6,7 +6,8 @@
 #   OUT=/tmp/out tools/gpu_check.sh            # everything
 #   GPU_CHECK_STEPS="build tests" tools/gpu_check.sh
 #   BENCH_ARGS="--max-bytes 64M" tools/gpu_check.sh
-#   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket sanitize" tools/gpu_check.sh   # everything
+#   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket sanitize sabotage" tools/gpu_check.sh
+#   (everything; sabotage rebuilds parts of the tree several times)
 #
 # Missing headers (fmt, gtest, CLI11, nlohmann-json) are taken from Debian packages in .debs/ (carried to the
 # machine; see docs/cuda-backend.md), unpacked into /tmp/symcomm-deps.
@@ -141,6 +142,15 @@ if has sanitize && [ -x "$SANITIZER" ] && [ -x "$BUILD/tests/symcomm_gpu_tests" 
       "$BUILD/tests/symcomm_gpu_tests" --gtest_filter="$SAN" >"$OUT/sanitizer_$tool.log" 2>&1
     note "compute-sanitizer $tool ($SAN): rc=$? in $(($(date +%s) - t0)) s; $(grep -c "ERROR SUMMARY: 0 errors" "$OUT/sanitizer_$tool.log") clean process summaries, $(grep -c -E "ERROR SUMMARY: [1-9]" "$OUT/sanitizer_$tool.log") with errors; $(grep -cE '^\[       OK' "$OUT/sanitizer_$tool.log") tests OK, $(grep -cE '^\[  FAILED  \] Gpu' "$OUT/sanitizer_$tool.log") failed"
   done
+fi
+
+# The GPU fault tests against deliberately broken builds (tools/sabotage.sh: one line broken per case, tests
+# rebuilt incrementally, each case must fail or hang where the unbroken build passes). Rebuilds the tree.
+if has sabotage && [ $BUILD_OK = 1 ]; then
+  t0=$(date +%s)
+  BUILD=$BUILD CASES=gpu OUT=$OUT/sabotage bash "$ROOT/tools/sabotage.sh" >"$OUT/sabotage.console" 2>&1
+  note "sabotage: rc=$? in $(($(date +%s) - t0)) s (0 = every case caught; logs: sabotage/)"
+  tee -a "$SUMMARY" <"$OUT/sabotage/sabotage.txt"
 fi
 
 echo "---- summary ($OUT) ----"

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# sabotage.sh: shows that the fault tests can fail (issue 7). For each case, one line of the library is broken
+# on purpose (a literal text replacement in the working tree), the test binary is rebuilt incrementally, and
+# the named tests run under a time limit. The case counts as caught when those tests fail or time out, after
+# the same tests passed on the unbroken build. The file is restored after each case and the build brought
+# back at the end.
+#
+#   BUILD=build CASES=host tools/sabotage.sh        # CPU machine (a configured build directory)
+#   BUILD=build-gpu CASES=gpu tools/sabotage.sh     # GPU machine, after gpu_check.sh's build step
+#   ONLY=ce-mismatch BUILD=build-gpu CASES=gpu tools/sabotage.sh
+#
+# Prints one line per case (also to $OUT/sabotage.txt when OUT is set; logs in $OUT or /tmp). Exit status:
+# 0 all caught, 1 a case was not caught or its baseline failed, 2 a case could not be applied.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+[[ $BUILD == /* ]] || BUILD=$ROOT/$BUILD
+LOGS=${OUT:-/tmp/symcomm-sabotage}
+mkdir -p "$LOGS"
+REPORT=$LOGS/sabotage.txt
+: >"$REPORT"
+
+# One case: group name file text-to-replace replacement test-binary gtest-filter time-limit-s.
+NAMES=() FILES=() FROMS=() TOS=() BINS=() FILTERS=() LIMITS=()
+case_def() {
+  local want=${CASES:-host}
+  [ "$want" = all ] || [ "$want" = "$1" ] || return 0
+  NAMES+=("$2") FILES+=("$3") FROMS+=("$4") TOS+=("$5") BINS+=("$6") FILTERS+=("$7") LIMITS+=("$8")
+}
+case ${CASES:-host} in
+  host | gpu | all) ;;
+  *) echo "sabotage: CASES must be host, gpu or all" >&2; exit 2 ;;
+esac
+case_def host host-deadline src/algos/host_engine.cc \
+  "(ctx_.mesh->left_mask() & (uint64_t{1} << p)) || Clock::now() >= deadline_at_)" \
+  "(ctx_.mesh->left_mask() & (uint64_t{1} << p)))" \
+  symcomm_rank_tests Faults.RankThatNeverArrivesTimesOutNamingIt 90
+case_def host host-count-check src/algos/host_engine.cc \
+  "if (h.count != r.count) mismatch(" "if (false) mismatch(" \
+  symcomm_rank_tests Faults.CrossRankMismatchIsReportedNotAHang 90
+case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
+  "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
+  symcomm_rank_tests "AllWays/RankDeath.*/rendezvous_sigkill" 120
+case_def gpu device-deadline include/symcomm/device/signal.h \
+  "if (globaltimer_ns() > deadline_ns) {" "if (false) {" \
+  symcomm_gpu_tests GpuFailure.DeviceDeadlineNamesTheMissingRank 60
+case_def gpu device-dead-peer include/symcomm/device/signal.h \
+  "  if (dead) {" "  if (false) {" \
+  symcomm_gpu_tests "GpuFailure.PeerKilledMidCollective:GpuFailure.PeerExit0Eager" 90
+case_def gpu device-abort include/symcomm/device/signal.h \
+  "  if (ld_volatile_u32(&c.control->aborted)) {" "  if (false) {" \
+  symcomm_gpu_tests GpuFailure.AbortFromAnotherThread 60
+case_def gpu ce-watchdog src/core/cuda_copy_engine_cuda.cc \
+  "if (v != 0 && (failed || timed_out)) {" "if (false) {" \
+  symcomm_gpu_tests "GpuFailure.CopyEngineMissingPeerTimesOut:GpuFailure.CopyEngineAbort" 60
+case_def gpu ce-mismatch src/algos/ce_plan.cc \
+  "if (v != 0 && v != header) return {CeStall::kMismatch, p};" "(void)v;" \
+  symcomm_gpu_tests GpuFailure.CopyEngineMismatchIsReported 60
+case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
+  "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
+  symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 90
+
+say() { echo "$*" | tee -a "$REPORT"; }
+build() { ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }
+run_tests() {  # binary filter limit log -> exit status of the tests (124: time limit)
+  timeout "$3" "$BUILD/tests/$1" --gtest_filter="$2" >"$4" 2>&1
+  local rc=$?
+  # Rank processes are forks of the test binary; when the time limit ends their parent, nothing else would
+  # end them (a rank spinning in a wait with no deadline would spin on, on the CPU or the GPU).
+  pkill -9 -f "$BUILD/tests/$1" 2>/dev/null
+  return $rc
+}
+
+status=0
+for i in "${!NAMES[@]}"; do
+  name=${NAMES[$i]} file=${FILES[$i]} from=${FROMS[$i]} to=${TOS[$i]} binary=${BINS[$i]} filter=${FILTERS[$i]}
+  limit=${LIMITS[$i]}
+  [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
+  path=$ROOT/$file
+  if ! build "$binary" || ! run_tests "$binary" "$filter" "$limit" "$LOGS/$name.baseline.log"; then
+    say "$name: BASELINE FAILED ($filter on the unbroken build; log $name.baseline.log)"
+    status=1
+    continue
+  fi
+  text=$(<"$path")
+  if [[ $text != *"$from"* ]]; then
+    say "$name: NOT APPLIED (text not found in $file)"
+    status=2
+    continue
+  fi
+  cp "$path" "$path.sabotage-orig"
+  printf '%s\n' "${text/"$from"/"$to"}" >"$path"
+  t0=$(date +%s)
+  if ! build "$binary"; then
+    say "$name: BUILD FAILED with the change (see build.log)"
+    status=2
+  else
+    run_tests "$binary" "$filter" "$limit" "$LOGS/$name.log"
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      say "$name: NOT CAUGHT — $filter passed with $file broken"
+      status=1
+    else
+      why=$([ $rc -eq 124 ] && echo "hung until the ${limit} s limit" || echo "failed (rc $rc)")
+      say "$name: caught — $filter $why in $(($(date +%s) - t0)) s ($file: '$from' -> '$to')"
+    fi
+  fi
+  mv "$path.sabotage-orig" "$path"
+  touch "$path"  # newer than the objects built from the broken text
+done
+# Back to the unbroken build (the restored files are newer than the objects built from the broken ones).
+ninja -C "$BUILD" >>"$LOGS/build.log" 2>&1 || { say "rebuild of the unbroken tree FAILED"; status=2; }
+exit $status
