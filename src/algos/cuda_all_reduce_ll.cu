@@ -165,8 +165,8 @@ size_t all_reduce_ll_max_bytes(const device::DeviceComm& c) { return c.ll_slot_b
 
 void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const size_t nchunks = div_up(p.count * dtype_size(p.dtype), 8);
-  const size_t per_thread = std::clamp(p.chunks_per_thread, 1, 64);
-  const size_t max_blocks = std::clamp(p.max_blocks, 1, 1024);
+  const size_t per_thread = std::clamp<size_t>(p.chunks_per_thread, 1, 64);
+  const size_t max_blocks = std::clamp<size_t>(p.max_blocks, 1, 1024);
   const size_t b = std::clamp<size_t>(div_up(nchunks, size_t{kThreads} * per_thread), 1, max_blocks);
   const int blocks = static_cast<int>(b);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {

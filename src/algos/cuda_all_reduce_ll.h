@@ -20,8 +20,8 @@ struct AllReduceLLParams {
   size_t count;
   DataType dtype;
   ReduceOp op;
-  int chunks_per_thread = 1;  ///< 8-byte chunks per thread before another block is added (Tuning)
-  int max_blocks = 128;
+  size_t chunks_per_thread = 1;  ///< 8-byte chunks per thread before another block is added (Tuning; 1-64)
+  size_t max_blocks = 128;       ///< (Tuning; 1-1024)
 };
 
 /// Largest payload (bytes) the LL buffers hold.

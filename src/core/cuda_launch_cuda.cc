@@ -103,16 +103,15 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       const size_t bytes = r.count * es;
       if (algo == Algorithm::kOneShot && bytes <= kLLMaxBytes && bytes <= cuda::all_reduce_ll_max_bytes(comm_)) {
         const Tuning& t = ctx_.config.tuning;
-        cuda::launch_all_reduce_ll(
-            {.comm = comm_,
-             .in = r.in,
-             .out = r.out,
-             .count = r.count,
-             .dtype = r.dtype,
-             .op = r.op,
-             .chunks_per_thread = static_cast<int>(std::min<size_t>(t.cuda_ll_chunks_per_thread, 64)),
-             .max_blocks = static_cast<int>(std::min<size_t>(t.cuda_ll_max_blocks, 1024))},
-            s);
+        cuda::launch_all_reduce_ll({.comm = comm_,
+                                    .in = r.in,
+                                    .out = r.out,
+                                    .count = r.count,
+                                    .dtype = r.dtype,
+                                    .op = r.op,
+                                    .chunks_per_thread = t.cuda_ll_chunks_per_thread,
+                                    .max_blocks = t.cuda_ll_max_blocks},
+                                   s);
         return;
       }
       if (algo == Algorithm::kOneShot) {

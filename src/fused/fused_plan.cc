@@ -245,7 +245,6 @@ RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const Tens
     p.chunks = {ColChunk{.c0 = 0, .c1 = p.n}};
   }
   rs_workspace_bytes(p.mode, world_size, p.rows, p.n, es, p.chunks, &p.buffers, &p.product_bytes, &p.result_bytes);
-  for (const ColChunk& c : p.chunks) p.max_width = std::max(p.max_width, c.width());
   return p;
 }
 

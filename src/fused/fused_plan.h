@@ -70,8 +70,7 @@ struct RsPlan {
   RowSplit rows;                 ///< m: rows per rank (after the scatter)
   int64_t n = 0;                 ///< N
   std::vector<ColChunk> chunks;  ///< the column chunks; the unfused path has one of width N
-  int64_t max_width = 0;
-  /// Product buffers. kExchange: one per chunk, 2 × local rows × max_width elements of the output dtype;
+  /// Product buffers. kExchange: one per chunk, 2 × local rows × (widest chunk) elements of the output dtype;
   /// kUnfused: one of world × local rows × N elements of the output dtype; kFloat32: one of world × local
   /// rows × N floats. Aligned.
   int buffers = 1;
