@@ -193,6 +193,42 @@ long long run_cuda_patterns(Communicator& comm, const BenchOptions& o, Reporter&
                      .iters = o.iters,
                      .batches = o.batches};
     wrong += measure(spec, vs, clock, o, comm, rep);
+    // Where one bucketer instance's time goes (instances one at a time, medians): recording the calls (host
+    // CPU, the GPU idle), the flush's host CPU (copy and reduce-scatter launches, callbacks), and the GPU time
+    // from the flush's start to its end.
+    {
+      cudaEvent_t e1;
+      BENCH_CUDA(cudaEventCreate(&e1));
+      std::vector<double> rec, fl, gpu;
+      for (int i = 0; i < std::max(o.batches, 5); ++i) {
+        comm.barrier({.stream = s});
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        const double c0 = thread_cpu_us();
+        for (int k = 0; k < sh.bucket_ops; ++k) {
+          bucketer.reduce_scatter_async(
+              in_k(m.sym_in, k), c, dt, op, [](const void*, size_t) {}, co);
+        }
+        const double c1 = thread_cpu_us();
+        BENCH_CUDA(cudaEventRecord(e1, s));
+        bucketer.flush();
+        BENCH_CUDA(cudaEventRecord(b, s));
+        const double c2 = thread_cpu_us();
+        BENCH_CUDA(cudaEventSynchronize(b));
+        float ms = 0;
+        BENCH_CUDA(cudaEventElapsedTime(&ms, e1, b));
+        rec.push_back(c1 - c0);
+        fl.push_back(c2 - c1);
+        gpu.push_back(ms * 1000.0);
+      }
+      BENCH_CUDA(cudaEventDestroy(e1));
+      if (me == 0) {
+        std::printf(
+            "# bucketer instance, one at a time (medians): record %.1f us CPU (%.3f per call), flush %.1f us "
+            "CPU, flush start to end on the GPU %.1f us\n",
+            median(rec), median(rec) / sh.bucket_ops, median(fl), median(gpu));
+        std::fflush(stdout);
+      }
+    }
     BENCH_CUDA(cudaStreamSynchronize(s));
     bucketer.teardown();
     comm.free(m.sym_in);

@@ -7,7 +7,7 @@
 #
 #   BUILD=build CASES=host tools/sabotage.sh        # CPU machine (a configured build directory)
 #   BUILD=build-gpu CASES=gpu tools/sabotage.sh     # GPU machine, after gpu_check.sh's build step
-#   ONLY=ce-mismatch BUILD=build-gpu CASES=gpu tools/sabotage.sh
+#   ONLY="ce-mismatch ce-watchdog" BUILD=build-gpu CASES=gpu tools/sabotage.sh   # some cases only
 #
 # Prints one line per case (also to $OUT/sabotage.txt when OUT is set; logs in $OUT or /tmp). Exit status:
 # 0 all caught, 1 a case was not caught or its baseline failed, 2 a case could not be applied.
@@ -76,7 +76,7 @@ status=0
 for i in "${!NAMES[@]}"; do
   name=${NAMES[$i]} file=${FILES[$i]} from=${FROMS[$i]} to=${TOS[$i]} binary=${BINS[$i]} filter=${FILTERS[$i]}
   limit=${LIMITS[$i]}
-  [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
+  [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
   path=$ROOT/$file
   if ! build "$binary" || ! run_tests "$binary" "$filter" "$limit" "$LOGS/$name.baseline.log"; then
     say "$name: BASELINE FAILED ($filter on the unbroken build; log $name.baseline.log)"

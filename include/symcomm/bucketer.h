@@ -35,12 +35,13 @@ namespace symcomm {
 /// Options of a ReduceScatterBucketer.
 struct BucketOptions {
   /// Total input bytes of one bucket (all ranks' parts): each bucket holds at most
-  /// bucket_cap_mb * 2^20 / world_size bytes of output per rank. Must be > 0.
+  /// bucket_cap_mb * 2^20 / world_size bytes of output per rank, which must lie in [16 B, 4 GiB).
   double bucket_cap_mb = 25.0;
 };
 
-/// Inputs copied by one launch of the CUDA bucket copy kernel (the list travels as kernel parameters).
-inline constexpr size_t kBucketCopySegments = 1024;
+/// Inputs copied by one launch of the CUDA bucket copy kernel (the list travels as kernel parameters,
+/// 16 bytes per input, within CUDA's 32,764 bytes of parameters).
+inline constexpr size_t kBucketCopySegments = 2040;
 
 class ReduceScatterBucketer {
  public:

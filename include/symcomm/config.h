@@ -42,6 +42,21 @@ struct Tuning {
   /// 9.68; 4 chunks, 64 blocks (the earlier default): 2.78 / 4.25 / 5.32 / 6.43 / 9.68; 2 chunks: in between.
   size_t cuda_ll_chunks_per_thread = 1;
   size_t cuda_ll_max_blocks = 128;
+  /// CUDA LL all-reduce: threads per block (a multiple of 32, 32-512). Measured 2026-11-23 on 2 x H200
+  /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 512 threads,
+  /// 128 blocks: 2.81 / 3.58 / 3.95 / 5.06 / 9.60 (1 MB: staged); 256 x 256: 3.26 / 3.53 / 3.99 / 5.12;
+  /// 128 x 512: 3.19 / 3.58 / 4.00 / 5.21; 64 x 1024: 3.24 / 3.70 / 4.05 / 5.20; LL at 1 MB (128 x 1024): 10.81.
+  size_t cuda_ll_block_threads = 512;
+  /// CUDA one-shot all-reduce: payloads up to this many bytes use the LL kernel, larger ones the staged
+  /// one-shot (capped by the LL buffer, 1 MB; NOTE [LL threshold] in src/core/cuda_backend_cuda.h). LL won at
+  /// 4 KB-256 KB and lost at 1 MB (10.81 vs 9.25-9.60 us, same sweep as cuda_ll_block_threads).
+  size_t cuda_ll_max_bytes = 512 << 10;
+  /// CUDA staged one-shot all-reduce: payload bytes per block before another block is added, and the most
+  /// blocks (at most 128, the signal pad's block slots). Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh,
+  /// bf16 sum, CUDA graph, us at 64 KB / 256 KB / 1 MB, LL off): 16 KB x 32 blocks 6.45 / 7.04 / 9.60;
+  /// 8 KB x 128: 6.14 / 6.99 / 9.25; 4 KB x 128: 6.27 / 6.80 / 9.33.
+  size_t cuda_one_shot_block_bytes = 8 << 10;
+  size_t cuda_one_shot_max_blocks = 128;
 };
 
 struct Config {

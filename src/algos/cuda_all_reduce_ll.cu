@@ -167,11 +167,13 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const size_t nchunks = div_up(p.count * dtype_size(p.dtype), 8);
   const size_t per_thread = std::clamp<size_t>(p.chunks_per_thread, 1, 64);
   const size_t max_blocks = std::clamp<size_t>(p.max_blocks, 1, 1024);
-  const size_t b = std::clamp<size_t>(div_up(nchunks, size_t{kThreads} * per_thread), 1, max_blocks);
+  const size_t threads = std::clamp<size_t>(p.block_threads / 32 * 32, 32, kThreads);
+  const size_t b = std::clamp<size_t>(div_up(nchunks, threads * per_thread), 1, max_blocks);
   const int blocks = static_cast<int>(b);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+    all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value>
+        <<<blocks, static_cast<unsigned>(threads), 0, stream>>>(p);
   });
   SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }

@@ -22,6 +22,7 @@ struct AllReduceLLParams {
   ReduceOp op;
   size_t chunks_per_thread = 1;  ///< 8-byte chunks per thread before another block is added (Tuning; 1-64)
   size_t max_blocks = 128;       ///< (Tuning; 1-1024)
+  size_t block_threads = 512;    ///< threads per block (Tuning; rounded down to a multiple of 32, 32-512)
 };
 
 /// Largest payload (bytes) the LL buffers hold.

@@ -3,6 +3,8 @@
 // would add a remote read latency after the flag. Staging halves alternate (NOTE [rounds]), so no closing
 // barrier is needed: a rank can only overwrite a half after passing a later barrier, which every peer
 // signals only after finishing the kernel that read that half.
+#include <algorithm>
+
 #include "algos/cuda_all_reduce_one_shot.h"
 #include "algos/cuda_common.cuh"
 #include "core/cuda_check.h"
@@ -10,12 +12,10 @@
 namespace symcomm::detail::cuda {
 namespace {
 
-// Tunables (chosen, not tuned): bytes of payload per block before another block is added, and the block
-// cap. Below 1 MB the LL kernel runs instead (NOTE [LL threshold] in cuda_backend_cuda.cc); this staged
-// kernel took 5.5-6.9 us from 4 KB to 256 KB and 23 us at 4 MB in a graph (measured 2026-11-22 on 2 x H200
-// (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench), run 1).
-constexpr size_t kBytesPerBlock = 16 << 10;
-constexpr int kMaxBlocks = 32;
+// The grid (payload bytes per block, block cap) is Tuning::cuda_one_shot_block_bytes / _max_blocks. Small
+// payloads run the LL kernel instead (NOTE [LL threshold] in cuda_backend_cuda.h); this staged kernel took
+// 5.5-6.9 us from 4 KB to 256 KB and 23 us at 4 MB in a graph (measured 2026-11-22 on 2 x H200
+// (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench), run 1, 16 KB per block, 32 blocks).
 
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_one_shot_kernel(AllReduceOneShotParams p) {
@@ -50,13 +50,13 @@ __global__ void __launch_bounds__(kThreads) all_reduce_one_shot_kernel(AllReduce
 
 size_t all_reduce_one_shot_round_bytes(const device::DeviceComm& c) { return slot_bytes(c, c.world_size); }
 
-int all_reduce_one_shot_blocks(size_t bytes) {
-  size_t b = div_up(bytes, kBytesPerBlock);
-  return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+int all_reduce_one_shot_blocks(size_t bytes, size_t block_bytes, size_t max_blocks) {
+  const size_t cap = std::clamp<size_t>(max_blocks, 1, device::kMaxBlocks);
+  return static_cast<int>(std::clamp<size_t>(div_up(bytes, std::max<size_t>(block_bytes, 16)), 1, cap));
 }
 
 void launch_all_reduce_one_shot(const AllReduceOneShotParams& p, cudaStream_t stream) {
-  const int blocks = all_reduce_one_shot_blocks(p.count * dtype_size(p.dtype));
+  const int blocks = all_reduce_one_shot_blocks(p.count * dtype_size(p.dtype), p.block_bytes, p.max_blocks);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     all_reduce_one_shot_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);

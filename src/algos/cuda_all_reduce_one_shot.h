@@ -19,13 +19,15 @@ struct AllReduceOneShotParams {
   size_t count;
   DataType dtype;
   ReduceOp op;
-  uint64_t header;  ///< hash of the arguments, compared with the peers' at the first barrier
+  uint64_t header;                ///< hash of the arguments, compared with the peers' at the first barrier
+  size_t block_bytes = 16 << 10;  ///< payload bytes per block before another block is added (Tuning)
+  size_t max_blocks = 32;         ///< (Tuning; clamped to 1..device::kMaxBlocks)
 };
 
 /// Bytes one round carries (larger inputs take several rounds, one barrier each).
 size_t all_reduce_one_shot_round_bytes(const device::DeviceComm& c);
-/// Grid size for `bytes` of payload (same on every rank for the same arguments).
-int all_reduce_one_shot_blocks(size_t bytes);
+/// Grid size for `bytes` of payload (same on every rank for the same arguments and tuning).
+int all_reduce_one_shot_blocks(size_t bytes, size_t block_bytes, size_t max_blocks);
 void launch_all_reduce_one_shot(const AllReduceOneShotParams& p, cudaStream_t stream);
 
 }  // namespace symcomm::detail::cuda

@@ -12,12 +12,15 @@
 namespace symcomm::detail {
 
 /// One input: row r (r < rows) is `bytes` bytes at src + r * bytes and goes to dst + r * row_stride + dst_offset.
+/// 16 bytes, so that a launch's list is small (NOTE [bucket copy list]): a bucket holds at most
+/// kMaxBucketBytesPerRank per rank, so offsets and sizes fit in 32 bits.
 struct BucketCopySegment {
   const void* src;
-  uint64_t dst_offset;
-  uint64_t bytes;
+  uint32_t dst_offset;
+  uint32_t bytes;
 };
-static_assert(std::is_trivially_copyable_v<BucketCopySegment> && sizeof(BucketCopySegment) == 24);
+static_assert(std::is_trivially_copyable_v<BucketCopySegment> && sizeof(BucketCopySegment) == 16);
+inline constexpr size_t kMaxBucketBytesPerRank = (size_t{1} << 32) - 16;
 
 /// Host: memcpy of every row of every segment.
 void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows);

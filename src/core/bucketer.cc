@@ -75,8 +75,8 @@ struct ReduceScatterBucketer::Impl {
                       "ReduceScatterBucketer: bucket_cap_mb must be a positive number (got {})", o.bucket_cap_mb);
     n = comm.world_size();
     double per_rank = o.bucket_cap_mb * 1048576.0 / n;
-    SYMCOMM_CHECK_ARG(per_rank >= 16 && per_rank < 1e15,
-                      "ReduceScatterBucketer: bucket_cap_mb {} gives {} bytes per rank (need at least 16)",
+    SYMCOMM_CHECK_ARG(per_rank >= 16 && per_rank <= static_cast<double>(detail::kMaxBucketBytesPerRank),
+                      "ReduceScatterBucketer: bucket_cap_mb {} gives {} bytes per rank (need 16 B to 4 GiB)",
                       o.bucket_cap_mb, per_rank);
     cap_bytes = static_cast<size_t>(per_rank) / 16 * 16;
   }
@@ -112,7 +112,10 @@ struct ReduceScatterBucketer::Impl {
     char* out = b.mem + n * cap_bytes;
     segs.clear();
     for (const Entry& e : b.entries) {
-      segs.push_back({.src = e.input, .dst_offset = e.offset * es, .bytes = e.count * es});
+      // Both below cap_bytes <= kMaxBucketBytesPerRank (constructor), so they fit in 32 bits.
+      segs.push_back({.src = e.input,
+                      .dst_offset = static_cast<uint32_t>(e.offset * es),
+                      .bytes = static_cast<uint32_t>(e.count * es)});
     }
     if (comm.backend() == BackendKind::kCuda) {
       detail::cuda_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, b.options.stream);

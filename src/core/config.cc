@@ -134,6 +134,14 @@ const std::vector<EnvVar>& env_table() {
       tuning_var("SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD", "CUDA LL all-reduce: 8-byte chunks per thread (1-64)",
                  &Tuning::cuda_ll_chunks_per_thread),
       tuning_var("SYMCOMM_CUDA_LL_MAX_BLOCKS", "CUDA LL all-reduce: most blocks (1-1024)", &Tuning::cuda_ll_max_blocks),
+      tuning_var("SYMCOMM_CUDA_LL_BLOCK_THREADS", "CUDA LL all-reduce: threads per block (32-512, multiple of 32)",
+                 &Tuning::cuda_ll_block_threads),
+      tuning_var("SYMCOMM_CUDA_LL_MAX_BYTES", "CUDA one-shot all-reduce: LL kernel up to this size (at most 1M)",
+                 &Tuning::cuda_ll_max_bytes),
+      tuning_var("SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES", "CUDA staged one-shot all-reduce: payload bytes per block",
+                 &Tuning::cuda_one_shot_block_bytes),
+      tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS", "CUDA staged one-shot all-reduce: most blocks (1-128)",
+                 &Tuning::cuda_one_shot_max_blocks),
   };
   return table;
 }

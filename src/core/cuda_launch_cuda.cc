@@ -101,8 +101,9 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
     case Collective::kBarrier: cuda::launch_barrier({.comm = comm_, .header = op_header(r, 0, false)}, s); return;
     case Collective::kAllReduce: {
       const size_t bytes = r.count * es;
-      if (algo == Algorithm::kOneShot && bytes <= kLLMaxBytes && bytes <= cuda::all_reduce_ll_max_bytes(comm_)) {
-        const Tuning& t = ctx_.config.tuning;
+      const Tuning& t = ctx_.config.tuning;
+      if (algo == Algorithm::kOneShot && bytes <= t.cuda_ll_max_bytes &&
+          bytes <= cuda::all_reduce_ll_max_bytes(comm_)) {
         cuda::launch_all_reduce_ll({.comm = comm_,
                                     .in = r.in,
                                     .out = r.out,
@@ -110,7 +111,8 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                     .dtype = r.dtype,
                                     .op = r.op,
                                     .chunks_per_thread = t.cuda_ll_chunks_per_thread,
-                                    .max_blocks = t.cuda_ll_max_blocks},
+                                    .max_blocks = t.cuda_ll_max_blocks,
+                                    .block_threads = t.cuda_ll_block_threads},
                                    s);
         return;
       }
@@ -121,7 +123,9 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                           .count = r.count,
                                           .dtype = r.dtype,
                                           .op = r.op,
-                                          .header = op_header(r, 1, false)},
+                                          .header = op_header(r, 1, false),
+                                          .block_bytes = t.cuda_one_shot_block_bytes,
+                                          .max_blocks = t.cuda_one_shot_max_blocks},
                                          s);
         return;
       }

@@ -248,14 +248,16 @@ void die(Death how) {
   ::_exit(3);
 }
 
-void peer_dies(Death how, bool graph) {
+// copy_engine: the collective is an in-place copy-engine all-gather (stream memory operations and copies, no
+// kernel), whose waits only the watchdog can release (NOTE [copy-engine watchdog]).
+void peer_dies(Death how, bool graph, bool copy_engine = false) {
   const int n = testing::count_gpus_in_child();
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(20);
   for (int r = 1; r < n; ++r) opt.may_fail.push_back(r);
   testing::expect_success(
       n,
-      [how, graph](RankEnv& env) {
+      [how, graph, copy_engine](RankEnv& env) {
         auto comm = env.make_comm(cuda_comm_options());
         void* buf = nullptr;
         ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
@@ -263,7 +265,15 @@ void peer_dies(Death how, bool graph) {
         ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
         cudaGraphExec_t exec = nullptr;
         cudaGraph_t g = nullptr;
-        auto issue = [&] { comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.stream = s}); };
+        const size_t block = (1 << 18) / comm->world_size();  // floats per rank of the all-gather
+        auto issue = [&] {
+          if (copy_engine) {
+            comm->all_gather(static_cast<float*>(buf) + comm->rank() * block, buf, block, DataType::kFloat32,
+                             {.stream = s, .algorithm = Algorithm::kCopyEngine});
+          } else {
+            comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.stream = s});
+          }
+        };
         if (graph) {
           ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
           issue();
@@ -287,7 +297,7 @@ void peer_dies(Death how, bool graph) {
         } else {
           issue();
         }
-        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the kernel must exit on its own";
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the collective must end on its own";
         try {
           comm->check();
           ADD_FAILURE() << "no error after the peer died";
@@ -415,6 +425,7 @@ TEST(GpuFailure, PeerSigsegvEager) { peer_dies(Death::kSigsegv, false); }
 TEST(GpuFailure, PeerExit0Eager) { peer_dies(Death::kExit0, false); }
 TEST(GpuFailure, PeerExit1Eager) { peer_dies(Death::kExit1, false); }
 TEST(GpuFailure, PeerSigkillDuringGraphReplay) { peer_dies(Death::kSigkill, true); }
+TEST(GpuFailure, CopyEnginePeerSigkillDuringGraphReplay) { peer_dies(Death::kSigkill, true, true); }
 
 // Bad input on the CUDA backend: typed error, nothing launched, the communicator still works afterwards.
 TEST(GpuFailure, BadInputIsRejectedAndTheCommunicatorStaysUsable) {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #if defined(SYMCOMM_HAVE_CUDA)
@@ -62,9 +63,21 @@ constexpr const char* kToken = "rank-harness-token";
 
 }  // namespace
 
+int timeout_scale() {
+  const char* v = std::getenv("SYMCOMM_TEST_TIMEOUT_SCALE");
+  if (v == nullptr || *v == '\0') return 1;
+  char* end = nullptr;
+  const long k = std::strtol(v, &end, 10);
+  if (*end != '\0' || k < 1 || k > 1000) {
+    std::fprintf(stderr, "SYMCOMM_TEST_TIMEOUT_SCALE=%s: expected an integer in [1, 1000]\n", v);
+    std::abort();
+  }
+  return static_cast<int>(k);
+}
+
 Config HarnessOptions::default_test_config() {
   Config c;
-  c.timeout = std::chrono::seconds(3);
+  c.timeout = std::chrono::seconds(3) * timeout_scale();
   c.heap_bytes = 64 << 20;
   c.scratch_bytes = 1 << 20;  // small, so that "large" test counts run several rounds
   return c;

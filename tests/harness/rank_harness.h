@@ -18,7 +18,7 @@ namespace symcomm::testing {
 
 struct RankEnv {
   RankInfo info;
-  Config config;                 ///< test defaults: 2 s timeout, small heap
+  Config config;                 ///< test defaults: 3 s timeout (NOTE [test timeout scale]), small heap
   std::shared_ptr<Store> store;  ///< connected to the job's store (hosted by rank 0's process)
   /// Creates a communicator over `store` with options.config defaulting to `config`.
   std::unique_ptr<Communicator> make_comm(CommOptions options = {});
@@ -32,8 +32,14 @@ struct RankOutcome {
   bool timed_out = false;
 };
 
+/// NOTE [test timeout scale] SYMCOMM_TEST_TIMEOUT_SCALE=k (an integer, default 1) multiplies the default
+/// communicator deadline and the whole-job limit, for runs under compute-sanitizer or other slow tools, where
+/// host waits that normally take milliseconds take seconds. Deadlines a test sets itself are not scaled.
+int timeout_scale();
+
 struct HarnessOptions {
-  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  ///< whole job; stragglers are SIGKILLed
+  std::chrono::milliseconds timeout{std::chrono::seconds(120) *
+                                    timeout_scale()};  ///< whole job; stragglers are SIGKILLed
   Config config = default_test_config();
   /// Ranks expected to die or fail (their outcome is not checked by expect_success()).
   std::vector<int> may_fail;

@@ -131,6 +131,9 @@ TEST(HostBucketerRules, InvalidUseThrowsAndLeavesEverythingUsable) {
     expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 0}); }, "zero capacity");
     expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = -1}); }, "negative capacity");
     expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = std::nan("")}); }, "NaN capacity");
+    // 2 ranks: 8192 MiB is 4 GiB per rank, one past the 32-bit offsets of the copy list.
+    expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 8192}); }, "capacity of 4 GiB per rank");
+    { ReduceScatterBucketer ok(*comm, {.bucket_cap_mb = 8191}); }  // allocates nothing until a flush
     ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 1});
     std::vector<float> in(2 * 8, static_cast<float>(me + 1));
     std::vector<float> got(8, -1.0f);

@@ -72,6 +72,10 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
     "SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD",
     "SYMCOMM_CUDA_LL_MAX_BLOCKS",
+    "SYMCOMM_CUDA_LL_BLOCK_THREADS",
+    "SYMCOMM_CUDA_LL_MAX_BYTES",
+    "SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES",
+    "SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS",
 };
 
 // Every SYMCOMM_* configuration variable unset, except those given.
