@@ -8,8 +8,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "harness/rank_harness.h"
@@ -338,6 +341,52 @@ TEST(Concurrency, TwoCommunicatorsOverTheSameRanksFromTwoThreads) {
     std::thread t([&] { work(*b, 1000000); });
     work(*a, 0);
     t.join();
+  });
+}
+
+// One communicator, two threads per rank issuing collectives in turns (the program orders them alike on
+// every rank, as NCCL requires of a communicator shared between threads): no thread affinity, no state kept
+// per thread outside groups, results exact; under TSan, no race between the two callers.
+TEST(Concurrency, TwoThreadsTakeTurnsOnOneCommunicator) {
+  expect_success(3, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    const int me = env.info.rank, n = 3;
+    std::mutex mu;
+    std::condition_variable cv;
+    int turn = 0;
+    constexpr int kRounds = 60;
+    auto thread_body = [&](int who) {
+      std::vector<int32_t> in(1031), out(1031 * n), sum(1031);
+      for (int j = 0; j < kRounds; ++j) {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return turn == 2 * j + who; });
+        const int32_t base = who * 100000 + j * 100;
+        for (size_t i = 0; i < in.size(); ++i) in[i] = base + static_cast<int32_t>(i) + me;
+        std::fill(out.begin(), out.end(), -1);
+        std::fill(sum.begin(), sum.end(), -1);
+        size_t wrong = 0;
+        if (j % 3 == 0) {
+          comm->all_gather(in.data(), out.data(), in.size(), DataType::kInt32);
+          for (int r = 0; r < n; ++r) {
+            for (size_t i = 0; i < in.size(); ++i)
+              wrong += out[r * in.size() + i] != base + static_cast<int32_t>(i) + r;
+          }
+        } else {
+          auto work = comm->all_reduce_async(in.data(), sum.data(), in.size(), DataType::kInt32, ReduceOp::kSum,
+                                             {.algorithm = j % 3 == 1 ? Algorithm::kOneShot : Algorithm::kTwoShot});
+          work->wait();
+          for (size_t i = 0; i < in.size(); ++i) wrong += sum[i] != 3 * (base + static_cast<int32_t>(i)) + 3;
+        }
+        EXPECT_EQ(wrong, 0u) << "thread " << who << " round " << j;
+        ++turn;  // also after a wrong result, so that the other thread is not left waiting
+        cv.notify_all();
+      }
+    };
+    std::thread other([&] { thread_body(1); });
+    thread_body(0);
+    other.join();
+    EXPECT_EQ(turn, 2 * kRounds);
+    comm->barrier();
   });
 }
 
