@@ -300,9 +300,6 @@ long long ContentionBench::run() {
         const std::string algo = impl.algo();
         const int k = agree_max(static_cast<int>(std::ceil(1.5 * kGemms * g_alone / std::max(alone, 1.0))) + 2);
         const Overlap ov = overlapped(impl, c, count, std::min(k, kMaxOverlapOps));
-        const double g_ov = ov.gemm_us, c_ov = ov.coll_us, slow = ov.slowdown_pct;
-        const int inside = ov.inside;
-        const bool covered = ov.covered;
         Measurement m;
         m.collective = std::string(to_string(c));
         m.backend = "cuda";
@@ -314,7 +311,7 @@ long long ContentionBench::run() {
         m.bytes = bytes;
         m.count = count;
         m.world_size = n_;
-        m.time_us = c_ov;
+        m.time_us = ov.coll_us;
         fill_bandwidth(m, c);
         const double alone_busbw = static_cast<double>(bytes) / (alone * 1e3) * bus_factor(c, n_);
         char extra[512];
@@ -322,15 +319,15 @@ long long ContentionBench::run() {
                       "\"gemm_alone_us\": %.2f, \"gemm_overlap_us\": %.2f, \"gemm_slowdown_pct\": %.3f, "
                       "\"coll_alone_us\": %.2f, \"coll_overlap_us\": %.2f, \"coll_overlap_ratio\": %.3f, "
                       "\"inside\": %d, \"covered\": %s",
-                      ov.gemm_alone_us, g_ov, slow, alone, c_ov, alone > 0 ? c_ov / alone : 0.0, inside,
-                      covered ? "true" : "false");
+                      ov.gemm_alone_us, ov.gemm_us, ov.slowdown_pct, alone, ov.coll_us,
+                      alone > 0 ? ov.coll_us / alone : 0.0, ov.inside, ov.covered ? "true" : "false");
         m.extra_json = extra;
         rep_.add(m);
         if (me_ == 0) {
           std::printf("%-15s %10zu %-19s %-11s %10.1f %10.1f %8.2f %10.1f %10.1f %7.3f %8.1f %4d/%d%s\n",
-                      m.collective.c_str(), bytes, impl.name.c_str(), algo.c_str(), ov.gemm_alone_us, g_ov, slow, alone,
-                      c_ov, alone > 0 ? c_ov / alone : 0.0, alone_busbw, inside, k,
-                      covered ? "" : "  (collectives ended early)");
+                      m.collective.c_str(), bytes, impl.name.c_str(), algo.c_str(), ov.gemm_alone_us, ov.gemm_us,
+                      ov.slowdown_pct, alone, ov.coll_us, alone > 0 ? ov.coll_us / alone : 0.0, alone_busbw, ov.inside,
+                      k, ov.covered ? "" : "  (collectives ended early)");
           std::fflush(stdout);
         }
       }

@@ -340,8 +340,7 @@ size_t matmul_reduce_scatter_workspace_bytes(int world_size, const TensorRef& a,
   // The pipelined path's buffers where there is one, else the unfused path's (a workspace that large spares
   // it temporary allocations).
   const RsMode mode = rs_can_pipeline(world_size, s.k) ? RsMode::kExchange : rs_unfused_mode(world_size);
-  const auto c = mode == RsMode::kExchange ? col_chunks(b.shape[1], es, chunks)
-                                           : std::vector<ColChunk>{{.c0 = 0, .c1 = b.shape[1]}};
+  const auto c = rs_chunks(mode, b.shape[1], es, chunks);
   int buffers = 0;
   size_t product = 0, result = 0;
   return rs_workspace_bytes(mode, world_size, s, b.shape[1], es, c, &buffers, &product, &result);

@@ -110,6 +110,9 @@ size_t ag_staging_bytes(int world_size, const RowSplit& s, size_t elem_size, boo
 
 bool rs_can_pipeline(int world_size, int64_t k) { return world_size == 2 && k > 0; }
 RsMode rs_unfused_mode(int world_size) { return world_size <= 2 ? RsMode::kUnfused : RsMode::kFloat32; }
+std::vector<ColChunk> rs_chunks(RsMode mode, int64_t n, size_t elem_size, int requested) {
+  return mode == RsMode::kExchange ? col_chunks(n, elem_size, requested) : std::vector<ColChunk>{{.c0 = 0, .c1 = n}};
+}
 
 size_t rs_workspace_bytes(RsMode mode, int world_size, const RowSplit& s, int64_t n, size_t elem_size,
                           const std::vector<ColChunk>& chunks, int* buffers, size_t* product, size_t* result) {
@@ -222,7 +225,7 @@ RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const Tens
   p.empty = p.rows.local_rows() == 0 || p.n == 0;
   const size_t local_rows = static_cast<size_t>(p.rows.local_rows()), es = dtype_size(a.dtype);
   const bool can_pipeline = rs_can_pipeline(world_size, p.rows.k);
-  std::vector<ColChunk> chunks = col_chunks(p.n, es, o.chunks);
+  std::vector<ColChunk> chunks = rs_chunks(RsMode::kExchange, p.n, es, o.chunks);
   int buffers = 0;
   size_t product = 0, result = 0;
   const size_t needed =
@@ -237,13 +240,8 @@ RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const Tens
                               .force_unfused = o.force_unfused || !can_pipeline,
                               .min_flops = o.min_pipelined_flops,
                               .empty = p.empty});
-  if (p.path == FusedPath::kPipelined) {
-    p.mode = RsMode::kExchange;
-    p.chunks = std::move(chunks);
-  } else {
-    p.mode = rs_unfused_mode(world_size);
-    p.chunks = {ColChunk{.c0 = 0, .c1 = p.n}};
-  }
+  p.mode = p.path == FusedPath::kPipelined ? RsMode::kExchange : rs_unfused_mode(world_size);
+  p.chunks = p.mode == RsMode::kExchange ? std::move(chunks) : rs_chunks(p.mode, p.n, es, o.chunks);
   rs_workspace_bytes(p.mode, world_size, p.rows, p.n, es, p.chunks, &p.buffers, &p.product_bytes, &p.result_bytes);
   return p;
 }

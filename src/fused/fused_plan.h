@@ -113,6 +113,8 @@ size_t ag_staging_bytes(int world_size, const RowSplit& s, size_t elem_size, boo
 bool rs_can_pipeline(int world_size, int64_t k);
 /// The unfused mode for a world size.
 RsMode rs_unfused_mode(int world_size);
+/// The column chunks of `mode`: col_chunks for kExchange, one chunk of width n otherwise.
+std::vector<ColChunk> rs_chunks(RsMode mode, int64_t n, size_t elem_size, int requested);
 /// Buffers of matmul_reduce_scatter in `mode` (see RsPlan): sets *buffers, *product and *result and returns
 /// the workspace bytes (buffers × product + result).
 size_t rs_workspace_bytes(RsMode mode, int world_size, const RowSplit& s, int64_t n, size_t elem_size,
