@@ -208,6 +208,7 @@ class Communicator {
   void check() const;
 
  private:
+  friend class ReduceScatterBucketer;  // runs its flushes through the core (NOTE [gathered flush])
   explicit Communicator(std::unique_ptr<detail::CommCore> core);
   std::unique_ptr<detail::CommCore> core_;
 };

@@ -21,13 +21,21 @@ enum class LogLevel : uint8_t { kOff, kError, kWarn, kInfo, kDebug };
 struct Tuning {
   /// Host backend: all-reduce payloads up to this many bytes use one-shot, larger ones two-shot.
   size_t host_one_shot_max_bytes = 64 * 1024;
-  /// CUDA backend: all-reduce payloads up to this many bytes use one-shot. Measured 2026-11-22 on 2 x H200
-  /// (tools/gpu_check.sh, bf16 sum, CUDA graph): one-shot 9.8 us vs two-shot 11.2 us at 1 MB, two-shot ahead
-  /// from 4 MB (20.0 vs 22.6 us).
-  size_t cuda_one_shot_max_bytes = 1 << 20;
+  /// CUDA backend: all-reduce payloads up to this many bytes use one-shot. Measured on 2 x H200
+  /// (tools/gpu_check.sh / tools/gpu_sweep.sh, bf16 sum, CUDA graph): 2026-11-22 one-shot 9.8 us vs two-shot
+  /// 11.2 us at 1 MB, two-shot ahead at 4 MB (20.0 vs 22.6 us); once the kernel end lost its fences
+  /// (2026-11-23) one-shot led at 4 MB in four runs (18.70 vs 19.30; 18.55 vs 19.26; 18.52 vs 19.63; 18.68 vs
+  /// 19.80) and two-shot at 16 MB (57.96 vs 63.76).
+  size_t cuda_one_shot_max_bytes = 4 << 20;
   /// CUDA backend: all-reduce payloads up to this many bytes use two-shot; larger ones go to NCCL when
   /// NCCL is available (two-shot otherwise).
   size_t cuda_two_shot_max_bytes = SIZE_MAX;
+  /// CUDA two-shot all-reduce with its output in the symmetric heap: from this many bytes on, the input's
+  /// shards are pushed through staging and the results pushed into the peers' outputs (remote stores only)
+  /// instead of pulling the peers' inputs (NOTE [two-shot push to output]); SIZE_MAX = never.
+  /// Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
+  /// push): 4 MB 19.26 / 19.62, 16 MB 58.07 / 56.36, 64 MB 207.75 / 200.15, 256 MB 803.19 / 766.64.
+  size_t cuda_two_shot_push_min_bytes = 8 << 20;
   /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
   /// 2 x H200, 2026-11-22, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
   size_t cuda_nccl_min_bytes = SIZE_MAX;
@@ -64,9 +72,13 @@ struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   /// Bytes of symmetric heap each rank reserves for alloc() (host backend: virtual, committed on touch).
   size_t heap_bytes = size_t{1} << 30;
-  /// Bytes of staging memory per rank used when a collective's buffers are not in the symmetric heap.
-  /// Large collectives are processed in rounds of at most half of this.
+  /// Host backend: bytes of staging memory per rank used when a collective's buffers are not in the
+  /// symmetric heap. Large collectives are processed in rounds of at most half of this.
   size_t scratch_bytes = size_t{16} << 20;
+  /// CUDA backend: the same, in device memory (also the copy engine's staging window). Each round of a
+  /// staged kernel ends in a barrier, so larger rounds cost fewer barriers: measured 2026-11-23 on 2 x H200
+  /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]), see docs/benchmarks.md.
+  size_t cuda_scratch_bytes = size_t{128} << 20;
   /// Log verbosity (stderr).
   LogLevel log_level = LogLevel::kWarn;
   /// Exchange each collective's arguments through the store before running it and report mismatches

@@ -32,13 +32,18 @@ __global__ void __launch_bounds__(kThreads) all_reduce_one_shot_kernel(AllReduce
     const size_t e0 = j * round_elems, n = min_sz(round_elems, p.count - e0);
     const size_t half = ((f.half0 + j) & 1) * c.scratch_half_bytes;
     const Slice s = block_slice(n, rounds == 1 ? n : round_elems, unit);
+    // Peers only: this rank's own input is reduced in place (in == out is safe: each element is read and
+    // then written by the same thread).
     char* dsts[device::kMaxDeviceRanks];
-    for (int r = 0; r < n_ranks; ++r) dsts[r] = c.scratch[r] + half + me * slot + s.begin * sizeof(T);
-    block_copy_multi(dsts, n_ranks, reinterpret_cast<const char*>(in + e0 + s.begin), s.size() * sizeof(T));
+    int ndst = 0;
+    for (int r = 0; r < n_ranks; ++r) {
+      if (r != me) dsts[ndst++] = c.scratch[r] + half + me * slot + s.begin * sizeof(T);
+    }
+    block_copy_multi(dsts, ndst, reinterpret_cast<const char*>(in + e0 + s.begin), s.size() * sizeof(T));
     if (!device::block_barrier(c, f.seq0 + j + 1, f.deadline, j == 0 ? p.header : 0)) break;
     const T* srcs[device::kMaxDeviceRanks];
     for (int r = 0; r < n_ranks; ++r) {
-      srcs[r] = reinterpret_cast<const T*>(c.scratch[me] + half + r * slot) + s.begin;
+      srcs[r] = r == me ? in + e0 + s.begin : reinterpret_cast<const T*>(c.scratch[me] + half + r * slot) + s.begin;
     }
     T* dst = out + e0 + s.begin;
     block_reduce<T, kOp, kR>(&dst, 1, srcs, n_ranks, s.size(), p.op);

@@ -1,6 +1,7 @@
 #pragma once
-// One-shot all-reduce (CUDA): every rank pushes its input into a staging slot of every rank, one barrier,
-// then every rank reduces all N slots locally in rank order. One kernel, one flag round trip per round.
+// One-shot all-reduce (CUDA): every rank pushes its input into a staging slot of every peer, one barrier,
+// then every rank reduces its own input and the N - 1 slots locally in rank order. One kernel, one flag round
+// trip per round.
 
 #include <cuda_runtime_api.h>
 

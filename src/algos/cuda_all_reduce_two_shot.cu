@@ -10,6 +10,20 @@
 //   2. rank r reduces its RS slots 0..N-1 into out shard r and AG slot r of every peer;  barrier
 //   3. rank r copies AG slots q != r into out shard q (local).
 // Halves alternate per round (NOTE [rounds]), so no closing barrier.
+//
+// NOTE [two-shot push to output] (out in the symmetric heap, in anywhere), per round of one staging half cut
+// into N slots:
+//   1. rank r pushes shard q of its input into slot r of rank q (q != r);   barrier
+//   2. rank r reduces its own input shard and slots q != r, in rank order, into shard r of every rank's
+//      output (remote stores);
+// and one closing barrier (results delivered) after the last round. Only remote stores cross NVLink, where
+// the zero-copy path mixes remote loads and stores. In place is safe: rank q writes shard q of this rank's
+// output (= input) in round j only after the round's barrier, which this rank's block of the same index
+// passes after reading its slice of shard q for that round; later rounds touch other elements. The
+// multi-tensor all-reduce (cuda_multi_all_reduce.cu) has the same path; a single tensor does not go through it
+// because that kernel spills more registers (ptxas -v, bf16 sum at 2 ranks: 268 bytes of spill stores per
+// thread against 36 here) and ran 1-3% slower at 16-256 MB (2 x H200, 2026-11-23, runs 3 and 5 in
+// docs/benchmarks.md).
 #include "algos/cuda_all_reduce_two_shot.h"
 #include "algos/cuda_common.cuh"
 #include "core/cuda_check.h"
@@ -92,14 +106,58 @@ __device__ void staged(const AllReduceTwoShotParams& p, const Frame& f, uint32_t
 }
 
 template <class T, int kOp, int kR>
+__device__ void push_out(const AllReduceTwoShotParams& p, const Frame& f, uint32_t rounds) {
+  const DeviceComm& c = p.comm;
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t slot = slot_bytes(c, n_ranks);
+  const size_t shard_cap = slot / sizeof(T);
+  const size_t round_elems = shard_cap * n_ranks;
+  const size_t unit = 16 / sizeof(T);
+  const T* in = static_cast<const T*>(p.in);
+  for (uint32_t j = 0; j < rounds; ++j) {
+    const size_t e0 = j * round_elems, n = min_sz(round_elems, p.count - e0);
+    const size_t shard = min_sz(shard_cap, round_up(div_up(n, n_ranks), unit));
+    const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
+    const Slice s = block_slice(shard, rounds == 1 ? shard : shard_cap, unit);
+    for (int q = 0; q < n_ranks; ++q) {
+      if (q == me) continue;
+      const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
+      const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);
+      block_copy(c.scratch[q] + hoff + me * slot + b * sizeof(T), reinterpret_cast<const char*>(in + e0 + q0 + b),
+                 (e - b) * sizeof(T));
+    }
+    if (!device::block_barrier(c, f.seq0 + j + 1, f.deadline, j == 0 ? p.header : 0)) return;
+    const size_t m0 = min_sz(me * shard, n), mlen = min_sz(shard, n - m0);
+    const size_t b = min_sz(s.begin, mlen), e = min_sz(s.end, mlen);
+    const T* srcs[device::kMaxDeviceRanks];
+    T* dsts[device::kMaxDeviceRanks];
+    for (int r = 0; r < n_ranks; ++r) {
+      srcs[r] = r == me ? in + e0 + m0 + b : reinterpret_cast<const T*>(c.scratch[me] + hoff + r * slot) + b;
+      dsts[r] = reinterpret_cast<T*>(p.peer_out[r]) + e0 + m0 + b;
+    }
+    block_reduce<T, kOp, kR>(dsts, n_ranks, srcs, n_ranks, e - b, p.op);
+  }
+  device::block_barrier(c, f.seq0 + rounds + 1, f.deadline);
+}
+
+// Rounds of the staged and push-to-output paths: how many staging halves the input needs.
+__device__ __forceinline__ uint32_t staged_rounds(const AllReduceTwoShotParams& p, int slots_per_rank, size_t es) {
+  const size_t round_elems = slot_bytes(p.comm, slots_per_rank * p.comm.world_size) / es * p.comm.world_size;
+  return static_cast<uint32_t>(div_up(p.count, round_elems));
+}
+
+template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_two_shot_kernel(AllReduceTwoShotParams p) {
   const Frame f = frame_begin(p.comm);
-  if (p.zero_copy) {
+  if (p.push_out) {
+    const uint32_t rounds = staged_rounds(p, 1, sizeof(T));
+    push_out<T, kOp, kR>(p, f, rounds);
+    frame_end(p.comm, f, rounds + 1, rounds);
+  } else if (p.zero_copy) {
     zero_copy<T, kOp, kR>(p, f);
     frame_end(p.comm, f, 2, 0);
   } else {
-    const size_t round_elems = slot_bytes(p.comm, 2 * p.comm.world_size) / sizeof(T) * p.comm.world_size;
-    const uint32_t rounds = static_cast<uint32_t>(div_up(p.count, round_elems));
+    const uint32_t rounds = staged_rounds(p, 2, sizeof(T));
     staged<T, kOp, kR>(p, f, rounds);
     frame_end(p.comm, f, 2 * rounds, rounds);
   }

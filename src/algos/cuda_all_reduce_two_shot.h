@@ -25,6 +25,9 @@ struct AllReduceTwoShotParams {
   const char* peer_in[device::kMaxDeviceRanks];
   char* peer_out[device::kMaxDeviceRanks];
   bool zero_copy;
+  /// Push to output: out lies in the symmetric heap (peer_out set), in may lie anywhere; shards travel
+  /// through staging and results go straight into every rank's output (NOTE [two-shot push to output]).
+  bool push_out = false;
 };
 
 int all_reduce_two_shot_blocks(size_t bytes);

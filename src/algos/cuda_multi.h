@@ -44,6 +44,9 @@ struct MultiParams {
   DataType dtype;
   ReduceOp op;
   bool zero_copy;  ///< every segment's remote side (see each kernel) lies in the symmetric heap
+  /// All-reduce only: every output lies in the symmetric heap (out_stride set) and the two-shot pushes
+  /// (NOTE [two-shot push to output] in cuda_all_reduce_two_shot.cu); zero_copy is then false.
+  bool push_out;
   uint32_t nseg;
   uint64_t total;  ///< virtual elements: voff + count of the last segment
   uint64_t header;

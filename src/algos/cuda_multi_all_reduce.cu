@@ -6,11 +6,30 @@
 // every rank's input, reduce in rank order, push into every rank's output; barrier.
 // Staged: per round of one staging half cut into 2N slots [RS 0..N-1 | AG 0..N-1], as the single-tensor
 // staged path, with the user-side reads and writes split at tensor boundaries.
+// Push to output (every out in the symmetric heap, totals from Tuning::cuda_two_shot_push_min_bytes):
+// NOTE [two-shot push to output] in cuda_all_reduce_two_shot.cu, over the virtual buffer, piece by piece.
 #include "algos/cuda_multi.cuh"
 #include "core/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {
+
+// This block's slice of shard q of the round's virtual range [e0, e0 + n) of my inputs, for every rank q (but
+// me with skip_me), into slot `me` of rank q's staging at byte offset `off`.
+template <class T>
+__device__ void scatter_shards(const MultiParams& p, size_t e0, size_t n, size_t shard, const Slice& s, size_t off,
+                               size_t slot, bool skip_me) {
+  const DeviceComm& c = p.comm;
+  for (int q = 0; q < c.world_size; ++q) {
+    if (skip_me && q == c.rank) continue;
+    const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
+    const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);
+    char* dst = c.scratch[q] + off + c.rank * slot + b * sizeof(T);
+    for_each_piece(p, e0 + q0 + b, e0 + q0 + e, [&](const MultiSegment& g, size_t local, size_t len, size_t rel) {
+      block_copy(dst + rel * sizeof(T), g.in + local * sizeof(T), len * sizeof(T));
+    });
+  }
+}
 
 template <class T, int kOp, int kR>
 __device__ void zero_copy(const MultiParams& p, const Frame& f) {
@@ -48,14 +67,7 @@ __device__ void staged(const MultiParams& p, const Frame& f, uint32_t rounds) {
     const size_t rs = hoff, ag = hoff + n_ranks * slot;
     const Slice s = block_slice(shard, rounds == 1 ? shard : shard_cap, unit);
     // 1. scatter my shards
-    for (int q = 0; q < n_ranks; ++q) {
-      const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
-      const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);
-      char* dst = c.scratch[q] + rs + me * slot + b * sizeof(T);
-      for_each_piece(p, e0 + q0 + b, e0 + q0 + e, [&](const MultiSegment& g, size_t local, size_t len, size_t rel) {
-        block_copy(dst + rel * sizeof(T), g.in + local * sizeof(T), len * sizeof(T));
-      });
-    }
+    scatter_shards<T>(p, e0, n, shard, s, rs, slot, false);
     if (!device::block_barrier(c, f.seq0 + 2 * j + 1, f.deadline, j == 0 ? p.header : 0)) return;
     // 2. reduce my shard into my output and every peer's AG slot
     {
@@ -87,9 +99,47 @@ __device__ void staged(const MultiParams& p, const Frame& f, uint32_t rounds) {
 }
 
 template <class T, int kOp, int kR>
+__device__ void push_out(const MultiParams& p, const Frame& f, uint32_t rounds) {
+  const DeviceComm& c = p.comm;
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t slot = slot_bytes(c, n_ranks);
+  const size_t shard_cap = slot / sizeof(T);
+  const size_t round_elems = shard_cap * n_ranks;
+  const size_t unit = 16 / sizeof(T);
+  for (uint32_t j = 0; j < rounds; ++j) {
+    const size_t e0 = j * round_elems, n = min_sz(round_elems, p.total - e0);
+    const size_t shard = min_sz(shard_cap, round_up(div_up(n, n_ranks), unit));
+    const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
+    const Slice s = block_slice(shard, rounds == 1 ? shard : shard_cap, unit);
+    // 1. push the peers' shards of my inputs into their slot `me`
+    scatter_shards<T>(p, e0, n, shard, s, hoff, slot, true);
+    if (!device::block_barrier(c, f.seq0 + j + 1, f.deadline, j == 0 ? p.header : 0)) return;
+    // 2. reduce my shard (my inputs in place, the peers' from my slots) into every rank's outputs
+    const size_t m0 = min_sz(me * shard, n), mlen = min_sz(shard, n - m0);
+    const size_t b = min_sz(s.begin, mlen), e = min_sz(s.end, mlen);
+    for_each_piece(p, e0 + m0 + b, e0 + m0 + e, [&](const MultiSegment& g, size_t local, size_t len, size_t rel) {
+      const T* srcs[device::kMaxDeviceRanks];
+      T* dsts[device::kMaxDeviceRanks];
+      for (int r = 0; r < n_ranks; ++r) {
+        srcs[r] = r == me ? reinterpret_cast<const T*>(g.in) + local
+                          : reinterpret_cast<const T*>(c.scratch[me] + hoff + r * slot) + b + rel;
+        dsts[r] = peer_of<T>(g.out, g.out_stride, r, me) + local;
+      }
+      block_reduce<T, kOp, kR>(dsts, n_ranks, srcs, n_ranks, len, p.op);
+    });
+  }
+  device::block_barrier(c, f.seq0 + rounds + 1, f.deadline);
+}
+
+template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) multi_all_reduce_kernel(const __grid_constant__ MultiParams p) {
   const Frame f = frame_begin(p.comm);
-  if (p.zero_copy) {
+  if (p.push_out) {
+    const size_t round_elems = slot_bytes(p.comm, p.comm.world_size) / sizeof(T) * p.comm.world_size;
+    const uint32_t rounds = static_cast<uint32_t>(div_up(p.total, round_elems));
+    push_out<T, kOp, kR>(p, f, rounds);
+    frame_end(p.comm, f, rounds + 1, rounds);
+  } else if (p.zero_copy) {
     zero_copy<T, kOp, kR>(p, f);
     frame_end(p.comm, f, 2, 0);
   } else {

@@ -28,20 +28,28 @@ bool copy_engine_capable(Collective c) {
          c == Collective::kBroadcast;
 }
 
+}  // namespace
+
 // NOTE [measured CUDA thresholds]
 // Tuning's CUDA defaults were measured on 2 x H200. On 4 x H200 (2026-11-22, tools/gpu_multi.sh on
 // nvidia-h200-x4, bf16 sum, CUDA graph, us): one-shot beats two-shot only at 4 KB (6.99 vs 7.58; at 16 KB
 // 12.7 vs 7.9); two-shot beats plain NCCL up to 16 MB (88.5 vs 97.3) but not from 64 MB (326.6 vs 320.3;
 // 1266 vs 1182 at 256 MB). Fields left at their 2-rank default take these values for 3 or more ranks (8
-// ranks were not measured: 4-rank values are the closest evidence).
+// ranks were not measured: 4-rank values are the closest evidence). The push-to-output two-shot was measured
+// on 2 ranks only: off for more until it is.
 Tuning measured_cuda_tuning(const Tuning& t, int world_size) {
   if (world_size <= 2) return t;
   const Tuning defaults;
   Tuning m = t;
   if (t.cuda_one_shot_max_bytes == defaults.cuda_one_shot_max_bytes) m.cuda_one_shot_max_bytes = 4 << 10;
   if (t.cuda_nccl_min_bytes == defaults.cuda_nccl_min_bytes) m.cuda_nccl_min_bytes = size_t{64} << 20;
+  if (t.cuda_two_shot_push_min_bytes == defaults.cuda_two_shot_push_min_bytes) {
+    m.cuda_two_shot_push_min_bytes = SIZE_MAX;
+  }
   return m;
 }
+
+namespace {
 
 Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tuning& tuning) {
   const Tuning t = measured_cuda_tuning(tuning, caps.world_size);

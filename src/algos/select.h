@@ -31,4 +31,8 @@ struct SelectRequest {
 /// The algorithm to run, never kAuto. Throws Error(kInvalidArgument) if `forced` cannot run the request.
 Algorithm select_algorithm(const SelectRequest& request, const Capabilities& caps, const Tuning& tuning);
 
+/// The CUDA tuning in effect at `world_size` ranks: fields left at their (2-rank) default take the values
+/// measured for more ranks (NOTE [measured CUDA thresholds]); fields set by the user are kept.
+Tuning measured_cuda_tuning(const Tuning& tuning, int world_size);
+
 }  // namespace symcomm::detail

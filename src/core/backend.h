@@ -12,6 +12,7 @@
 
 #include "algos/select.h"
 #include "bootstrap/peer_mesh.h"
+#include "core/bucket_copy.h"
 #include "core/op_history.h"
 #include "core/request.h"
 #include "symcomm/communicator.h"
@@ -73,6 +74,12 @@ class Backend {
   /// Asynchronous run_group(); the Work completes when every collective of the group has. The default
   /// issues each asynchronously and returns a Work that waits for all of them.
   virtual std::shared_ptr<Work> run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops);
+  /// Whether reduce_scatter_gathered() is available (the bucketer otherwise copies its inputs into the
+  /// bucket and calls reduce_scatter).
+  virtual bool can_reduce_scatter_gathered() const { return false; }
+  /// The reduce-scatter of a bucket flush read straight from its inputs (NOTE [gathered flush]); enqueued
+  /// like run().
+  virtual void reduce_scatter_gathered(const GatheredReduceScatter& g);  // default: kUnsupported
   /// Surfaces asynchronous errors (e.g. a device-side timeout recorded by a kernel) as the sticky error.
   virtual void poll_errors() {}
   /// Called by Communicator::abort() after the context's abort flag is set: wake every wait.

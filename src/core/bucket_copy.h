@@ -22,6 +22,19 @@ struct BucketCopySegment {
 static_assert(std::is_trivially_copyable_v<BucketCopySegment> && sizeof(BucketCopySegment) == 16);
 inline constexpr size_t kMaxBucketBytesPerRank = (size_t{1} << 32) - 16;
 
+/// A bucket flush's reduce-scatter taken straight from its inputs: segs[k]'s row r, at dst_offset, is part
+/// of rank r's block of a reduce-scatter of `count` elements per rank into `out` (segments sorted by
+/// dst_offset, not overlapping). CommCore::reduce_scatter_gathered, Backend::reduce_scatter_gathered.
+struct GatheredReduceScatter {
+  const BucketCopySegment* segs;
+  size_t nseg;
+  void* out;
+  size_t count;
+  DataType dtype;
+  ReduceOp op;
+  CollOptions options;
+};
+
 /// Host: memcpy of every row of every segment.
 void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows);
 /// CUDA: enqueues the copies on `stream`, one kernel launch per kBucketCopySegments segments; the list is

@@ -1,5 +1,8 @@
 // ReduceScatterBucketer (include/symcomm/bucketer.h): records small reduce-scatters per bucket and runs each
-// bucket as one copy pass plus one zero-copy reduce-scatter on symmetric memory.
+// bucket as one reduce-scatter. Where symcomm's own kernel runs it on the CUDA backend, that is one gathered
+// reduce-scatter straight from the inputs (NOTE [gathered flush] in src/algos/cuda_gathered_reduce_scatter.cu,
+// same output layout as below); otherwise one copy pass into the bucket plus one reduce-scatter of it
+// (zero-copy on symmetric memory).
 //
 // NOTE [bucket layout] A bucket's memory (Communicator::alloc, so symmetric) is
 //   [input: world_size blocks of cap bytes | output: cap bytes],  cap = bucket_cap_mb MiB / world_size.
@@ -22,6 +25,7 @@
 
 #include "core/bucket_copy.h"
 #include "core/check.h"
+#include "core/comm_core.h"
 #include "core/request.h"
 
 namespace symcomm {
@@ -70,7 +74,7 @@ struct ReduceScatterBucketer::Impl {
     Callback callback;
   };
 
-  Impl(Communicator& c, BucketOptions o) : comm(c), options(o) {
+  Impl(Communicator& c, detail::CommCore& k, BucketOptions o) : comm(c), core(k), options(o) {
     SYMCOMM_CHECK_ARG(std::isfinite(o.bucket_cap_mb) && o.bucket_cap_mb > 0,
                       "ReduceScatterBucketer: bucket_cap_mb must be a positive number (got {})", o.bucket_cap_mb);
     n = comm.world_size();
@@ -117,12 +121,22 @@ struct ReduceScatterBucketer::Impl {
                       .dst_offset = static_cast<uint32_t>(e.offset * es),
                       .bytes = static_cast<uint32_t>(e.count * es)});
     }
-    if (comm.backend() == BackendKind::kCuda) {
-      detail::cuda_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, b.options.stream);
-    } else {
-      detail::host_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n);
+    const detail::GatheredReduceScatter g{.segs = segs.data(),
+                                          .nseg = segs.size(),
+                                          .out = out,
+                                          .count = c,
+                                          .dtype = b.dtype,
+                                          .op = b.op,
+                                          .options = b.options};
+    if (!core.reduce_scatter_gathered(g)) {
+      if (comm.backend() == BackendKind::kCuda) {
+        detail::cuda_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, b.options.stream);
+      } else {
+        detail::host_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n);
+      }
+      if (c > 0) comm.reduce_scatter(b.mem, out, c, b.dtype, b.op, b.options);
     }
-    if (c > 0) comm.reduce_scatter(b.mem, out, c, b.dtype, b.op, b.options);
+    done.reserve(done.size() + b.entries.size());
     for (Entry& e : b.entries) done.push_back({out + e.offset * es, e.count, std::move(e.callback)});
     pending -= b.entries.size();
     b.entries.clear();
@@ -155,6 +169,7 @@ struct ReduceScatterBucketer::Impl {
   }
 
   Communicator& comm;
+  detail::CommCore& core;
   BucketOptions options;
   int n = 1;
   size_t cap_bytes = 0;
@@ -165,7 +180,7 @@ struct ReduceScatterBucketer::Impl {
 };
 
 ReduceScatterBucketer::ReduceScatterBucketer(Communicator& comm, BucketOptions options)
-    : impl_(std::make_unique<Impl>(comm, options)) {}
+    : impl_(std::make_unique<Impl>(comm, *comm.core_, options)) {}
 
 ReduceScatterBucketer::~ReduceScatterBucketer() {
   try {

@@ -49,6 +49,10 @@ class CommCore::GroupWork final : public Work {
   std::exception_ptr error_;
 };
 
+void Backend::reduce_scatter_gathered(const GatheredReduceScatter& /*g*/) {
+  SYMCOMM_THROW(kUnsupported, "this backend has no gathered reduce-scatter");
+}
+
 bool is_fatal(ErrorCode code) { return code != ErrorCode::kInvalidArgument && code != ErrorCode::kUnsupported; }
 
 CommCore::CommCore(std::unique_ptr<CommContext> ctx, BackendKind kind, int device) : ctx_(std::move(ctx)) {
@@ -97,13 +101,48 @@ std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
     ctx_->history.set_state(seq, OpState::kDone);
     return nullptr;
   } catch (const Error& e) {
-    ctx_->history.set_state(seq, OpState::kFailed);
-    if (is_fatal(e.code())) {
-      ctx_->set_sticky(e);
-      SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), ctx_->prefix, ctx_->history.dump());
-    }
+    failed(seq, e);
     throw;
   }
+}
+
+void CommCore::failed(uint64_t seq, const Error& e) {
+  ctx_->history.set_state(seq, OpState::kFailed);
+  if (is_fatal(e.code())) {
+    ctx_->set_sticky(e);
+    SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), ctx_->prefix, ctx_->history.dump());
+  }
+}
+
+bool CommCore::reduce_scatter_gathered(const GatheredReduceScatter& g) {
+  if (g.count == 0 || g.nseg == 0 || in_group()) return false;
+  ctx_->throw_if_failed();
+  const Request r{.kind = Collective::kReduceScatter,
+                  .in = g.segs[0].src,  // the first input stands for all of them (each was validated when recorded)
+                  .out = g.out,
+                  .count = g.count,
+                  .dtype = g.dtype,
+                  .op = g.op,
+                  .root = 0,
+                  .options = g.options};
+  validate_request(r, ctx_->ranks.world_size);
+  const Algorithm algo = select(r);
+  // Only where symcomm's own kernel would run the flattened reduce-scatter (the same choice on every rank).
+  if (algo != Algorithm::kDirect || ctx_->ranks.world_size < 2 || !backend_->can_reduce_scatter_gathered()) {
+    return false;
+  }
+  uint64_t seq = ctx_->history.record(OpRecord{
+      .kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kRunning});
+  try {
+    if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq);
+    backend_->reduce_scatter_gathered(g);
+  } catch (const Error& e) {
+    failed(seq, e);
+    throw;
+  }
+  last_algo_.store(algo, std::memory_order_relaxed);
+  ctx_->history.set_state(seq, OpState::kDone);
+  return true;
 }
 
 void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/bucket_copy.h"
 #include "core/request.h"
 
 namespace symcomm::detail {
@@ -25,6 +26,11 @@ class CommCore {
 
   /// Validate, select, record, run (async: return a Work). The one entry of every collective.
   std::shared_ptr<Work> enqueue(const Request& r, bool async);
+  /// A bucket flush's reduce-scatter without the copy pass (NOTE [gathered flush]): runs it and returns true
+  /// where the backend has such a path and symcomm's own kernel is what select() picks for `count`;
+  /// otherwise (also inside a group) returns false having done nothing. Same checks, history and error
+  /// handling as enqueue().
+  bool reduce_scatter_gathered(const GatheredReduceScatter& g);
   Algorithm last_algorithm() const { return last_algo_.load(std::memory_order_relaxed); }
   void abort();
 
@@ -35,6 +41,8 @@ class CommCore {
 
  private:
   Algorithm select(const Request& r) const;
+  /// Marks op `seq` failed; a fatal error becomes the sticky error (logged with the op history).
+  void failed(uint64_t seq, const Error& e);
   void debug_cross_check(const Request& r, Algorithm algo, uint64_t seq);
 
   class GroupWork;

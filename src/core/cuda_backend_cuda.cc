@@ -89,10 +89,10 @@ CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(devi
 
   // Symmetric heap, signal pad, staging buffer (cuMem, collective).
   heap_ = std::make_unique<CudaHeap>(
-      ctx_, device_, ctx_.config.heap_bytes + ctx_.config.scratch_bytes + 4 * n * kLLPayloadBytes + (16 << 20));
+      ctx_, device_, ctx_.config.heap_bytes + ctx_.config.cuda_scratch_bytes + 4 * n * kLLPayloadBytes + (16 << 20));
   pad_ = heap_->alloc(device::kPadBytes);
   ll_ = heap_->alloc(2 * n * 2 * kLLPayloadBytes);  // [parity][source rank] slots of 2x payload
-  size_t half = std::max<size_t>(ctx_.config.scratch_bytes / 2 / 4096 * 4096, 64 << 10);
+  size_t half = std::max<size_t>(ctx_.config.cuda_scratch_bytes / 2 / 4096 * 4096, 64 << 10);
   scratch_ = heap_->alloc(2 * half);
   ce_pad_ = heap_->alloc(CopyEngine::kPadBytes);
   SYMCOMM_CUDA_CHECK(cudaMemset(pad_, 0, device::kPadBytes));

@@ -20,6 +20,7 @@
 #include <array>
 #include <string_view>
 
+#include "algos/cuda_gathered_reduce_scatter.h"
 #include "algos/cuda_multi.h"
 #include "core/check.h"
 #include "core/cuda_backend_cuda.h"
@@ -41,7 +42,7 @@ uint64_t multi_header(const cuda::MultiParams& p) {
   f[2] = static_cast<uint64_t>(p.dtype);
   f[3] = static_cast<uint64_t>(p.op);
   f[4] = p.nseg;
-  f[5] = p.zero_copy;
+  f[5] = static_cast<uint64_t>(p.zero_copy) | static_cast<uint64_t>(p.push_out) << 1;
   for (uint32_t k = 0; k < p.nseg; ++k) f[6 + k] = p.seg[k].count;
   uint64_t h = fnv1a(std::string_view(reinterpret_cast<const char*>(f.data()), (6 + p.nseg) * sizeof(uint64_t)));
   return h ? h : 1;
@@ -78,6 +79,15 @@ std::shared_ptr<Work> CudaBackend::run_group_async(const Ops& ops) {
   std::vector<std::shared_ptr<Work>> parts;
   for (cudaStream_t s : streams) parts.push_back(record_work(s));
   return parts.size() == 1 ? parts[0] : make_composite_work(std::move(parts));
+}
+
+void CudaBackend::reduce_scatter_gathered(const GatheredReduceScatter& g) {
+  poll_errors();
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  cuda::launch_gathered_reduce_scatter(
+      {.comm = comm_, .out = static_cast<char*>(g.out), .count = g.count, .dtype = g.dtype, .op = g.op}, g.segs, g.nseg,
+      reinterpret_cast<cudaStream_t>(g.options.stream));
 }
 
 void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
@@ -124,7 +134,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
     std::array<uint64_t, cuda::kMaxMultiSegments> counts{}, voff{};
     for (size_t k = first; k < last; ++k) counts[k - first] = gather ? ops[k].first.count * es : ops[k].first.count;
     p.total = virtual_offsets(counts.data(), p.nseg, unit, voff.data());
-    bool zc = true;
+    bool zc = true, outs_symmetric = true;
     for (size_t k = first; k < last; ++k) {
       const Request& r = ops[k].first;
       cuda::MultiSegment& g = p.seg[k - first];
@@ -146,11 +156,15 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
       }
       if (a.kind != Collective::kReduceScatter) {
         const size_t out_bytes = gather ? tb * n : tb;
-        zc = zc && heap_->find(r.out, out_bytes, &base, &stride);
+        stride = 0;
+        outs_symmetric = outs_symmetric && heap_->find(r.out, out_bytes, &base, &stride);
         g.out_stride = static_cast<int64_t>(stride);
       }
     }
-    p.zero_copy = zc;
+    // The push-to-output all-reduce needs only the outputs in the heap; from the same size on as one tensor.
+    p.push_out = a.kind == Collective::kAllReduce && outs_symmetric &&
+                 p.total * es >= measured_cuda_tuning(ctx_.config.tuning, n).cuda_two_shot_push_min_bytes;
+    p.zero_copy = zc && outs_symmetric && !p.push_out;
     p.header = multi_header(p);
     cuda::launch_multi(p, s);
   }

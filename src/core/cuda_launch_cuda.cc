@@ -129,19 +129,22 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                          s);
         return;
       }
-      const bool zc = symmetric(r.in, bytes) && symmetric(r.out, bytes);
+      const bool out_sym = symmetric(r.out, bytes);
+      const bool push = out_sym && bytes >= measured_cuda_tuning(t, n).cuda_two_shot_push_min_bytes;
+      const bool zc = !push && out_sym && symmetric(r.in, bytes);
       cuda::AllReduceTwoShotParams p{.comm = comm_,
                                      .in = r.in,
                                      .out = r.out,
                                      .count = r.count,
                                      .dtype = r.dtype,
                                      .op = r.op,
-                                     .header = op_header(r, 2, zc),
+                                     .header = push ? op_header(r, 6, true) : op_header(r, 2, zc),
                                      .peer_in = {},
                                      .peer_out = {},
-                                     .zero_copy = zc};
-      for (int q = 0; zc && q < n; ++q) {
-        p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
+                                     .zero_copy = zc,
+                                     .push_out = push};
+      for (int q = 0; (zc || push) && q < n; ++q) {
+        if (zc) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
         p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
       }
       cuda::launch_all_reduce_two_shot(p, s);

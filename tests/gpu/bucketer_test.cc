@@ -218,5 +218,129 @@ TEST(GpuBucketer, InvalidUseThrows) {
   });
 }
 
+// Flushes large enough for symcomm's own reduce-scatter kernel (above Tuning::cuda_direct_nccl_max_bytes per
+// rank) run the gathered kernel (NOTE [gathered flush]). Each case targets one of its edges: more inputs than
+// one launch's list holds, rows longer than a staging round (several rounds), inputs not 16-byte aligned
+// (narrow accesses), the generic integer path. Results must equal the independent host reference, nothing
+// may be written past a result, and every callback runs once.
+TEST(GpuBucketer, GatheredFlushesEqualReference) {
+  const int n = testing::count_gpus_in_child();
+  testing::expect_success(n, [](RankEnv& env) {
+    auto comm = env.make_comm(cuda_comm_options());
+    const int me = comm->rank(), world = comm->world_size();
+    cudaStream_t s;
+    GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    struct Case {
+      const char* what;
+      DataType dt;
+      ReduceOp op;
+      size_t per_rank_cap;  ///< bucket bytes per rank
+      int items;
+      size_t min_count, max_count;
+      size_t misalign;  ///< elements added to every input pointer
+    };
+    const Case cases[] = {
+        {"2100 inputs, two launches", DataType::kFloat32, ReduceOp::kSum, 4 << 20, 2100, 100, 500, 0},
+        {"rows over several staging rounds", DataType::kBFloat16, ReduceOp::kMax, 14 << 20, 40, 100000, 170000, 0},
+        {"misaligned fp16 inputs", DataType::kFloat16, ReduceOp::kAvg, 2 << 20, 300, 500, 3000, 1},
+        {"int32 product (generic path)", DataType::kInt32, ReduceOp::kProd, 2 << 20, 200, 1000, 4000, 3},
+    };
+    for (const Case& cs : cases) {
+      SCOPED_TRACE(cs.what);
+      const size_t es = dtype_size(cs.dt);
+      ReduceScatterBucketer b(*comm, {.bucket_cap_mb = static_cast<double>(cs.per_rank_cap) * world / 1048576.0});
+      std::vector<Item> items(cs.items);
+      std::vector<size_t> in_off(cs.items), out_off(cs.items);
+      size_t in_bytes = 0, out_bytes = 0, per_rank = 0;
+      for (int k = 0; k < cs.items; ++k) {
+        Item& it = items[k];
+        it.dt = cs.dt;
+        it.op = cs.op;
+        it.seed = 70000 + 1000 * static_cast<uint64_t>(&cs - cases) + k;
+        it.count = cs.min_count + testing::mix64(it.seed) % (cs.max_count - cs.min_count + 1);
+        in_off[k] = in_bytes + cs.misalign * es;
+        in_bytes = (in_off[k] + world * it.count * es + 255) / 256 * 256;
+        out_off[k] = out_bytes;
+        out_bytes += (it.count * es + 16 + 255) / 256 * 256;  // 16 guard bytes after each result
+        per_rank += (it.count * es + 15) / 16 * 16;
+      }
+      ASSERT_GT(per_rank, size_t{512} << 10) << "the case must be large enough for symcomm's own kernel";
+      ASSERT_LE(per_rank, b.bucket_bytes_per_rank()) << "the case must fit one bucket (one flush)";
+      char *in = nullptr, *out = nullptr;
+      GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&in), in_bytes));
+      GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), out_bytes));
+      GPU_CHECK(cudaMemset(out, kPoisonByte, out_bytes));
+      for (int k = 0; k < cs.items; ++k) {
+        items[k].in = in + in_off[k];
+        items[k].copy = out + out_off[k];
+        fill_input_async(items[k].in, cs.dt, cs.op, items[k].seed, me, world * items[k].count, s);
+      }
+      for (Item& it : items) {
+        b.reduce_scatter_async(it.in, it.count, it.dt, it.op,
+                               [&it, s, es](const void* r, size_t c) {
+                                 ++it.calls;
+                                 ASSERT_EQ(c, it.count);
+                                 ASSERT_EQ(cudaMemcpyAsync(it.copy, r, c * es, cudaMemcpyDeviceToDevice, s),
+                                           cudaSuccess);
+                               },
+                               {.stream = s});
+      }
+      EXPECT_EQ(b.pending(), items.size()) << "nothing may flush before flush() in this case";
+      b.flush();
+      GPU_CHECK(cudaStreamSynchronize(s));
+      comm->check();
+      EXPECT_EQ(comm->last_algorithm(), Algorithm::kDirect);
+      for (int k = 0; k < cs.items; ++k) {
+        const Item& it = items[k];
+        const size_t bytes = it.count * es;
+        ASSERT_EQ(it.calls, 1) << "item " << k;
+        std::vector<uint8_t> got = to_host(it.copy, bytes + 16);
+        for (size_t i = bytes; i < bytes + 16; ++i) ASSERT_EQ(got[i], kPoisonByte) << "item " << k;
+        got.resize(bytes);
+        ASSERT_EQ(got, reference(it, world, me)) << "item " << k << " count " << it.count;
+      }
+      b.teardown();
+      cudaFree(in);
+      cudaFree(out);
+    }
+    cudaStreamDestroy(s);
+  });
+}
+
+// Ranks whose buckets hold the same total but different inputs (sizes in a different order) are told so
+// (kMismatch naming the peer) by the gathered kernel's first barrier, instead of silently mixing rows.
+TEST(GpuBucketer, GatheredFlushReportsMismatchedInputs) {
+  const int n = testing::count_gpus_in_child();
+  testing::expect_success(n, [](RankEnv& env) {
+    auto comm = env.make_comm(cuda_comm_options());
+    const int me = comm->rank(), world = comm->world_size();
+    cudaStream_t s;
+    GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 4.0 * world});
+    const size_t a = 100000, c = 300000;  // floats per rank: 1.6 MB per rank in all, in either order
+    void* in = nullptr;
+    GPU_CHECK(cudaMalloc(&in, world * (a + c) * 4));
+    GPU_CHECK(cudaMemset(in, 0, world * (a + c) * 4));
+    const size_t first = me == 0 ? a : c, second = me == 0 ? c : a;
+    auto noop = [](const void*, size_t) {};
+    b.reduce_scatter_async(in, first, DataType::kFloat32, ReduceOp::kSum, noop, {.stream = s});
+    b.reduce_scatter_async(static_cast<float*>(in) + world * first, second, DataType::kFloat32, ReduceOp::kSum, noop,
+                           {.stream = s});
+    b.flush();
+    GPU_CHECK(cudaStreamSynchronize(s));
+    try {
+      comm->check();
+      ADD_FAILURE() << "no error for mismatched bucket inputs";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+      ASSERT_FALSE(e.ranks().empty()) << e.what();
+      EXPECT_NE(e.ranks()[0], me) << e.what();
+    }
+    expect_gpu_usable();
+    cudaFree(in);
+    cudaStreamDestroy(s);
+  });
+}
+
 }  // namespace
 }  // namespace symcomm::gputest

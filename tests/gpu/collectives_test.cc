@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 
 #include "gpu_test_util.h"
@@ -129,8 +130,13 @@ class Runner {
 };
 
 // Sweeps `cases` on both buffer kinds, on every rank, and fails with the first few mismatches.
-void sweep(RankEnv& env, const std::vector<Case>& cases) {
-  auto comm = env.make_comm(cuda_comm_options());
+void sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<void(Config&)>& tweak = {}) {
+  CommOptions copts = cuda_comm_options();
+  if (tweak) {
+    copts.config = env.config;
+    tweak(*copts.config);
+  }
+  auto comm = env.make_comm(copts);
   size_t cap = 0;
   for (const Case& c : cases) cap = std::max(cap, 8 * comm->world_size() * c.count * 2 + 64);
   int failures = 0;
@@ -178,6 +184,26 @@ TEST(GpuCollectives, AllReduce) {
   const int n = gpus();
   testing::expect_success(n, [](RankEnv& env) {
     sweep(env, reduction_cases(Collective::kAllReduce, {Algorithm::kOneShot, Algorithm::kTwoShot}));
+  });
+}
+
+// The push-to-output two-shot (NOTE [two-shot push to output]) on every case of the matrix, plus inputs of
+// several staging rounds (8 MB per round at 2 ranks with the default 16 MB of staging), in and out of place.
+// Symmetric outputs take it; device outputs keep the staged path.
+TEST(GpuCollectives, AllReduceTwoShotPushToOutput) {
+  const int n = gpus();
+  testing::expect_success(n, [](RankEnv& env) {
+    std::vector<Case> cases = reduction_cases(Collective::kAllReduce, {Algorithm::kTwoShot});
+    for (bool ip : {false, true}) {
+      cases.push_back(
+          {Collective::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 5000001, ip, 0, Algorithm::kTwoShot});
+      cases.push_back(
+          {Collective::kAllReduce, DataType::kBFloat16, ReduceOp::kMax, 9000003, ip, 2, Algorithm::kTwoShot});
+    }
+    sweep(env, cases, [](Config& c) {
+      c.tuning.cuda_two_shot_push_min_bytes = 0;
+      c.heap_bytes = size_t{1} << 30;
+    });
   });
 }
 
@@ -272,6 +298,57 @@ TEST(GpuCollectives, BarrierOrdersStreams) {
     EXPECT_TRUE(w->is_completed());
     GPU_CHECK(cudaStreamSynchronize(s));
     cudaStreamDestroy(s);
+  });
+}
+
+// The ordering rule (docs/cuda-backend.md): one communicator may be used from several streams when each
+// switch is ordered by an event. Two streams take turns, each all-reduce waiting for the other stream's last
+// one; sizes alternate between the LL, staged one-shot and two-shot kernels so that every kind of device
+// counter (sequence numbers, staging halves) is handed over between the streams. Every result is checked
+// against the reference.
+TEST(GpuCollectives, TwoStreamsOrderedByEventsShareOneCommunicator) {
+  const int n = gpus();
+  testing::expect_success(n, [](RankEnv& env) {
+    auto comm = env.make_comm(cuda_comm_options());
+    const int me = comm->rank(), world = comm->world_size();
+    cudaStream_t st[2];
+    cudaEvent_t ev[2];
+    for (int k = 0; k < 2; ++k) {
+      GPU_CHECK(cudaStreamCreateWithFlags(&st[k], cudaStreamNonBlocking));
+      GPU_CHECK(cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming));
+    }
+    const size_t counts[] = {1000, 300000, 3000000};  // float32: 4 KB, 1.2 MB, 12 MB
+    const int kIters = 24;
+    std::vector<float*> bufs(kIters);
+    for (int i = 0; i < kIters; ++i) {
+      GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&bufs[i]), counts[i % 3] * sizeof(float)));
+    }
+    GPU_CHECK(cudaEventRecord(ev[1], st[1]));
+    for (int i = 0; i < kIters; ++i) {
+      const int k = i % 2;
+      const size_t count = counts[i % 3];
+      GPU_CHECK(cudaStreamWaitEvent(st[k], ev[1 - k], 0));  // the other stream's last all-reduce
+      fill_input_async(bufs[i], DataType::kFloat32, ReduceOp::kSum, 500 + i, me, count, st[k]);
+      comm->all_reduce(bufs[i], bufs[i], count, DataType::kFloat32, ReduceOp::kSum, {.stream = st[k]});
+      GPU_CHECK(cudaEventRecord(ev[k], st[k]));
+    }
+    for (int k = 0; k < 2; ++k) GPU_CHECK(cudaStreamSynchronize(st[k]));
+    comm->check();
+    for (int i = 0; i < kIters; ++i) {
+      const size_t count = counts[i % 3];
+      std::vector<float> got(count);
+      GPU_CHECK(cudaMemcpy(got.data(), bufs[i], count * sizeof(float), cudaMemcpyDeviceToHost));
+      for (size_t j = 0; j < count; j += 1 + j / 64) {  // every element at first, then sparser
+        float want = 0;
+        expected_reduce(DataType::kFloat32, ReduceOp::kSum, 500 + i, world, j, &want);
+        ASSERT_EQ(got[j], want) << "op " << i << " (stream " << i % 2 << ", count " << count << ") element " << j;
+      }
+      cudaFree(bufs[i]);
+    }
+    for (int k = 0; k < 2; ++k) {
+      cudaEventDestroy(ev[k]);
+      cudaStreamDestroy(st[k]);
+    }
   });
 }
 

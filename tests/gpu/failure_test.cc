@@ -24,18 +24,6 @@ using testing::RankEnv;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// After a failure the context must still run kernels and copies.
-void expect_gpu_usable() {
-  void* p = nullptr;
-  ASSERT_EQ(cudaMalloc(&p, 1 << 20), cudaSuccess);
-  fill_input_async(p, DataType::kFloat32, ReduceOp::kSum, 7, 0, 1000, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  float v = 0;
-  ASSERT_EQ(cudaMemcpy(&v, p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(v, static_cast<float>(input_value(DataType::kFloat32, ReduceOp::kSum, 7, 0, 0)));
-  cudaFree(p);
-}
-
 TEST(GpuFailure, PeerKilledMidCollective) {
   const int n = testing::count_gpus_in_child();
   testing::HarnessOptions opt;
@@ -248,16 +236,19 @@ void die(Death how) {
   ::_exit(3);
 }
 
-// copy_engine: the collective is an in-place copy-engine all-gather (stream memory operations and copies, no
-// kernel), whose waits only the watchdog can release (NOTE [copy-engine watchdog]).
-void peer_dies(Death how, bool graph, bool copy_engine = false) {
+// What the survivor is waiting in when the peer dies: an all-reduce kernel; an in-place copy-engine
+// all-gather (stream memory operations and copies, no kernel), whose waits only the watchdog can release
+// (NOTE [copy-engine watchdog]); or the barrier kernel.
+enum class Waiting { kAllReduce, kCopyEngine, kBarrier };
+
+void peer_dies(Death how, bool graph, Waiting what = Waiting::kAllReduce) {
   const int n = testing::count_gpus_in_child();
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(20);
   for (int r = 1; r < n; ++r) opt.may_fail.push_back(r);
   testing::expect_success(
       n,
-      [how, graph, copy_engine](RankEnv& env) {
+      [how, graph, what](RankEnv& env) {
         auto comm = env.make_comm(cuda_comm_options());
         void* buf = nullptr;
         ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
@@ -267,11 +258,15 @@ void peer_dies(Death how, bool graph, bool copy_engine = false) {
         cudaGraph_t g = nullptr;
         const size_t block = (1 << 18) / comm->world_size();  // floats per rank of the all-gather
         auto issue = [&] {
-          if (copy_engine) {
-            comm->all_gather(static_cast<float*>(buf) + comm->rank() * block, buf, block, DataType::kFloat32,
-                             {.stream = s, .algorithm = Algorithm::kCopyEngine});
-          } else {
-            comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.stream = s});
+          switch (what) {
+            case Waiting::kCopyEngine:
+              comm->all_gather(static_cast<float*>(buf) + comm->rank() * block, buf, block, DataType::kFloat32,
+                               {.stream = s, .algorithm = Algorithm::kCopyEngine});
+              break;
+            case Waiting::kAllReduce:
+              comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.stream = s});
+              break;
+            case Waiting::kBarrier: comm->barrier({.stream = s}); break;
           }
         };
         if (graph) {
@@ -425,7 +420,9 @@ TEST(GpuFailure, PeerSigsegvEager) { peer_dies(Death::kSigsegv, false); }
 TEST(GpuFailure, PeerExit0Eager) { peer_dies(Death::kExit0, false); }
 TEST(GpuFailure, PeerExit1Eager) { peer_dies(Death::kExit1, false); }
 TEST(GpuFailure, PeerSigkillDuringGraphReplay) { peer_dies(Death::kSigkill, true); }
-TEST(GpuFailure, CopyEnginePeerSigkillDuringGraphReplay) { peer_dies(Death::kSigkill, true, true); }
+TEST(GpuFailure, CopyEnginePeerSigkillDuringGraphReplay) { peer_dies(Death::kSigkill, true, Waiting::kCopyEngine); }
+TEST(GpuFailure, PeerSigkillDuringBarrier) { peer_dies(Death::kSigkill, false, Waiting::kBarrier); }
+TEST(GpuFailure, PeerExit0DuringCapturedBarrier) { peer_dies(Death::kExit0, true, Waiting::kBarrier); }
 
 // Bad input on the CUDA backend: typed error, nothing launched, the communicator still works afterwards.
 TEST(GpuFailure, BadInputIsRejectedAndTheCommunicatorStaysUsable) {

@@ -1,5 +1,7 @@
 #include "gpu_test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 
 #include "algos/half.h"
@@ -154,6 +156,17 @@ std::vector<uint8_t> GuardedBuffer::read(const char* ptr, size_t bytes, bool* gu
   for (size_t i = 0; i < kGuard; ++i) *guards_ok = *guards_ok && win[i] == kGuardByte;
   for (size_t i = kGuard + bytes; i < span; ++i) *guards_ok = *guards_ok && win[i] == kGuardByte;
   return std::vector<uint8_t>(win.begin() + kGuard, win.begin() + kGuard + bytes);
+}
+
+void expect_gpu_usable() {
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 1 << 20), cudaSuccess);
+  fill_input_async(p, DataType::kFloat32, ReduceOp::kSum, 7, 0, 1000, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  float v = 0;
+  ASSERT_EQ(cudaMemcpy(&v, p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(v, static_cast<float>(input_value(DataType::kFloat32, ReduceOp::kSum, 7, 0, 0)));
+  cudaFree(p);
 }
 
 }  // namespace symcomm::gputest

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "gpu_test_util.h"
 #include "harness/rank_harness.h"
@@ -121,48 +122,62 @@ void release(Communicator& comm, std::vector<Tensor>& ts, char* slab) {
   comm.free(slab);
 }
 
+// Runs 24 random groups on a communicator whose configuration `tweak` adjusts.
+void random_groups(RankEnv& env, const std::function<void(Config&)>& tweak) {
+  CommOptions copts = cuda_comm_options();
+  copts.config = env.config;
+  if (tweak) tweak(*copts.config);
+  auto comm = env.make_comm(copts);
+  const int me = comm->rank(), world = comm->world_size();
+  cudaStream_t s;
+  GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    std::vector<Tensor> ts = random_group(seed, world);
+    char* slab = place(*comm, ts);
+    for (const Tensor& t : ts) {
+      std::vector<uint8_t> host = make_input(t.dt, t.op, t.seed, me, 0, t.in_bytes / dtype_size(t.dt));
+      GPU_CHECK(cudaMemcpy(t.in, host.data(), host.size(), cudaMemcpyHostToDevice));
+      GPU_CHECK(cudaMemset(t.out, kPoisonByte, t.out_bytes));
+      GPU_CHECK(cudaMemset(t.single, kPoisonByte, t.out_bytes));
+    }
+    GPU_CHECK(cudaDeviceSynchronize());
+    for (const Tensor& t : ts) issue(*comm, t, t.single, s);
+    const bool async = seed % 3 == 0;
+    comm->group_start();
+    for (const Tensor& t : ts) issue(*comm, t, t.out, s);
+    if (async) {
+      comm->group_end_async()->wait();
+    } else {
+      comm->group_end();
+    }
+    GPU_CHECK(cudaStreamSynchronize(s));
+    comm->check();
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const Tensor& t = ts[k];
+      std::vector<uint8_t> grouped(t.out_bytes), single(t.out_bytes);
+      GPU_CHECK(cudaMemcpy(grouped.data(), t.out, t.out_bytes, cudaMemcpyDeviceToHost));
+      GPU_CHECK(cudaMemcpy(single.data(), t.single, t.out_bytes, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(grouped, single) << "seed " << seed << " tensor " << k << " " << to_string(t.kind) << " "
+                                 << to_string(t.dt) << " " << to_string(t.op) << " count " << t.count
+                                 << (t.sym ? " symmetric" : " device");
+      ASSERT_EQ(grouped, reference(t, world, me)) << "seed " << seed << " tensor " << k;
+    }
+    release(*comm, ts, slab);
+  }
+  cudaStreamDestroy(s);
+}
+
 TEST(GpuGroupMulti, RandomGroupsEqualOneByOneAndReference) {
   const int n = testing::count_gpus_in_child();
-  testing::expect_success(n, [](RankEnv& env) {
-    auto comm = env.make_comm(cuda_comm_options());
-    const int me = comm->rank(), world = comm->world_size();
-    cudaStream_t s;
-    GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    for (uint64_t seed = 1; seed <= 24; ++seed) {
-      std::vector<Tensor> ts = random_group(seed, world);
-      char* slab = place(*comm, ts);
-      for (const Tensor& t : ts) {
-        std::vector<uint8_t> host = make_input(t.dt, t.op, t.seed, me, 0, t.in_bytes / dtype_size(t.dt));
-        GPU_CHECK(cudaMemcpy(t.in, host.data(), host.size(), cudaMemcpyHostToDevice));
-        GPU_CHECK(cudaMemset(t.out, kPoisonByte, t.out_bytes));
-        GPU_CHECK(cudaMemset(t.single, kPoisonByte, t.out_bytes));
-      }
-      GPU_CHECK(cudaDeviceSynchronize());
-      for (const Tensor& t : ts) issue(*comm, t, t.single, s);
-      const bool async = seed % 3 == 0;
-      comm->group_start();
-      for (const Tensor& t : ts) issue(*comm, t, t.out, s);
-      if (async) {
-        comm->group_end_async()->wait();
-      } else {
-        comm->group_end();
-      }
-      GPU_CHECK(cudaStreamSynchronize(s));
-      comm->check();
-      for (size_t k = 0; k < ts.size(); ++k) {
-        const Tensor& t = ts[k];
-        std::vector<uint8_t> grouped(t.out_bytes), single(t.out_bytes);
-        GPU_CHECK(cudaMemcpy(grouped.data(), t.out, t.out_bytes, cudaMemcpyDeviceToHost));
-        GPU_CHECK(cudaMemcpy(single.data(), t.single, t.out_bytes, cudaMemcpyDeviceToHost));
-        ASSERT_EQ(grouped, single) << "seed " << seed << " tensor " << k << " " << to_string(t.kind) << " "
-                                   << to_string(t.dt) << " " << to_string(t.op) << " count " << t.count
-                                   << (t.sym ? " symmetric" : " device");
-        ASSERT_EQ(grouped, reference(t, world, me)) << "seed " << seed << " tensor " << k;
-      }
-      release(*comm, ts, slab);
-    }
-    cudaStreamDestroy(s);
-  });
+  testing::expect_success(n, [](RankEnv& env) { random_groups(env, {}); });
+}
+
+// Every all-reduce run whose outputs all lie in the heap takes the push-to-output kernel (NOTE [two-shot push
+// to output]); with the tests' 1 MB of staging, the larger runs take several rounds.
+TEST(GpuGroupMulti, RandomGroupsPushToOutputEqualOneByOne) {
+  const int n = testing::count_gpus_in_child();
+  testing::expect_success(
+      n, [](RankEnv& env) { random_groups(env, [](Config& c) { c.tuning.cuda_two_shot_push_min_bytes = 0; }); });
 }
 
 TEST(GpuGroupMulti, CapturedGroupReplaysWithChangingInputs) {

@@ -80,6 +80,7 @@ Config HarnessOptions::default_test_config() {
   c.timeout = std::chrono::seconds(3) * timeout_scale();
   c.heap_bytes = 64 << 20;
   c.scratch_bytes = 1 << 20;  // small, so that "large" test counts run several rounds
+  c.cuda_scratch_bytes = 1 << 20;
   return c;
 }
 

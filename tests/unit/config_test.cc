@@ -62,12 +62,14 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_TIMEOUT_MS",
     "SYMCOMM_HEAP_BYTES",
     "SYMCOMM_SCRATCH_BYTES",
+    "SYMCOMM_CUDA_SCRATCH_BYTES",
     "SYMCOMM_LOG",
     "SYMCOMM_DEBUG_CHECKS",
     "SYMCOMM_OP_HISTORY",
     "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
+    "SYMCOMM_CUDA_TWO_SHOT_PUSH_MIN_BYTES",
     "SYMCOMM_CUDA_NCCL_MIN_BYTES",
     "SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
     "SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD",
@@ -141,11 +143,12 @@ TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.timeout, std::chrono::milliseconds(300000));
   EXPECT_EQ(c.heap_bytes, size_t{1} << 30);
   EXPECT_EQ(c.scratch_bytes, size_t{16} << 20);
+  EXPECT_EQ(c.cuda_scratch_bytes, size_t{128} << 20);
   EXPECT_EQ(c.log_level, LogLevel::kWarn);
   EXPECT_FALSE(c.debug_checks);
   EXPECT_EQ(c.op_history, 64);
   EXPECT_EQ(c.tuning.host_one_shot_max_bytes, size_t{64} << 10);
-  EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{1} << 20);
+  EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{4} << 20);
   EXPECT_EQ(c.tuning.cuda_direct_nccl_max_bytes, size_t{512} << 10);
   EXPECT_EQ(c.tuning.cuda_two_shot_max_bytes, SIZE_MAX);
   EXPECT_EQ(c.tuning.cuda_nccl_min_bytes, SIZE_MAX);
@@ -172,6 +175,7 @@ TEST(ConfigFromEnv, SizesWithSuffixes) {
   };
   auto heap = [](const Config& c) { return c.heap_bytes; };
   auto scratch = [](const Config& c) { return c.scratch_bytes; };
+  auto cuda_scratch = [](const Config& c) { return c.cuda_scratch_bytes; };
   auto host1 = [](const Config& c) { return c.tuning.host_one_shot_max_bytes; };
   auto cuda1 = [](const Config& c) { return c.tuning.cuda_one_shot_max_bytes; };
   auto cuda2 = [](const Config& c) { return c.tuning.cuda_two_shot_max_bytes; };
@@ -188,6 +192,7 @@ TEST(ConfigFromEnv, SizesWithSuffixes) {
       {"SYMCOMM_HEAP_BYTES", "0001M", size_t{1} << 20, heap},
       {"SYMCOMM_SCRATCH_BYTES", "64K", size_t{64} << 10, scratch},  // the minimum
       {"SYMCOMM_SCRATCH_BYTES", "100000", 100000, scratch},
+      {"SYMCOMM_CUDA_SCRATCH_BYTES", "256M", size_t{256} << 20, cuda_scratch},
       {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "0", 0, host1},
       {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "1K", 1024, host1},
       {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "12345", 12345, host1},
@@ -249,6 +254,7 @@ void expect_rejected(const std::string& name, const std::string& value) {
 TEST(ConfigFromEnv, MalformedValuesNameTheVariable) {
   const char* kSizeVars[] = {"SYMCOMM_HEAP_BYTES",
                              "SYMCOMM_SCRATCH_BYTES",
+                             "SYMCOMM_CUDA_SCRATCH_BYTES",
                              "SYMCOMM_OP_HISTORY",
                              "SYMCOMM_TIMEOUT_MS",
                              "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",

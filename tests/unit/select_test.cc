@@ -311,6 +311,19 @@ TEST(Select, CudaThresholdsFollowTheWorldSize) {
   });
 }
 
+// The push-to-output two-shot was measured on 2 ranks only: its default threshold is off from 3 ranks on,
+// a threshold set by the user is kept.
+TEST(Select, PushToOutputDefaultIsForTwoRanksOnly) {
+  const Tuning t{};
+  EXPECT_EQ(measured_cuda_tuning(t, 2).cuda_two_shot_push_min_bytes, t.cuda_two_shot_push_min_bytes);
+  EXPECT_NE(t.cuda_two_shot_push_min_bytes, SIZE_MAX);
+  EXPECT_EQ(measured_cuda_tuning(t, 4).cuda_two_shot_push_min_bytes, SIZE_MAX);
+  EXPECT_EQ(measured_cuda_tuning(t, 8).cuda_two_shot_push_min_bytes, SIZE_MAX);
+  Tuning user{};
+  user.cuda_two_shot_push_min_bytes = 1 << 20;
+  EXPECT_EQ(measured_cuda_tuning(user, 4).cuda_two_shot_push_min_bytes, size_t{1} << 20);
+}
+
 // NOTE [cuda_nccl_min_bytes without NCCL]
 // cuda_nccl_min_bytes says when NCCL is preferred; it cannot make a collective impossible that the NVLink
 // kernels can run, just as cuda_two_shot_max_bytes falls back to two-shot when NCCL is absent.
