@@ -1,5 +1,7 @@
 // Reduce-scatter: every rank publishes its whole input (n blocks); rank k reduces block k of every rank,
 // in rank order.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "algos/host_algos.h"
@@ -21,6 +23,55 @@ void host_reduce_scatter(HostEngine& e, const Request& r) {
     e.exchange(r, round, in + off * es, block, n, len * es, zc);
     for (int p = 0; p < n; ++p) srcs[p] = p == me ? in + me * block + off * es : e.peer_block(p, me);
     host_reduce(r.dtype, r.op, out + off * es, srcs.data(), n, len);
+    e.end_step();
+  }
+  e.finish_op(r);
+}
+
+// NOTE [host gathered flush] A bucket flush on the host backend. The peers need rows q != me of every input
+// in shared memory, so those are copied into the bucket's rows (g.stage, in the heap) and published
+// zero-copy, one round per scratch-half's worth as above; this rank's own row is read where it is, in the
+// inputs, instead of being copied too (the copy pass used to copy every row: n rows where n - 1 suffice).
+// Each round reduces, piece by piece (inputs sorted by offset), the own row and the peers' published rows
+// in rank order, so the bits equal those of the copy pass plus host_reduce_scatter.
+void host_reduce_scatter_gathered(HostEngine& e, const GatheredReduceScatter& g) {
+  const int n = e.world_size(), me = e.rank();
+  const size_t es = dtype_size(g.dtype), row = g.count * es;
+  auto* stage = static_cast<uint8_t*>(g.stage);
+  auto* out = static_cast<uint8_t*>(g.out);
+  for (size_t k = 0; k < g.nseg; ++k) {
+    const auto* src = static_cast<const uint8_t*>(g.segs[k].src);
+    const size_t bytes = g.segs[k].bytes;
+    for (int q = 0; q < n && bytes > 0; ++q) {
+      if (q != me) std::memcpy(stage + q * row + g.segs[k].dst_offset, src + q * bytes, bytes);
+    }
+  }
+  const Request r{.kind = Collective::kReduceScatter,
+                  .in = stage,
+                  .out = out,
+                  .count = g.count,
+                  .dtype = g.dtype,
+                  .op = g.op,
+                  .root = 0,
+                  .options = g.options};
+  const size_t chunk = e.round_elems(es, n);
+  std::vector<const void*> srcs(n);
+  size_t first = 0;  // the first input whose row ends after this round's start
+  uint64_t round = 0;
+  for (size_t off = 0; off < g.count; off += chunk, ++round) {
+    const size_t len = std::min(chunk, g.count - off);
+    e.exchange(r, round, stage + off * es, row, n, len * es, true);
+    while (first < g.nseg && (g.segs[first].dst_offset + g.segs[first].bytes) / es <= off) ++first;
+    for (size_t k = first; k < g.nseg && g.segs[k].dst_offset / es < off + len; ++k) {
+      const size_t v0 = g.segs[k].dst_offset / es, v1 = v0 + g.segs[k].bytes / es;
+      const size_t b = std::max(off, v0), end = std::min(off + len, v1);
+      if (b >= end) continue;
+      for (int p = 0; p < n; ++p) {
+        srcs[p] = p == me ? static_cast<const uint8_t*>(g.segs[k].src) + me * g.segs[k].bytes + (b - v0) * es
+                          : e.peer_block(p, me) + (b - off) * es;
+      }
+      host_reduce(g.dtype, g.op, out + b * es, srcs.data(), n, end - b);
+    }
     e.end_step();
   }
   e.finish_op(r);

@@ -28,6 +28,9 @@ inline constexpr size_t kMaxBucketBytesPerRank = (size_t{1} << 32) - 16;
 struct GatheredReduceScatter {
   const BucketCopySegment* segs;
   size_t nseg;
+  /// The bucket's input rows (world_size rows of `count` elements, symmetric heap), where a backend that
+  /// publishes rows may stage the ones its peers read (the host backend; the CUDA kernel has its own staging).
+  void* stage;
   void* out;
   size_t count;
   DataType dtype;

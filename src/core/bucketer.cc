@@ -1,8 +1,9 @@
 // ReduceScatterBucketer (include/symcomm/bucketer.h): records small reduce-scatters per bucket and runs each
-// bucket as one reduce-scatter. Where symcomm's own kernel runs it on the CUDA backend, that is one gathered
-// reduce-scatter straight from the inputs (NOTE [gathered flush] in src/algos/cuda_gathered_reduce_scatter.cu,
-// same output layout as below); otherwise one copy pass into the bucket plus one reduce-scatter of it
-// (zero-copy on symmetric memory).
+// bucket as one reduce-scatter. Where symcomm's own algorithm runs it, that is one gathered reduce-scatter
+// read from the inputs (CUDA: one kernel, NOTE [gathered flush] in src/algos/cuda_gathered_reduce_scatter.cu;
+// host: only the rows the peers need are copied into the bucket, NOTE [host gathered flush] in
+// src/algos/host_reduce_scatter.cc; same output layout as below); otherwise (NCCL, a forced algorithm, one
+// rank, inside a group) one copy pass into the bucket plus one reduce-scatter of it (zero-copy).
 //
 // NOTE [bucket layout] A bucket's memory (Communicator::alloc, so symmetric) is
 //   [input: world_size blocks of cap bytes | output: cap bytes],  cap = bucket_cap_mb MiB / world_size.
@@ -123,6 +124,7 @@ struct ReduceScatterBucketer::Impl {
     }
     const detail::GatheredReduceScatter g{.segs = segs.data(),
                                           .nseg = segs.size(),
+                                          .stage = b.mem,
                                           .out = out,
                                           .count = c,
                                           .dtype = b.dtype,

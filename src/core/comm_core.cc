@@ -115,10 +115,13 @@ void CommCore::failed(uint64_t seq, const Error& e) {
 }
 
 bool CommCore::reduce_scatter_gathered(const GatheredReduceScatter& g) {
-  if (g.count == 0 || g.nseg == 0 || in_group()) return false;
+  if (g.count == 0 || g.nseg == 0 || ctx_->ranks.world_size < 2 || !backend_->can_reduce_scatter_gathered() ||
+      in_group()) {
+    return false;
+  }
   ctx_->throw_if_failed();
   const Request r{.kind = Collective::kReduceScatter,
-                  .in = g.segs[0].src,  // the first input stands for all of them (each was validated when recorded)
+                  .in = g.stage,  // stands for the inputs (each was validated when recorded; some may be null)
                   .out = g.out,
                   .count = g.count,
                   .dtype = g.dtype,
@@ -128,9 +131,7 @@ bool CommCore::reduce_scatter_gathered(const GatheredReduceScatter& g) {
   validate_request(r, ctx_->ranks.world_size);
   const Algorithm algo = select(r);
   // Only where symcomm's own kernel would run the flattened reduce-scatter (the same choice on every rank).
-  if (algo != Algorithm::kDirect || ctx_->ranks.world_size < 2 || !backend_->can_reduce_scatter_gathered()) {
-    return false;
-  }
+  if (algo != Algorithm::kDirect) return false;
   uint64_t seq = ctx_->history.record(OpRecord{
       .kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kRunning});
   try {

@@ -108,6 +108,16 @@ class HostBackend final : public Backend {
 
   std::shared_ptr<Work> run_group_async(const Ops& ops) override { return submit(ops); }
 
+  bool can_reduce_scatter_gathered() const override { return true; }
+
+  void reduce_scatter_gathered(const GatheredReduceScatter& g) override {
+    wait_idle();
+    std::lock_guard lock(exec_mu_);
+    ctx_.throw_if_failed();
+    engine_.begin_op();
+    host_reduce_scatter_gathered(engine_, g);
+  }
+
   void abort() override {
     // Waits poll ctx_.aborted; wake the worker in case it sleeps on an empty queue.
     std::lock_guard lock(queue_mu_);
