@@ -74,7 +74,6 @@ __device__ __forceinline__ void for_each_row_piece(const GatheredParams<kCap>& p
   }
 }
 
-template <class T>
 __device__ __forceinline__ const char* row_of(const BucketCopySegment& s, int r) {
   return static_cast<const char*>(s.src) + static_cast<size_t>(r) * s.bytes;
 }
@@ -98,14 +97,14 @@ __global__ void __launch_bounds__(kThreads)
       if (q == me) continue;  // this rank's own row is reduced in place
       char* dst = c.scratch[q] + hoff + me * slot + s.begin * sizeof(T);
       for_each_row_piece<T>(p, v0, v1, [&](const BucketCopySegment& g, size_t local, size_t len, size_t rel) {
-        block_copy(dst + rel * sizeof(T), row_of<T>(g, q) + local * sizeof(T), len * sizeof(T));
+        block_copy(dst + rel * sizeof(T), row_of(g, q) + local * sizeof(T), len * sizeof(T));
       });
     }
     if (!device::block_barrier(c, f.seq0 + j + 1, f.deadline, j == 0 ? p.h.header : 0)) break;
     for_each_row_piece<T>(p, v0, v1, [&](const BucketCopySegment& g, size_t local, size_t len, size_t rel) {
       const T* srcs[device::kMaxDeviceRanks];
       for (int r = 0; r < n_ranks; ++r) {
-        srcs[r] = r == me ? reinterpret_cast<const T*>(row_of<T>(g, me)) + local
+        srcs[r] = r == me ? reinterpret_cast<const T*>(row_of(g, me)) + local
                           : reinterpret_cast<const T*>(c.scratch[me] + hoff + r * slot) + s.begin + rel;
       }
       T* dst = reinterpret_cast<T*>(p.h.out) + v0 + rel;
@@ -151,8 +150,6 @@ void launch_cap(const GatheredHead& head, DataType dtype, const BucketCopySegmen
 }
 
 }  // namespace
-
-size_t gathered_reduce_scatter_max_segments() { return kMaxCap; }
 
 void launch_gathered_reduce_scatter(const GatheredReduceScatterArgs& a, const BucketCopySegment* segs, size_t n,
                                     cudaStream_t stream) {

@@ -24,13 +24,11 @@ struct GatheredReduceScatterArgs {
   ReduceOp op;
 };
 
-/// Enqueues the reduce-scatter on `stream`: one launch per kMaxGatheredSegments inputs (each over the virtual
-/// range its inputs cover). `segs` must be sorted by dst_offset, not overlap, and lie within count elements;
-/// the list travels in the kernel parameters (NOTE [bucket copy list]), so nothing outlives the call.
+/// Enqueues the reduce-scatter on `stream`: one launch per as many inputs as fit in CUDA's 32,764 bytes of
+/// kernel parameters, each over the virtual range its inputs cover. `segs` must be sorted by dst_offset, not
+/// overlap, and lie within count elements; the list travels in the kernel parameters (NOTE [bucket copy
+/// list]), so nothing outlives the call.
 void launch_gathered_reduce_scatter(const GatheredReduceScatterArgs& a, const BucketCopySegment* segs, size_t n,
                                     cudaStream_t stream);
-
-/// Inputs per launch (the kernel-parameter limit of 32,764 bytes).
-size_t gathered_reduce_scatter_max_segments();
 
 }  // namespace symcomm::detail::cuda

@@ -1,11 +1,11 @@
 // Reduce-scatter: every rank publishes its whole input (n blocks); rank k reduces block k of every rank,
 // in rank order.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "algos/host_algos.h"
 #include "algos/host_reduce.h"
+#include "core/bucket_copy.h"
 
 namespace symcomm::detail {
 
@@ -39,13 +39,7 @@ void host_reduce_scatter_gathered(HostEngine& e, const GatheredReduceScatter& g)
   const size_t es = dtype_size(g.dtype), row = g.count * es;
   auto* stage = static_cast<uint8_t*>(g.stage);
   auto* out = static_cast<uint8_t*>(g.out);
-  for (size_t k = 0; k < g.nseg; ++k) {
-    const auto* src = static_cast<const uint8_t*>(g.segs[k].src);
-    const size_t bytes = g.segs[k].bytes;
-    for (int q = 0; q < n && bytes > 0; ++q) {
-      if (q != me) std::memcpy(stage + q * row + g.segs[k].dst_offset, src + q * bytes, bytes);
-    }
-  }
+  host_bucket_copy(g.segs, g.nseg, reinterpret_cast<char*>(stage), row, n, me);
   const Request r{.kind = Collective::kReduceScatter,
                   .in = stage,
                   .out = out,

@@ -38,8 +38,9 @@ struct GatheredReduceScatter {
   CollOptions options;
 };
 
-/// Host: memcpy of every row of every segment.
-void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows);
+/// Host: memcpy of every row of every segment (but row `skip_row`, if one is given).
+void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows,
+                      int skip_row = -1);
 /// CUDA: enqueues the copies on `stream`, one kernel launch per kBucketCopySegments segments; the list is
 /// passed by value (kernel parameters), so nothing has to outlive the call (also under graph capture).
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).

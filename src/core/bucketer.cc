@@ -42,11 +42,12 @@ bool same_options(const CollOptions& a, const CollOptions& b) {
 
 namespace detail {
 
-void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows) {
+void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows, int skip_row) {
   for (size_t k = 0; k < n; ++k) {
     const auto* src = static_cast<const char*>(segs[k].src);
     for (int r = 0; r < rows; ++r) {
-      if (segs[k].bytes) std::memcpy(dst + r * row_stride + segs[k].dst_offset, src + r * segs[k].bytes, segs[k].bytes);
+      if (segs[k].bytes && r != skip_row)
+        std::memcpy(dst + r * row_stride + segs[k].dst_offset, src + r * segs[k].bytes, segs[k].bytes);
     }
   }
 }
