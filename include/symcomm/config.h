@@ -65,6 +65,20 @@ struct Tuning {
   /// 8 KB x 128: 6.14 / 6.99 / 9.25; 4 KB x 128: 6.27 / 6.80 / 9.33.
   size_t cuda_one_shot_block_bytes = 8 << 10;
   size_t cuda_one_shot_max_blocks = 128;
+  /// CUDA one-shot all-reduce: payloads above cuda_ll_max_bytes and up to this many bytes use the LL128
+  /// kernel (120 bytes of payload per 128-byte line, capped by its buffer, 4 MB; NOTE [LL128 lines] in
+  /// src/algos/cuda_all_reduce_ll.cu), larger ones the staged one-shot. 0 = never. Measured 2026-11-23 on
+  /// 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 256 KB / 1 MB / 4 MB): LL128 4.69 / 7.48 / 18.72
+  /// (LL off), staged 4.79 / 8.88 / 18.72, LL 4.75 at 256 KB; LL128 with 64 blocks 18.35 at 4 MB but 9.23 at 1 MB.
+  size_t cuda_ll128_max_bytes = 2 << 20;
+  /// CUDA LL128 all-reduce: lines each 8-lane group carries before another block of 512 threads is added
+  /// (1-64), and the most blocks (1-1024).
+  size_t cuda_ll128_lines_per_group = 1;
+  size_t cuda_ll128_max_blocks = 128;
+  /// CUDA one-shot all-reduces (LL, LL128, staged): launched with programmatic dependent launch (non-zero) so
+  /// that back-to-back kernels overlap their launch with the previous kernel's tail (NOTE [PDL] in
+  /// src/algos/cuda_common.cuh).
+  size_t cuda_pdl = 1;
 };
 
 struct Config {

@@ -8,6 +8,17 @@
 // numbers come from DeviceState::seq (advanced by the kernel, so graph replays see fresh values); buffers
 // alternate by seq parity: a rank can only write op k+2's lines after receiving the peer's op k+1 lines,
 // which the peer sends after it finished reading op k's.
+//
+// NOTE [LL128 lines] Payloads above LL's range use 128-byte lines: 120 bytes of payload and, in the last 8
+// bytes, the flag {seq, header}. The 8 lanes of a warp that own a line store their 16 bytes with one
+// 16-byte volatile store instruction, i.e. one 128-byte write, and NVLink delivers the bytes of such a write
+// in ascending address order, so the flag, last, arrives last (the premise of NCCL's LL128 protocol, which
+// NCCL enables by default on NVLink from Volta on). The reader's warp polls its lines until every flag lane
+// sees `seq`, then loads the lines once more: that second load comes after the flag was seen, so it returns
+// the whole line even if a load can be served in pieces. A flag with this op's seq but another header is a
+// peer running another all-reduce (count, dtype, op): kMismatch naming it. The lines live in their own area
+// of the LL buffer (after LL's), so LL's sequence words are never LL128 payload and vice versa; the areas
+// alternate by seq parity as LL's do (NOTE [LL lines]).
 #include <algorithm>
 
 #include "algos/cuda_all_reduce_ll.h"
@@ -68,10 +79,26 @@ __device__ __forceinline__ uint4 ld_line(const char* p) {
   return v;
 }
 
+/// Combines the ranks' 8-byte packs in rank order (the same order on every rank: bitwise-identical results).
 template <class T, int kOp, int kR>
-__global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLParams p) {
+__device__ __forceinline__ uint2 reduce8(const Pack8<T>* vals, int n_ranks, ReduceOp op) {
   using E = Elem<T>;
   using A = typename E::Acc;
+  Pack8<T> r;
+#pragma unroll
+  for (int k = 0; k < Pack8<T>::kN; ++k) {
+    A acc = E::load(vals[0].e[k]);
+#pragma unroll
+    for (int q = 1; q < kR; ++q) {
+      if (q < n_ranks) acc = combine<kOp>(acc, E::load(vals[q].e[k]), op);
+    }
+    r.e[k] = E::store(finish<kOp>(acc, n_ranks, op));
+  }
+  return r.v;
+}
+
+template <class T, int kOp, int kR>
+__global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLParams p) {
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c);
   const uint32_t seq = f.seq0 + 1;
@@ -143,17 +170,128 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
         vals[q].v = make_uint2(line.x, line.z);
       }
       if (failed) break;
-      Pack8<T> r;
+      store8(out, i, bytes, out_al, reduce8<T, kOp, kR>(vals, n_ranks, p.op));
+    }
+  }
+  frame_end(c, f, 1, 0);
+}
+
+// ---- LL128 ---------------------------------------------------------------------------------------------
+
+// A warp moves 4 lines at a time: lane l holds bytes [16 * (l % 8), +16) of line l / 8. The 8 lanes of a line
+// carry 15 chunks of 8 payload bytes (chunks 2s and 2s + 1 in lane s < 7, chunk 14 in lane 7) and lane 7's
+// last 8 bytes are the flag {seq, header} (NOTE [LL128 lines]).
+constexpr size_t kLL128LineBytes = 128;
+constexpr size_t kLL128LineData = 120;
+constexpr int kLL128LanesPerLine = 8;
+constexpr int kLL128ChunksPerLine = 15;
+constexpr int kLL128LinesPerWarp = 32 / kLL128LanesPerLine;
+// Lines each 8-lane group loads before waiting (an unroll factor, like kBatch).
+constexpr int kLL128Batch = 2;
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+template <class T, int kOp, int kR>
+__global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL128Params p) {
+  const DeviceComm& c = p.comm;
+  const Frame f = frame_begin(c);
+  const uint32_t seq = f.seq0 + 1;
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t bytes = p.count * sizeof(T);
+  const size_t nlines = div_up(bytes, kLL128LineData);
+  const size_t region = p.offset + (seq & 1) * n_ranks * p.slot_bytes;
+  const char* in = static_cast<const char*>(p.in);
+  char* out = static_cast<char*>(p.out);
+  const bool in_al = (reinterpret_cast<uintptr_t>(in) & 7) == 0;
+  const bool out_al = (reinterpret_cast<uintptr_t>(out) & 7) == 0;
+  const int lane = threadIdx.x % 32, sub = lane % kLL128LanesPerLine;
+  const bool flag_lane = sub == kLL128LanesPerLine - 1;
+  const size_t warp = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32;
+  const size_t line_stride = size_t{gridDim.x} * blockDim.x / 32 * kLL128LinesPerWarp;  // lines per batch step
+  // This lane's 16 bytes of `line` in the area of rank `owner` that holds the lines `from` sends.
+  auto line_at = [&](int owner, int from, size_t line) {
+    return c.ll[owner] + region + from * p.slot_bytes + line * kLL128LineBytes + sub * 16;
+  };
+
+  // Every loop bound and every break below is the same in all 32 lanes (warp-uniform), as the warp votes
+  // and the one-instruction line stores require.
+  bool failed = false;
+  for (size_t base = warp * kLL128LinesPerWarp + lane / kLL128LanesPerLine;
+       base - lane / kLL128LanesPerLine < nlines && !failed; base += line_stride * kLL128Batch) {
+    uint2 own[kLL128Batch][2];
+    bool valid[kLL128Batch];
 #pragma unroll
-      for (int k = 0; k < Pack8<T>::kN; ++k) {
-        A acc = E::load(vals[0].e[k]);
+    for (int u = 0; u < kLL128Batch; ++u) {
+      const size_t line = base + u * line_stride;
+      valid[u] = line < nlines;
+      const size_t ci = line * kLL128ChunksPerLine + sub * 2;
+      own[u][0] = valid[u] ? load8(in, ci, bytes, in_al) : make_uint2(0, 0);
+      own[u][1] = valid[u] && !flag_lane ? load8(in, ci + 1, bytes, in_al) : make_uint2(0, 0);
+    }
+    __syncwarp();  // the 8 lanes of a line store it with one instruction
 #pragma unroll
-        for (int q = 1; q < kR; ++q) {
-          if (q < n_ranks) acc = combine<kOp>(acc, E::load(vals[q].e[k]), p.op);
-        }
-        r.e[k] = E::store(finish<kOp>(acc, n_ranks, p.op));
+    for (int u = 0; u < kLL128Batch; ++u) {
+      const size_t line = base + u * line_stride;
+      const uint4 v = flag_lane ? make_uint4(own[u][0].x, own[u][0].y, seq, p.header)
+                                : make_uint4(own[u][0].x, own[u][0].y, own[u][1].x, own[u][1].y);
+      for (int q = 0; q < n_ranks; ++q) {
+        if (q != me && valid[u]) st_line(line_at(q, me, line), v);
       }
-      store8(out, i, bytes, out_al, r.v);
+    }
+    uint4 got[kLL128Batch][kR];
+    auto load_lines = [&] {
+#pragma unroll
+      for (int u = 0; u < kLL128Batch; ++u) {
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          if (q < n_ranks && q != me && valid[u]) got[u][q] = ld_line(line_at(me, q, base + u * line_stride));
+        }
+      }
+    };
+    load_lines();
+    // Wait until every flag of this warp's lines is seen, then load the lines once more (NOTE [LL128 lines]).
+#pragma unroll
+    for (int u = 0; u < kLL128Batch; ++u) {
+      const size_t line = base + u * line_stride;
+#pragma unroll
+      for (int q = 0; q < kR; ++q) {
+        if (q >= n_ranks || q == me || failed) continue;
+        const char* src = line_at(me, q, line);
+        for (uint32_t spins = 0;;) {
+          const bool seen = valid[u] && flag_lane && got[u][q].z == seq;
+          const bool bad = seen && got[u][q].w != p.header;
+          if (__any_sync(kFullWarp, bad)) {
+            if (bad) device::report_error(c, device::DeviceError::kMismatch, q, seq);
+            failed = true;
+            break;
+          }
+          if (__all_sync(kFullWarp, seen || !valid[u] || !flag_lane)) break;
+          if (++spins % device::kPollInterval == 0 &&
+              __any_sync(kFullWarp, lane == 0 && device::poll_give_up(c, q, seq, f.deadline))) {
+            failed = true;
+            break;
+          }
+          if (valid[u]) got[u][q] = ld_line(src);
+        }
+      }
+    }
+    if (failed) break;
+    load_lines();
+#pragma unroll
+    for (int u = 0; u < kLL128Batch; ++u) {
+      if (!valid[u]) continue;
+      const size_t ci = (base + u * line_stride) * kLL128ChunksPerLine + sub * 2;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (h == 1 && flag_lane) break;
+        Pack8<T> vals[kR];
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          if (q >= n_ranks) break;
+          vals[q].v = q == me ? own[u][h]
+                              : (h == 0 ? make_uint2(got[u][q].x, got[u][q].y) : make_uint2(got[u][q].z, got[u][q].w));
+        }
+        store8(out, ci + h, bytes, out_al, reduce8<T, kOp, kR>(vals, n_ranks, p.op));
+      }
     }
   }
   frame_end(c, f, 1, 0);
@@ -172,8 +310,26 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const int blocks = static_cast<int>(b);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value>
-        <<<blocks, static_cast<unsigned>(threads), 0, stream>>>(p);
+    launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, static_cast<int>(threads),
+                  stream, p.pdl, p);
+  });
+  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t all_reduce_ll128_slot_bytes(size_t payload_bytes) {
+  return div_up(payload_bytes, kLL128LineData) * kLL128LineBytes;
+}
+
+void launch_all_reduce_ll128(const AllReduceLL128Params& p, cudaStream_t stream) {
+  const size_t nlines = div_up(p.count * dtype_size(p.dtype), kLL128LineData);
+  const size_t per_group = std::clamp<size_t>(p.lines_per_group, 1, 64);
+  const size_t max_blocks = std::clamp<size_t>(p.max_blocks, 1, 1024);
+  const size_t lines_per_block = kThreads / kLL128LanesPerLine * per_group;
+  const int blocks = static_cast<int>(std::clamp<size_t>(div_up(nlines, lines_per_block), 1, max_blocks));
+  dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
+    using T = typename decltype(t)::type;
+    launch_kernel(all_reduce_ll128_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, kThreads, stream, p.pdl,
+                  p);
   });
   SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }

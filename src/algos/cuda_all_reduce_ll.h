@@ -23,7 +23,32 @@ struct AllReduceLLParams {
   size_t chunks_per_thread = 1;  ///< 8-byte chunks per thread before another block is added (Tuning; 1-64)
   size_t max_blocks = 128;       ///< (Tuning; 1-1024)
   size_t block_threads = 512;    ///< threads per block (Tuning; rounded down to a multiple of 32, 32-512)
+  bool pdl = false;              ///< programmatic dependent launch (NOTE [PDL] in cuda_common.cuh)
 };
+
+/// LL128 one-shot all-reduce (CUDA), for payloads between LL's and the staged one-shot's: a 128-byte line
+/// carries 120 bytes of payload and an 8-byte flag {seq, header} in its last lane, written by 8 lanes of a
+/// warp with one store instruction and read the same way (NOTE [LL128 lines] in cuda_all_reduce_ll.cu).
+/// 6.7% of extra NVLink bytes instead of LL's 100%, still no fence and no barrier; the header makes ranks
+/// running different all-reduces (count, dtype, op) fail with kMismatch instead of timing out.
+struct AllReduceLL128Params {
+  device::DeviceComm comm;
+  const void* in;
+  void* out;
+  size_t count;
+  DataType dtype;
+  ReduceOp op;
+  uint32_t header;             ///< the op's header (low 32 bits); the same on every rank running the same op
+  size_t offset;               ///< byte offset of the LL128 area in every rank's LL buffer
+  size_t slot_bytes;           ///< bytes of lines per (parity, source rank): all_reduce_ll128_slot_bytes(payload)
+  size_t lines_per_group = 1;  ///< lines each 8-lane group carries before another block is added (Tuning)
+  size_t max_blocks = 128;     ///< (Tuning; 1-1024)
+  bool pdl = false;            ///< programmatic dependent launch (NOTE [PDL] in cuda_common.cuh)
+};
+
+/// Bytes of LL128 lines that carry `payload_bytes` of payload.
+size_t all_reduce_ll128_slot_bytes(size_t payload_bytes);
+void launch_all_reduce_ll128(const AllReduceLL128Params& p, cudaStream_t stream);
 
 /// Largest payload (bytes) the LL buffers hold.
 size_t all_reduce_ll_max_bytes(const device::DeviceComm& c);

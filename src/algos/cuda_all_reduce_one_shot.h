@@ -23,6 +23,7 @@ struct AllReduceOneShotParams {
   uint64_t header;                ///< hash of the arguments, compared with the peers' at the first barrier
   size_t block_bytes = 16 << 10;  ///< payload bytes per block before another block is added (Tuning)
   size_t max_blocks = 32;         ///< (Tuning; clamped to 1..device::kMaxBlocks)
+  bool pdl = false;               ///< programmatic dependent launch (NOTE [PDL] in cuda_common.cuh)
 };
 
 /// Bytes one round carries (larger inputs take several rounds, one barrier each).

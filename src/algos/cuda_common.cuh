@@ -42,7 +42,15 @@ struct Frame {
   uint64_t deadline;
 };
 
+/// NOTE [PDL] Latency-bound kernels (the one-shot all-reduces) are launched with programmatic dependent
+/// launch (launch_kernel(pdl = true)): the next kernel of the stream may be scheduled while this one still
+/// runs, so its launch latency hides behind this kernel's tail. Every kernel therefore starts with
+/// griddepcontrol.wait, which returns once the previous grid of the stream has completed and its memory is
+/// visible (a no-op for a kernel launched without the attribute), and reads nothing before it; and every
+/// kernel allows its dependents to launch as soon as it starts (they only wait on an SM slot it leaves free).
 __device__ __forceinline__ Frame frame_begin(const DeviceComm& c) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   Frame f;
   f.seq0 = device::ld_volatile_u32(&c.state->seq);
   f.half0 = device::ld_volatile_u32(&c.state->half);
@@ -78,6 +86,22 @@ __device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, u
       c.state->done = 0;
     }
   }
+}
+
+/// Launches kernel<<<blocks, threads, 0, stream>>>(p), with programmatic dependent launch when `pdl`
+/// (NOTE [PDL]). The caller checks cudaGetLastError().
+template <class P>
+void launch_kernel(void (*kernel)(P), int blocks, int threads, cudaStream_t stream, bool pdl, const P& p) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
 __host__ __device__ __forceinline__ size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }

@@ -147,6 +147,16 @@ const std::vector<EnvVar>& env_table() {
                  &Tuning::cuda_one_shot_block_bytes),
       tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS", "CUDA staged one-shot all-reduce: most blocks (1-128)",
                  &Tuning::cuda_one_shot_max_blocks),
+      tuning_var("SYMCOMM_CUDA_LL128_MAX_BYTES",
+                 "CUDA one-shot all-reduce: LL128 kernel above the LL range up to this size (at most 4M)",
+                 &Tuning::cuda_ll128_max_bytes),
+      tuning_var("SYMCOMM_CUDA_LL128_LINES_PER_GROUP",
+                 "CUDA LL128 all-reduce: 128-byte lines per 8-lane group before another block (1-64)",
+                 &Tuning::cuda_ll128_lines_per_group),
+      tuning_var("SYMCOMM_CUDA_LL128_MAX_BLOCKS", "CUDA LL128 all-reduce: most blocks (1-1024)",
+                 &Tuning::cuda_ll128_max_blocks),
+      tuning_var("SYMCOMM_CUDA_PDL", "CUDA one-shot all-reduces: programmatic dependent launch (0 = off)",
+                 &Tuning::cuda_pdl),
   };
   return table;
 }

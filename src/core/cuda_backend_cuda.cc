@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "algos/cuda_all_reduce_ll.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/logging.h"
@@ -88,14 +89,17 @@ CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(devi
   caps_.copy_engine = false;
 
   // Symmetric heap, signal pad, staging buffer (cuMem, collective).
-  heap_ = std::make_unique<CudaHeap>(
-      ctx_, device_, ctx_.config.heap_bytes + ctx_.config.cuda_scratch_bytes + 4 * n * kLLPayloadBytes + (16 << 20));
+  // The LL buffer: LL's [parity][source rank] slots of 2x payload, then LL128's (NOTE [LL128 lines]).
+  const size_t ll_bytes = 2 * n * (2 * kLLPayloadBytes + cuda::all_reduce_ll128_slot_bytes(kLL128PayloadBytes));
+  heap_ = std::make_unique<CudaHeap>(ctx_, device_,
+                                     ctx_.config.heap_bytes + ctx_.config.cuda_scratch_bytes + ll_bytes + (16 << 20));
   pad_ = heap_->alloc(device::kPadBytes);
-  ll_ = heap_->alloc(2 * n * 2 * kLLPayloadBytes);  // [parity][source rank] slots of 2x payload
+  ll_ = heap_->alloc(ll_bytes);
   size_t half = std::max<size_t>(ctx_.config.cuda_scratch_bytes / 2 / 4096 * 4096, 64 << 10);
   scratch_ = heap_->alloc(2 * half);
   ce_pad_ = heap_->alloc(CopyEngine::kPadBytes);
   SYMCOMM_CUDA_CHECK(cudaMemset(pad_, 0, device::kPadBytes));
+  SYMCOMM_CUDA_CHECK(cudaMemset(ll_, 0, ll_bytes));  // no stale word may look like a line of seq 1
   SYMCOMM_CUDA_CHECK(cudaMemset(ce_pad_, 0, CopyEngine::kPadBytes));
   SYMCOMM_CUDA_CHECK(cudaMalloc(&state_, sizeof(device::DeviceState)));
   SYMCOMM_CUDA_CHECK(cudaMemset(state_, 0, sizeof(device::DeviceState)));

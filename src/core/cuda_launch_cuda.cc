@@ -112,8 +112,25 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                     .op = r.op,
                                     .chunks_per_thread = t.cuda_ll_chunks_per_thread,
                                     .max_blocks = t.cuda_ll_max_blocks,
-                                    .block_threads = t.cuda_ll_block_threads},
+                                    .block_threads = t.cuda_ll_block_threads,
+                                    .pdl = t.cuda_pdl != 0},
                                    s);
+        return;
+      }
+      if (algo == Algorithm::kOneShot && bytes <= t.cuda_ll128_max_bytes && bytes <= kLL128PayloadBytes) {
+        cuda::launch_all_reduce_ll128({.comm = comm_,
+                                       .in = r.in,
+                                       .out = r.out,
+                                       .count = r.count,
+                                       .dtype = r.dtype,
+                                       .op = r.op,
+                                       .header = static_cast<uint32_t>(op_header(r, 7, false)),
+                                       .offset = 2 * static_cast<size_t>(n) * comm_.ll_slot_bytes,
+                                       .slot_bytes = cuda::all_reduce_ll128_slot_bytes(kLL128PayloadBytes),
+                                       .lines_per_group = t.cuda_ll128_lines_per_group,
+                                       .max_blocks = t.cuda_ll128_max_blocks,
+                                       .pdl = t.cuda_pdl != 0},
+                                      s);
         return;
       }
       if (algo == Algorithm::kOneShot) {
@@ -125,7 +142,8 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                           .op = r.op,
                                           .header = op_header(r, 1, false),
                                           .block_bytes = t.cuda_one_shot_block_bytes,
-                                          .max_blocks = t.cuda_one_shot_max_blocks},
+                                          .max_blocks = t.cuda_one_shot_max_blocks,
+                                          .pdl = t.cuda_pdl != 0},
                                          s);
         return;
       }

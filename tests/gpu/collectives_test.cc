@@ -207,6 +207,31 @@ TEST(GpuCollectives, AllReduceTwoShotPushToOutput) {
   });
 }
 
+// The LL128 one-shot (NOTE [LL128 lines]) on every case of the matrix with LL off, so that small counts take
+// it too, on a grid of 3 blocks (every warp runs several batches of lines, and partial batches), plus counts
+// at its 4 MB cap and just below, in and out of place; then the defaults' grid on the large counts.
+TEST(GpuCollectives, AllReduceLL128) {
+  const int n = gpus();
+  testing::expect_success(n, [](RankEnv& env) {
+    std::vector<Case> cases = reduction_cases(Collective::kAllReduce, {Algorithm::kOneShot});
+    std::vector<Case> large;
+    for (bool ip : {false, true}) {
+      large.push_back(
+          {Collective::kAllReduce, DataType::kBFloat16, ReduceOp::kSum, 2097152, ip, 0, Algorithm::kOneShot});
+      large.push_back(
+          {Collective::kAllReduce, DataType::kFloat16, ReduceOp::kMax, 2097151, ip, 2, Algorithm::kOneShot});
+      large.push_back({Collective::kAllReduce, DataType::kFloat32, ReduceOp::kAvg, 700001, ip, 4, Algorithm::kOneShot});
+    }
+    cases.insert(cases.end(), large.begin(), large.end());
+    sweep(env, cases, [](Config& c) {
+      c.tuning.cuda_ll_max_bytes = 0;
+      c.tuning.cuda_ll128_max_blocks = 3;
+      c.heap_bytes = size_t{1} << 30;
+    });
+    sweep(env, large, [](Config& c) { c.heap_bytes = size_t{1} << 30; });
+  });
+}
+
 TEST(GpuCollectives, ReduceScatter) {
   const int n = gpus();
   testing::expect_success(

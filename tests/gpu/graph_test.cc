@@ -45,6 +45,7 @@ TEST(GpuGraph, ThousandReplaysWithChangingInputs) {
     const int me = comm->rank(), world = comm->world_size();
     const DataType dt = DataType::kBFloat16;
     std::vector<Op> ops = {{Collective::kAllReduce, Algorithm::kOneShot, 1031, BufKind::kDevice},
+                           {Collective::kAllReduce, Algorithm::kOneShot, 300007, BufKind::kSymmetric},  // LL128
                            {Collective::kAllReduce, Algorithm::kTwoShot, 300007, BufKind::kDevice},
                            {Collective::kAllReduce, Algorithm::kTwoShot, 65537, BufKind::kSymmetric},
                            {Collective::kAllGather, Algorithm::kAuto, 4099, BufKind::kDevice},

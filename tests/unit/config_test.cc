@@ -78,6 +78,10 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_LL_MAX_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS",
+    "SYMCOMM_CUDA_LL128_MAX_BYTES",
+    "SYMCOMM_CUDA_LL128_LINES_PER_GROUP",
+    "SYMCOMM_CUDA_LL128_MAX_BLOCKS",
+    "SYMCOMM_CUDA_PDL",
 };
 
 // Every SYMCOMM_* configuration variable unset, except those given.
