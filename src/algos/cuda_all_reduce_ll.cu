@@ -111,6 +111,38 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   const bool in_al = (reinterpret_cast<uintptr_t>(in) & 7) == 0;
   const bool out_al = (reinterpret_cast<uintptr_t>(out) & 7) == 0;
   const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
+  // Line `line` of the slot of rank `from` in rank `owner`'s buffer: line 0 carries the op's header, line
+  // i + 1 chunk i.
+  auto line_at = [&](int owner, int from, size_t line) {
+    return c.ll[owner] + region + from * c.ll_slot_bytes + line * 16;
+  };
+  const uint32_t h_lo = static_cast<uint32_t>(p.header), h_hi = static_cast<uint32_t>(p.header >> 32);
+  if (tid == 0) {
+    for (int q = 0; q < n_ranks; ++q) {
+      if (q != me) st_line(line_at(q, me, 0), make_uint4(h_lo, seq, h_hi, seq));
+    }
+  }
+
+  // NOTE [LL header line] Thread 0 compares the peers' header lines with its own (while its first data lines
+  // are in flight). A peer running another LL all-reduce (count, dtype, op) at the same seq sends lines that
+  // look valid, so without this the ranks would reduce each other's bytes silently; with it both get
+  // kMismatch, their outputs undefined. (Threads waiting for chunks a peer with a smaller count never sends
+  // give up at their next poll, once thread 0 has recorded the error.)
+  auto headers_match = [&] {
+    for (int q = 0; q < n_ranks; ++q) {
+      if (q == me) continue;
+      const char* src = line_at(me, q, 0);
+      uint4 line = ld_line(src);
+      for (uint32_t spins = 0; line.y != seq || line.w != seq; line = ld_line(src)) {
+        if (++spins % device::kPollInterval == 0 && device::poll_give_up(c, q, seq, f.deadline)) return false;
+      }
+      if (line.x != h_lo || line.z != h_hi) {
+        device::report_error(c, device::DeviceError::kMismatch, q, seq);
+        return false;
+      }
+    }
+    return true;
+  };
 
   // Per batch of kBatch chunks: load this rank's values (all loads in flight at once), send them to every
   // peer, issue the loads of the peers' lines, then wait for and reduce each chunk. The own values stay in
@@ -131,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
       if (i >= nchunks) break;
       const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
       for (int q = 0; q < n_ranks; ++q) {
-        if (q != me) st_line(c.ll[q] + region + me * c.ll_slot_bytes + i * 16, line);
+        if (q != me) st_line(line_at(q, me, i + 1), line);
       }
     }
     uint4 lines[kBatch][kR];
@@ -141,10 +173,11 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
 #pragma unroll
       for (int q = 0; q < kR; ++q) {
         if (i < nchunks && q < n_ranks && q != me) {
-          lines[u][q] = ld_line(c.ll[me] + region + q * c.ll_slot_bytes + i * 16);
+          lines[u][q] = ld_line(line_at(me, q, i + 1));
         }
       }
     }
+    if (base == 0) failed = !headers_match();  // thread 0, its loads of its first lines in flight
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const size_t i = base + u * stride;
@@ -157,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
           vals[q].v = own[u];
           continue;
         }
-        const char* src = c.ll[me] + region + q * c.ll_slot_bytes + i * 16;
+        const char* src = line_at(me, q, i + 1);
         uint4 line = lines[u][q];
         uint32_t spins = 0;
         while (line.y != seq || line.w != seq) {
@@ -299,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
 
 }  // namespace
 
-size_t all_reduce_ll_max_bytes(const device::DeviceComm& c) { return c.ll_slot_bytes / 2; }
+size_t all_reduce_ll_max_bytes(const device::DeviceComm& c) { return c.ll_slot_bytes / 2 - 8; }  // - header line
 
 void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const size_t nchunks = div_up(p.count * dtype_size(p.dtype), 8);

@@ -1,7 +1,8 @@
 #pragma once
 // Low-latency (LL) one-shot all-reduce (CUDA): every 8 bytes of payload travel in a 16-byte line together
 // with two copies of the op's sequence number, so the arrival of the data is its own signal: no fence, no
-// separate flag, no barrier. For small payloads, where one NVLink latency is most of the cost.
+// separate flag, no barrier. For small payloads, where one NVLink latency is most of the cost. One more line
+// carries the op's header, which thread 0 compares (NOTE [LL header line]).
 
 #include <cuda_runtime_api.h>
 
@@ -20,6 +21,7 @@ struct AllReduceLLParams {
   size_t count;
   DataType dtype;
   ReduceOp op;
+  uint64_t header;               ///< the op's header, sent in line 0 and compared (NOTE [LL header line])
   size_t chunks_per_thread = 1;  ///< 8-byte chunks per thread before another block is added (Tuning; 1-64)
   size_t max_blocks = 128;       ///< (Tuning; 1-1024)
   size_t block_threads = 512;    ///< threads per block (Tuning; rounded down to a multiple of 32, 32-512)

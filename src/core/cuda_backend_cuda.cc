@@ -184,6 +184,8 @@ void CudaBackend::init_nccl() {
     nccl_ = nullptr;
   }
   caps_.nccl_available = agree_all(ctx_, ok);
+  // Every rank read the id before agreeing: the key goes, so the store does not grow with every communicator.
+  if (ctx_.ranks.rank == 0) ctx_.store->remove(key);
 }
 
 CudaBackend::~CudaBackend() {

@@ -110,6 +110,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                     .count = r.count,
                                     .dtype = r.dtype,
                                     .op = r.op,
+                                    .header = op_header(r, 8, false),
                                     .chunks_per_thread = t.cuda_ll_chunks_per_thread,
                                     .max_blocks = t.cuda_ll_max_blocks,
                                     .block_threads = t.cuda_ll_block_threads,

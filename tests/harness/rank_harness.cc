@@ -153,6 +153,11 @@ std::vector<RankOutcome> expect_success(int world_size, const std::function<void
   return out;
 }
 
+void store_barrier(Store& store, const std::string& key, int world_size) {
+  store.add(key, 1);
+  while (store.add(key, 0) < world_size) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 int count_gpus_in_child() {
 #if defined(SYMCOMM_HAVE_CUDA)
   pid_t pid = ::fork();

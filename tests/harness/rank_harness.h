@@ -55,6 +55,10 @@ std::vector<RankOutcome> run_ranks(int world_size, const std::function<void(Rank
 std::vector<RankOutcome> expect_success(int world_size, const std::function<void(RankEnv&)>& body,
                                         const HarnessOptions& options = {});
 
+/// Every rank adds itself to `key`, then waits until all `world_size` ranks have: a barrier outside any
+/// communicator (e.g. so that no rank exits, or destroys a communicator, before the others have counted).
+void store_barrier(Store& store, const std::string& key, int world_size);
+
 /// Number of CUDA devices, counted in a forked child so that this process never initialises CUDA.
 int count_gpus_in_child();
 

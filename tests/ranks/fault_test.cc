@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
+#include "harness/process_counts.h"
 #include "harness/rank_harness.h"
 
 namespace symcomm::testing {
@@ -421,15 +421,6 @@ struct ResourceCounts {
   bool operator==(const ResourceCounts&) const = default;
 };
 
-int count_dir(const char* path) {
-  int n = 0;
-  if (DIR* d = ::opendir(path)) {
-    while (::readdir(d)) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
-
 int count_symcomm_shm() {
   int n = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
@@ -444,9 +435,7 @@ ResourceCounts resources() {
   c.fds = count_dir("/proc/self/fd");
   c.threads = count_dir("/proc/self/task");
   // Mappings of symcomm's shared segments (all other mappings move with the allocator, more so under ASan).
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) c.maps += line.find("memfd:symcomm") != std::string::npos;
+  c.maps = count_maps("memfd:symcomm");
   return c;
 }
 
@@ -481,10 +470,7 @@ TEST(Lifecycle, ThousandCreateDestroyAndAbortCyclesLeakNothing) {
     // Rank 0 hosts the harness's store server, whose connection from rank 1 (an fd and its thread) is part of
     // rank 0's counts: rank 1 must not exit, closing it, before rank 0 has counted (seen once in CI under load:
     // 13 fds after, 14 before).
-    env.store->add("lifecycle/counted", 1);
-    while (env.store->add("lifecycle/counted", 0) < env.info.world_size) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    store_barrier(*env.store, "lifecycle/counted", env.info.world_size);
   });
   EXPECT_EQ(count_symcomm_shm(), shm_before);
   EXPECT_EQ(shm_before, 0);
