@@ -90,7 +90,9 @@ CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(devi
 
   // Symmetric heap, signal pad, staging buffer (cuMem, collective).
   // The LL buffer: LL's [parity][source rank] slots of 2x payload, then LL128's (NOTE [LL128 lines]).
-  const size_t ll_bytes = 2 * n * (2 * kLLPayloadBytes + cuda::all_reduce_ll128_slot_bytes(kLL128PayloadBytes));
+  ll128_offset_ = 2 * n * 2 * kLLPayloadBytes;
+  ll128_slot_bytes_ = cuda::all_reduce_ll128_slot_bytes(kLL128PayloadBytes);
+  const size_t ll_bytes = ll128_offset_ + 2 * n * ll128_slot_bytes_;
   heap_ = std::make_unique<CudaHeap>(ctx_, device_,
                                      ctx_.config.heap_bytes + ctx_.config.cuda_scratch_bytes + ll_bytes + (16 << 20));
   pad_ = heap_->alloc(device::kPadBytes);

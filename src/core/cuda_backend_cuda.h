@@ -78,6 +78,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaHeap> heap_;
   void* pad_ = nullptr;
   void* ll_ = nullptr;
+  size_t ll128_offset_ = 0;      ///< where the LL128 lines start in the LL buffer (NOTE [LL128 lines])
+  size_t ll128_slot_bytes_ = 0;  ///< bytes of LL128 lines per (parity, source rank)
   void* scratch_ = nullptr;
   void* ce_pad_ = nullptr;          ///< copy-engine signal words (NOTE [copy-engine sync])
   std::unique_ptr<CopyEngine> ce_;  ///< copy-engine collectives; null when the ranks cannot use them
