@@ -207,6 +207,36 @@ long long run_host_patterns(Communicator& comm, const BenchOptions& o, Reporter&
                      .iters = std::max(1, std::min(o.iters, 5)),
                      .batches = o.batches};
     wrong += measure(spec, vs, clock, o, comm, rep);
+    // Recording alone (host CPU, medians of instances one at a time): the measured variant's callback (its
+    // capture is larger than std::function's inline 16 bytes; NOTE [callback storage]) and a captureless one.
+    {
+      std::vector<double> rec_capture, rec_plain;
+      for (int i = 0; i < std::max(o.batches, 5); ++i) {
+        for (int plain = 0; plain < 2; ++plain) {
+          comm.barrier();
+          const double c0 = thread_cpu_us();
+          for (int k = 0; k < sh.bucket_ops; ++k) {
+            char* dst = out + k * c * es;
+            if (plain) {
+              bucketer.reduce_scatter_async(in + k * n * c * es, c, dt, op, [](const void*, size_t) {});
+            } else {
+              bucketer.reduce_scatter_async(in + k * n * c * es, c, dt, op, [&, dst](const void* r, size_t cnt) {
+                if (copy_results) std::memcpy(dst, r, cnt * es);
+              });
+            }
+          }
+          (plain ? rec_plain : rec_capture).push_back(thread_cpu_us() - c0);
+          bucketer.flush();
+        }
+      }
+      if (me == 0) {
+        std::printf(
+            "# bucketer recording of %d calls (host CPU, medians): %.1f us with the capturing callback, %.1f us "
+            "captureless\n",
+            sh.bucket_ops, median(rec_capture), median(rec_plain));
+        std::fflush(stdout);
+      }
+    }
     bucketer.teardown();
     comm.free(out);
     comm.free(in);

@@ -204,9 +204,14 @@ long long run_cuda_patterns(Communicator& comm, const BenchOptions& o, Reporter&
         comm.barrier({.stream = s});
         BENCH_CUDA(cudaStreamSynchronize(s));
         const double c0 = thread_cpu_us();
-        for (int k = 0; k < sh.bucket_ops; ++k) {
+        for (int k = 0; k < sh.bucket_ops; ++k) {  // the measured variant's callback (capturing)
+          char* dst = out_k(m.sym_out, k);
           bucketer.reduce_scatter_async(
-              in_k(m.sym_in, k), c, dt, op, [](const void*, size_t) {}, co);
+              in_k(m.sym_in, k), c, dt, op,
+              [&, dst](const void* r, size_t cnt) {
+                if (copy_results) BENCH_CUDA(cudaMemcpyAsync(dst, r, cnt * es, cudaMemcpyDeviceToDevice, s));
+              },
+              co);
         }
         const double c1 = thread_cpu_us();
         BENCH_CUDA(cudaEventRecord(e1, s));

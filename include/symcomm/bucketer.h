@@ -3,10 +3,13 @@
 /// ReduceScatterBucketer: many small reduce-scatters (FSDP gradient shards) coalesced into few large ones.
 ///
 /// Inputs are recorded per bucket; a bucket is keyed by (dtype, op, stream, algorithm, contention) of one
-/// communicator (and so one device). When a bucket is flushed, its inputs are copied into the bucket's memory
-/// from the communicator's symmetric heap (host backend: memcpy; CUDA backend: one copy kernel for up to
-/// kBucketCopySegments inputs, taking the list of (pointer, count) by value), reduced by one reduce-scatter
-/// on that memory (zero-copy) and every callback is called with a view of its part of the result.
+/// communicator (and so one device). When a bucket is flushed, its inputs are reduced by one reduce-scatter
+/// into the bucket's memory (from the communicator's symmetric heap) and every callback is called with a
+/// view of its part of the result. Where symcomm's own kernel runs that reduce-scatter, it reads the inputs
+/// where they are (CUDA: one kernel; host: only the rows the peers need are copied); otherwise (NCCL, a
+/// forced algorithm, one rank, inside a group) the inputs are first copied into the bucket (host: memcpy;
+/// CUDA: one copy kernel for up to kBucketCopySegments inputs, the list of (pointer, count) taken by value).
+/// Recording allocates nothing per call: callbacks are kept in the bucket's own memory.
 ///
 /// Ordering contract. Every rank must issue the same sequence of calls (reduce_scatter_async with the same
 /// out_count, dtype, op and options; flush; teardown): buckets fill, flush and allocate collectively, in the
@@ -27,6 +30,9 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
 
 #include "symcomm/communicator.h"
 
@@ -42,6 +48,15 @@ struct BucketOptions {
 /// Inputs copied by one launch of the CUDA bucket copy kernel (the list travels as kernel parameters,
 /// 16 bytes per input, within CUDA's 32,764 bytes of parameters).
 inline constexpr size_t kBucketCopySegments = 2040;
+
+namespace detail {
+/// A callback constructed in a bucket's own memory (NOTE [callback storage] in src/core/bucketer.cc).
+struct StoredCallback {
+  void (*call)(void* object, const void* result, size_t count);
+  void (*destroy)(void* object) noexcept;
+  void* object;
+};
+}  // namespace detail
 
 class ReduceScatterBucketer {
  public:
@@ -70,6 +85,17 @@ class ReduceScatterBucketer {
   /// Communicator::reduce_scatter); nothing is recorded then.
   void reduce_scatter_async(const void* input, size_t out_count, DataType dtype, ReduceOp op, Callback callback,
                             const CollOptions& options = {});
+  /// The same for any callable taking (const void* result, size_t count): it is moved (or copied) into the
+  /// bucketer's own memory, so recording allocates nothing per call however much the callable captures (a
+  /// std::function keeps only 16 bytes of captures inline and allocates for more).
+  template <class F>
+  requires(!std::is_same_v<std::decay_t<F>, Callback> &&
+           std::is_invocable_v<std::decay_t<F>&, const void*,
+                               size_t>) void reduce_scatter_async(const void* input, size_t out_count, DataType dtype,
+                                                                  ReduceOp op, F&& callback,
+                                                                  const CollOptions& options = {}) {
+    record(input, out_count, dtype, op, std::forward<F>(callback), options);
+  }
 
   /// Runs every pending reduction (bucket by bucket, in the order the buckets were created), then every
   /// pending callback (callbacks may run in a different order than their inputs were recorded). If a
@@ -88,6 +114,41 @@ class ReduceScatterBucketer {
   size_t bucket_bytes_per_rank() const;
 
  private:
+  /// Where the next recorded callback goes (in its bucket's memory), or, for an input larger than a bucket,
+  /// null and the view of the result it was reduced into at once.
+  struct Slot {
+    void* storage;
+    const void* large_result;
+  };
+  /// Validates and places an input: flushes its bucket first if it is full; reduces a too-large input at once.
+  Slot prepare(const void* input, size_t out_count, DataType dtype, ReduceOp op, const CollOptions& options,
+               size_t callback_bytes, size_t callback_align);
+  /// Records the input prepared last, with its callback constructed in the slot.
+  void commit(detail::StoredCallback callback);
+  [[noreturn]] static void reject_null_callback();
+
+  template <class F>
+  void record(const void* input, size_t out_count, DataType dtype, ReduceOp op, F&& callback,
+              const CollOptions& options) {
+    using Fn = std::decay_t<F>;
+    if constexpr (alignof(Fn) > alignof(std::max_align_t) || !std::is_nothrow_destructible_v<Fn>) {
+      record(input, out_count, dtype, op, Callback(std::forward<F>(callback)), options);  // rare: boxed
+    } else {
+      if constexpr (std::is_constructible_v<bool, const Fn&>) {
+        if (!static_cast<bool>(callback)) reject_null_callback();  // an empty std::function, a null pointer
+      }
+      const Slot slot = prepare(input, out_count, dtype, op, options, sizeof(Fn), alignof(Fn));
+      if (slot.storage == nullptr) {  // larger than a bucket: reduced already
+        std::invoke(callback, slot.large_result, out_count);
+        return;
+      }
+      Fn* object = ::new (slot.storage) Fn(std::forward<F>(callback));
+      commit({.call = [](void* o, const void* r, size_t c) { std::invoke(*static_cast<Fn*>(o), r, c); },
+              .destroy = [](void* o) noexcept { static_cast<Fn*>(o)->~Fn(); },
+              .object = object});
+    }
+  }
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -14,6 +14,17 @@ namespace symcomm {
 
 enum class LogLevel : uint8_t { kOff, kError, kWarn, kInfo, kDebug };
 
+/// When the CUDA backend creates its NCCL communicator (used where select() prefers NCCL, and as the whole
+/// path where the GPUs lack NVLink peer access).
+/// - kEager: with the communicator (creation fails over to "no NCCL" consistently on every rank).
+/// - kLazy: at the first collective that runs through NCCL, on every rank at once (ranks select the same
+///   algorithm for the same collective). A communicator that never uses NCCL never pays for it: NCCL 2.28
+///   takes ~15-40 ms to create a communicator and ~1 s to tear one down (its service threads poll every
+///   500 ms; docs/reliability.md). That first collective must not be captured in a CUDA graph (an Error of
+///   kind kUnsupported says so); where the GPUs lack NVLink peer access NCCL is created eagerly anyway.
+/// - kOff: never; select() uses symcomm's kernels only.
+enum class NcclInit : uint8_t { kEager, kLazy, kOff };
+
 /// Thresholds used by the pure selection function (src/algos/select.cc). Each field documents where its
 /// default was measured. The CUDA defaults are the 2-rank measurements; for other world sizes, CUDA fields
 /// still at their default are replaced by the values measured for that world size (table in select.cc,
@@ -100,6 +111,8 @@ struct Config {
   bool debug_checks = false;
   /// How many recent operations each communicator remembers for the dump on error.
   int op_history = 64;
+  /// CUDA backend: when its NCCL communicator is created (NcclInit). Must be equal on all ranks.
+  NcclInit nccl = NcclInit::kEager;
   Tuning tuning;
 
   /// Read SYMCOMM_* variables over the defaults. Throws Error(kInvalidArgument) on a malformed value.

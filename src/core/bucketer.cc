@@ -12,6 +12,13 @@
 // world_size * C elements are then exactly the input of one reduce-scatter of count C, whose output block
 // holds entry k's result at output + off_k * es. The copies wait for the flush because C is known only then,
 // and so that one kernel copies many inputs. Padding elements are never read by a callback.
+//
+// NOTE [callback storage] A recorded callback is constructed in memory of its bucket (CallbackArena: chunks
+// reused from flush to flush), not in a std::function: a std::function keeps 16 bytes of captures inline and
+// heap-allocates for more (and frees it after the call), and a training loop records hundreds of callbacks
+// per step: recording 512 callbacks that capture 32 bytes took 13.4-14.7 us with std::function and takes
+// 9.9-10.4 us here (CPU machine, docs/benchmarks.md). The arena is rewound once its bucket has no entry
+// left, i.e. after the flush that ran (or dropped) every callback constructed in it.
 
 #include "symcomm/bucketer.h"
 
@@ -54,12 +61,56 @@ void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t
 
 }  // namespace detail
 
+namespace {
+
+/// Bump allocation for recorded callbacks (NOTE [callback storage]); chunks are kept and reused after reset().
+class CallbackArena {
+ public:
+  void* allocate(size_t bytes, size_t align) {
+    for (;;) {
+      if (chunk_ < chunks_.size()) {
+        const size_t at = (used_ + align - 1) / align * align;
+        if (at + bytes <= chunks_[chunk_].bytes) {
+          used_ = at + bytes;
+          return chunks_[chunk_].mem.get() + at;
+        }
+        if (chunk_ + 1 < chunks_.size()) {
+          ++chunk_;
+          used_ = 0;
+          continue;
+        }
+      }
+      // operator new[] aligns for std::max_align_t, the most a stored callable asks for (bucketer.h).
+      const size_t n = std::max(bytes, kChunkBytes);
+      chunks_.push_back({std::make_unique_for_overwrite<std::byte[]>(n), n});
+      chunk_ = chunks_.size() - 1;
+      used_ = 0;
+    }
+  }
+  void reset() {
+    chunk_ = 0;
+    used_ = 0;
+  }
+
+ private:
+  static constexpr size_t kChunkBytes = 16 << 10;
+  struct Chunk {
+    std::unique_ptr<std::byte[]> mem;
+    size_t bytes;
+  };
+  std::vector<Chunk> chunks_;
+  size_t chunk_ = 0, used_ = 0;
+};
+
+}  // namespace
+
 struct ReduceScatterBucketer::Impl {
+  using Stored = detail::StoredCallback;
   struct Entry {
     const void* input;
     size_t count;
     size_t offset;  ///< elements into the bucket's per-rank block
-    Callback callback;
+    Stored callback;
   };
   struct Bucket {
     DataType dtype;
@@ -68,12 +119,36 @@ struct ReduceScatterBucketer::Impl {
     char* mem = nullptr;  ///< NOTE [bucket layout]; nullptr until the first flush (or after teardown)
     size_t used = 0;      ///< elements per rank, padded offsets included
     std::vector<Entry> entries;
+    CallbackArena arena;  ///< the entries' callbacks (NOTE [callback storage])
+
+    Bucket(DataType d, ReduceOp o, const CollOptions& opt) : dtype(d), op(o), options(opt) {}
+    Bucket(const Bucket&) = delete;
+    Bucket& operator=(const Bucket&) = delete;
+    ~Bucket() {  // pending callbacks are dropped without running (bucketer.h)
+      for (Entry& e : entries) e.callback.destroy(e.callback.object);
+    }
   };
   /// A flushed entry whose callback has not run yet.
   struct Done {
     const void* result;
     size_t count;
-    Callback callback;
+    Stored callback;
+  };
+  /// Flushed entries; whatever an exception leaves unrun is destroyed without running.
+  struct DoneList {
+    std::vector<Done> items;
+    DoneList() = default;
+    DoneList(const DoneList&) = delete;
+    DoneList& operator=(const DoneList&) = delete;
+    ~DoneList() {
+      for (Done& d : items) d.callback.destroy(d.callback.object);
+    }
+  };
+  /// The input placed by prepare(), recorded by commit().
+  struct Prepared {
+    Bucket* bucket = nullptr;
+    const void* input = nullptr;
+    size_t count = 0, padded = 0;
   };
 
   Impl(Communicator& c, detail::CommCore& k, BucketOptions o) : comm(c), core(k), options(o) {
@@ -91,8 +166,7 @@ struct ReduceScatterBucketer::Impl {
     for (auto& b : buckets) {
       if (b->dtype == dtype && b->op == op && same_options(b->options, o)) return *b;
     }
-    buckets.push_back(std::make_unique<Bucket>(
-        Bucket{.dtype = dtype, .op = op, .options = o, .mem = nullptr, .used = 0, .entries = {}}));
+    buckets.push_back(std::make_unique<Bucket>(dtype, op, o));
     return *buckets.back();
   }
 
@@ -111,7 +185,7 @@ struct ReduceScatterBucketer::Impl {
   }
 
   // Copies the bucket's inputs in, reduces, and moves its entries to `done` (callbacks not yet called).
-  void run_bucket(Bucket& b, std::vector<Done>& done) {
+  void run_bucket(Bucket& b, DoneList& done) {
     if (b.entries.empty()) return;
     const size_t es = dtype_size(b.dtype), c = b.used;
     if (!b.mem) b.mem = static_cast<char*>(comm.alloc((n + 1) * cap_bytes));
@@ -139,23 +213,31 @@ struct ReduceScatterBucketer::Impl {
       }
       if (c > 0) comm.reduce_scatter(b.mem, out, c, b.dtype, b.op, b.options);
     }
-    done.reserve(done.size() + b.entries.size());
-    for (Entry& e : b.entries) done.push_back({out + e.offset * es, e.count, std::move(e.callback)});
+    done.items.reserve(done.items.size() + b.entries.size());
+    for (Entry& e : b.entries) done.items.push_back({out + e.offset * es, e.count, e.callback});
     pending -= b.entries.size();
     b.entries.clear();
     b.used = 0;
   }
 
-  // Every callback runs even if one throws; the first exception is rethrown afterwards.
-  static void run_callbacks(std::vector<Done>& done) {
-    std::vector<Done> list;
-    list.swap(done);
+  // Every callback runs (and is destroyed) even if one throws; the first exception is rethrown afterwards.
+  // Then the arenas of the buckets left empty are rewound: the callbacks constructed there are gone. Not
+  // from inside a callback that recorded (and so flushed) again: the outer list still lives in them.
+  void run_callbacks(DoneList& done) {
     std::exception_ptr first;
-    for (Done& d : list) {
+    ++callback_depth;
+    for (Done& d : done.items) {
       try {
-        d.callback(d.result, d.count);
+        d.callback.call(d.callback.object, d.result, d.count);
       } catch (...) {
         if (!first) first = std::current_exception();
+      }
+      d.callback.destroy(d.callback.object);
+    }
+    done.items.clear();
+    if (--callback_depth == 0) {
+      for (auto& b : buckets) {
+        if (b->entries.empty()) b->arena.reset();
       }
     }
     if (first) std::rethrow_exception(first);
@@ -180,6 +262,8 @@ struct ReduceScatterBucketer::Impl {
   std::vector<std::unique_ptr<Bucket>> buckets;  ///< creation order, the same on every rank
   std::vector<std::pair<void*, size_t>> large;   ///< outputs (and bytes) of inputs larger than a bucket
   std::vector<detail::BucketCopySegment> segs;   ///< reused between flushes
+  Prepared prepared;
+  int callback_depth = 0;  ///< run_callbacks() calls in progress (a callback may record and flush again)
 };
 
 ReduceScatterBucketer::ReduceScatterBucketer(Communicator& comm, BucketOptions options)
@@ -194,8 +278,18 @@ ReduceScatterBucketer::~ReduceScatterBucketer() {
 
 void ReduceScatterBucketer::reduce_scatter_async(const void* input, size_t out_count, DataType dtype, ReduceOp op,
                                                  Callback callback, const CollOptions& options) {
+  record(input, out_count, dtype, op, std::move(callback), options);
+}
+
+void ReduceScatterBucketer::reject_null_callback() {
+  SYMCOMM_THROW(kInvalidArgument, "ReduceScatterBucketer::reduce_scatter_async: callback is empty");
+}
+
+ReduceScatterBucketer::Slot ReduceScatterBucketer::prepare(const void* input, size_t out_count, DataType dtype,
+                                                           ReduceOp op, const CollOptions& options,
+                                                           size_t callback_bytes, size_t callback_align) {
   Impl& m = *impl_;
-  SYMCOMM_CHECK_ARG(callback != nullptr, "ReduceScatterBucketer::reduce_scatter_async: callback is empty");
+  m.prepared = {};
   // The checks of Communicator::reduce_scatter (enums, null input, byte-size overflow), at record time.
   detail::Request r{.kind = Collective::kReduceScatter,
                     .in = input,
@@ -210,7 +304,8 @@ void ReduceScatterBucketer::reduce_scatter_async(const void* input, size_t out_c
   SYMCOMM_CHECK_ARG(!m.overlaps_buckets(input, bytes * m.n),
                     "ReduceScatterBucketer::reduce_scatter_async: input {} overlaps the bucketer's own memory", input);
   if (bytes > m.cap_bytes) {
-    // Larger than a whole bucket: reduced at once into its own symmetric buffer (zero-copy output).
+    // Larger than a whole bucket: reduced at once into its own symmetric buffer (zero-copy output); the
+    // caller runs the callback.
     void* out = m.comm.alloc(bytes);
     try {
       m.comm.reduce_scatter(input, out, out_count, dtype, op, options);
@@ -219,25 +314,37 @@ void ReduceScatterBucketer::reduce_scatter_async(const void* input, size_t out_c
       throw;
     }
     m.large.emplace_back(out, bytes);
-    callback(out, out_count);
-    return;
+    return {.storage = nullptr, .large_result = out};
   }
   Impl::Bucket& b = m.bucket_for(dtype, op, options);
   const size_t padded = round_up(out_count, std::max<size_t>(1, 16 / es));
   if ((b.used + padded) * es > m.cap_bytes) {  // full: flush this bucket before adding
-    std::vector<Impl::Done> done;
+    Impl::DoneList done;
     m.run_bucket(b, done);
-    Impl::run_callbacks(done);
+    m.run_callbacks(done);
   }
-  b.entries.push_back({.input = input, .count = out_count, .offset = b.used, .callback = std::move(callback)});
-  b.used += padded;
+  m.prepared = {.bucket = &b, .input = input, .count = out_count, .padded = padded};
+  return {.storage = b.arena.allocate(callback_bytes, callback_align), .large_result = nullptr};
+}
+
+void ReduceScatterBucketer::commit(detail::StoredCallback callback) {
+  Impl& m = *impl_;
+  Impl::Bucket& b = *m.prepared.bucket;
+  try {
+    b.entries.push_back({.input = m.prepared.input, .count = m.prepared.count, .offset = b.used, .callback = callback});
+  } catch (...) {
+    callback.destroy(callback.object);
+    throw;
+  }
+  b.used += m.prepared.padded;
   ++m.pending;
+  m.prepared = {};
 }
 
 void ReduceScatterBucketer::flush() {
-  std::vector<Impl::Done> done;
+  Impl::DoneList done;
   for (auto& b : impl_->buckets) impl_->run_bucket(*b, done);
-  Impl::run_callbacks(done);
+  impl_->run_callbacks(done);
 }
 
 void ReduceScatterBucketer::teardown() {

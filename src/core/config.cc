@@ -66,6 +66,22 @@ LogLevel parse_log_level(std::string_view name, std::string_view v) {
   SYMCOMM_THROW(kInvalidArgument, "{}='{}' is not one of off|error|warn|info|debug", name, v);
 }
 
+NcclInit parse_nccl_init(std::string_view name, std::string_view v) {
+  if (v == "eager") return NcclInit::kEager;
+  if (v == "lazy") return NcclInit::kLazy;
+  if (v == "off") return NcclInit::kOff;
+  SYMCOMM_THROW(kInvalidArgument, "{}='{}' is not one of eager|lazy|off", name, v);
+}
+
+const char* nccl_init_name(NcclInit n) {
+  switch (n) {
+    case NcclInit::kEager: return "eager";
+    case NcclInit::kLazy: return "lazy";
+    case NcclInit::kOff: return "off";
+  }
+  return "?";
+}
+
 const char* log_level_name(LogLevel l) {
   switch (l) {
     case LogLevel::kOff: return "off";
@@ -120,6 +136,9 @@ const std::vector<EnvVar>& env_table() {
       {"SYMCOMM_DEBUG_CHECKS", "check every collective's arguments across ranks before running it",
        [](Config& c, std::string_view v) { c.debug_checks = parse_bool("SYMCOMM_DEBUG_CHECKS", v); },
        [](const Config& c) { return std::string(c.debug_checks ? "1" : "0"); }},
+      {"SYMCOMM_NCCL", "CUDA backend: when its NCCL communicator is created: eager|lazy (at first use)|off",
+       [](Config& c, std::string_view v) { c.nccl = parse_nccl_init("SYMCOMM_NCCL", v); },
+       [](const Config& c) { return std::string(nccl_init_name(c.nccl)); }},
       size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1,
                1 << 20),
       tuning_var("SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "host all-reduce: one-shot up to this size",

@@ -161,12 +161,37 @@ CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(devi
     }
     ce_ = std::make_unique<CopyEngine>(ctx_, device_, control_, control_dev_, *heap_, ce_pads, ce_scratch, 2 * half);
   }
+  // Config::nccl (NcclInit). Without NVLink peer access NCCL is the only path, so it is created now whatever
+  // the mode (except off). Lazily, NCCL counts as available until its creation fails (the same on every rank).
+  const NcclInit nccl_mode = ctx_.config.nccl;
+  if (nccl_mode == NcclInit::kEager || (nccl_mode == NcclInit::kLazy && !caps_.full_nvlink)) {
+    init_nccl();
+  } else {
+    caps_.nccl_available = nccl_mode == NcclInit::kLazy;
+  }
+  SYMCOMM_LOG_INFO("rank {}: CUDA backend on device {}: full_nvlink={} nccl={}{} scratch={} B", me, device_,
+                   caps_.full_nvlink, caps_.nccl_available, nccl_ ? "" : " (not created)", 2 * half);
+}
+
+void CudaBackend::ensure_nccl(cudaStream_t s) {
+  std::lock_guard lock(nccl_mu_);
+  if (nccl_tried_ || ctx_.config.nccl != NcclInit::kLazy) return;
+  // NCCL's creation allocates and copies synchronously, which a stream capture does not allow; refused on
+  // every rank alike (they capture the same collective), so nothing is half-created.
+  SYMCOMM_CHECK(!stream_capturing(s), kUnsupported,
+                "rank {}: this collective runs through NCCL, whose communicator is created lazily (SYMCOMM_NCCL=lazy) "
+                "and cannot be created inside a CUDA graph capture: run one such collective before capturing, or "
+                "use SYMCOMM_NCCL=eager",
+                ctx_.ranks.rank);
   init_nccl();
-  SYMCOMM_LOG_INFO("rank {}: CUDA backend on device {}: full_nvlink={} nccl={} scratch={} B", me, device_,
-                   caps_.full_nvlink, caps_.nccl_available, 2 * half);
+  SYMCOMM_CHECK(caps_.nccl_available, kUnsupported,
+                "rank {}: NCCL could not be created on every rank (see the warnings); later collectives of this "
+                "communicator use symcomm's kernels",
+                ctx_.ranks.rank);
 }
 
 void CudaBackend::init_nccl() {
+  nccl_tried_ = true;
   // NCCL must never use NVLink multicast (NVLS) here: it can take shared GPUs out of service.
   ::setenv("NCCL_NVLS_ENABLE", "0", 1);
   ncclUniqueId id;
@@ -179,15 +204,23 @@ void CudaBackend::init_nccl() {
     SYMCOMM_CHECK(b.size() == sizeof(id), kStore, "bad NCCL unique id in the store ({} bytes)", b.size());
     std::memcpy(&id, b.data(), sizeof(id));
   }
+  // ncclCommInitRank blocks without a deadline: a rank that died (or left) before entering it would hold the
+  // others inside NCCL for ever. So every rank first shows, through the mesh (bounded by the communicator's
+  // deadline, a dead peer reported as such), that it is alive and holds the id; what remains is a death
+  // inside NCCL's own creation.
+  (void)agree_all(ctx_, true);
+  // Every rank read the id before agreeing: the key goes, so the store does not grow with every communicator.
+  if (ctx_.ranks.rank == 0) ctx_.store->remove(key);
+  const auto t0 = std::chrono::steady_clock::now();
   ncclResult_t res = ncclCommInitRank(&nccl_, ctx_.ranks.world_size, id, ctx_.ranks.rank);
   bool ok = res == ncclSuccess;
+  SYMCOMM_LOG_DEBUG("rank {}: ncclCommInitRank took {:.1f} ms", ctx_.ranks.rank,
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   if (!ok) {
     SYMCOMM_LOG_WARN("rank {}: ncclCommInitRank failed: {}", ctx_.ranks.rank, ncclGetErrorString(res));
     nccl_ = nullptr;
   }
   caps_.nccl_available = agree_all(ctx_, ok);
-  // Every rank read the id before agreeing: the key goes, so the store does not grow with every communicator.
-  if (ctx_.ranks.rank == 0) ctx_.store->remove(key);
 }
 
 CudaBackend::~CudaBackend() {
@@ -195,7 +228,12 @@ CudaBackend::~CudaBackend() {
   if (!failed) cudaDeviceSynchronize();  // let enqueued kernels finish before their memory goes
   // ncclCommAbort also on a clean shutdown: it never waits for peers (which may already be gone or busy),
   // and our own NCCL work has completed (synchronised above) or must be cut off (failure).
-  if (nccl_) ncclCommAbort(nccl_);
+  if (nccl_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ncclCommAbort(nccl_);
+    SYMCOMM_LOG_DEBUG("rank {}: ncclCommAbort took {:.1f} ms", ctx_.ranks.rank,
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   {
     std::lock_guard lock(control_->mu);
     // Kernels of a failed communicator exit on their own (error word / abort); keep the words valid until

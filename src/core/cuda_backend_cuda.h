@@ -64,6 +64,9 @@ class CudaBackend final : public Backend {
 
  private:
   void init_nccl();
+  /// Config::nccl == kLazy: creates the NCCL communicator at its first use (every rank reaches the same
+  /// collective), refused while `s` is capturing. No-op once created, and in the other modes.
+  void ensure_nccl(cudaStream_t s);
   void launch(const Request& r, Algorithm algo, cudaStream_t s);
   void launch_nccl(const Request& r, cudaStream_t s);
   Error device_error(uint64_t e) const;
@@ -88,6 +91,8 @@ class CudaBackend final : public Backend {
   device::HostControl* control_dev_ = nullptr;  ///< device pointer of control_->host
   device::DeviceComm comm_{};
   ncclComm_t nccl_ = nullptr;
+  bool nccl_tried_ = false;  ///< init_nccl() has run (kLazy: it runs once, at the first NCCL collective)
+  std::mutex nccl_mu_;
   std::mutex ptr_mu_;
   std::vector<std::pair<const void*, bool>> ptr_cache_;  ///< recently checked pointers
 

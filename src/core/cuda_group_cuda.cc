@@ -107,6 +107,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
   if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
   auto s = reinterpret_cast<cudaStream_t>(a.options.stream);
   if (algo == Algorithm::kNccl) {
+    ensure_nccl(s);  // before the group: NCCL defers a communicator created inside one to its end
     SYMCOMM_NCCL_CHECK(ncclGroupStart());
     try {
       for (size_t k = begin; k < end; ++k) launch_nccl(ops[k].first, s);

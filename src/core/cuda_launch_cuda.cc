@@ -40,6 +40,7 @@ uint64_t op_header(const Request& r, int path, bool zero_copy) {
 }  // namespace
 
 void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
+  ensure_nccl(s);
   SYMCOMM_CHECK(nccl_, kUnsupported, "NCCL is not available on this communicator");
   const auto dt = to_nccl(r.dtype);
   const int n = ctx_.ranks.world_size;

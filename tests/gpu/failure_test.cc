@@ -379,6 +379,40 @@ TEST(GpuFailure, PeerDiesDuringDestroy) {
   });
 }
 
+// SYMCOMM_NCCL=lazy: the last rank dies before the first collective that runs through NCCL. The others, who
+// create NCCL then, get kPeerDead naming it soon after the death from the mesh agreement that precedes
+// ncclCommInitRank (CudaBackend::init_nccl), instead of waiting inside NCCL for ever.
+TEST(GpuFailure, PeerDiesBeforeLazyNcclCreation) {
+  with_last_rank_dying([](RankEnv& env, int n) {
+    CommOptions o = cuda_comm_options();
+    o.config = env.config;
+    o.config->nccl = NcclInit::kLazy;
+    auto comm = env.make_comm(o);
+    void* buf = nullptr;
+    ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
+    comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum);  // symcomm's kernel: no NCCL yet
+    comm->barrier();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    comm->check();
+    if (env.info.rank == n - 1) {
+      env.store->set("killed_at", std::to_string(mono_ns()));
+      die(Death::kSigkill);
+    }
+    env.store->get("killed_at");
+    try {
+      comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.algorithm = Algorithm::kNccl});
+      ADD_FAILURE() << "NCCL was created without the dead rank";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
+      EXPECT_NE(std::find(e.ranks().begin(), e.ranks().end(), n - 1), e.ranks().end()) << e.what();
+    }
+    const double since = (mono_ns() - std::stoll(env.store->get_string("killed_at"))) / 1e9;
+    EXPECT_LT(since, 1.5) << "the death was reported " << since << " s after it happened";
+    expect_gpu_usable();
+    cudaFree(buf);
+  });
+}
+
 // A rank 100 ms late to an SM-kernel all-reduce and to a copy-engine all-gather: the others wait (well
 // inside the deadline) and every result is exact.
 TEST(GpuFailure, LateRankStillCompletesExactly) {

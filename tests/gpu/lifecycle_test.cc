@@ -26,15 +26,15 @@ namespace {
 
 using testing::RankEnv;
 
-constexpr int kWorld = 2;
 constexpr size_t kMiB = size_t{1} << 20;
 
-/// Cycles of the test: SYMCOMM_TEST_LIFECYCLE_CYCLES (1000 for the full count, fewer under
-/// compute-sanitizer), default 100: a cycle takes ~0.95 s on 2 x H200 (most of it ncclCommAbort in the
-/// destroy), so 1000 would hold the GPU suite for ~16 minutes.
-int lifecycle_cycles() {
+/// Cycles of the tests: SYMCOMM_TEST_LIFECYCLE_CYCLES (1000 for the full count, fewer under
+/// compute-sanitizer), default 100 for the 2-rank eager test: a cycle takes ~0.95 s on 2 x H200 (most of it
+/// ncclCommAbort in the destroy, which waits out NCCL's 500 ms service-thread polls), so 1000 would hold the
+/// GPU suite for ~16 minutes. With SYMCOMM_NCCL=lazy only the cycles that use NCCL pay for it.
+int lifecycle_cycles(int default_cycles) {
   const char* v = std::getenv("SYMCOMM_TEST_LIFECYCLE_CYCLES");
-  if (v == nullptr || *v == '\0') return 100;
+  if (v == nullptr || *v == '\0') return default_cycles;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
   return *end == '\0' && n >= 1 && n <= 1000000 ? static_cast<int>(n) : -1;
@@ -66,31 +66,46 @@ Resources resources() {
 
 /// In-place int32 all-reduce of 1024 elements on device memory with `algo`; checks the exact sum.
 void all_reduce_exact(Communicator& comm, int32_t* dev, int cycle, Algorithm algo) {
+  const int world = comm.world_size();
   constexpr size_t kCount = 1024;
   const int me = comm.rank();
   std::vector<int32_t> host(kCount);
   for (size_t j = 0; j < kCount; ++j) host[j] = cycle + static_cast<int32_t>(j) + me;
   ASSERT_EQ(cudaMemcpy(dev, host.data(), kCount * 4, cudaMemcpyHostToDevice), cudaSuccess);
   comm.all_reduce(dev, dev, kCount, DataType::kInt32, ReduceOp::kSum, {.algorithm = algo});
-  EXPECT_EQ(comm.last_algorithm(), algo == Algorithm::kAuto ? Algorithm::kOneShot : algo);
+  // One rank has nothing to choose: select() gives it the direct (local) copy.
+  const Algorithm auto_algo = world == 1 ? Algorithm::kDirect : Algorithm::kOneShot;
+  EXPECT_EQ(comm.last_algorithm(), algo == Algorithm::kAuto ? auto_algo : algo);
   // A blocking copy on the legacy default stream, which the collective was enqueued on.
   ASSERT_EQ(cudaMemcpy(host.data(), dev, kCount * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   comm.check();
   size_t wrong = 0;
-  for (size_t j = 0; j < kCount; ++j) wrong += host[j] != kWorld * (cycle + static_cast<int32_t>(j)) + 1;
+  // sum over r of (cycle + j + r) = world * (cycle + j) + world * (world - 1) / 2
+  for (size_t j = 0; j < kCount; ++j) {
+    wrong += host[j] != world * (cycle + static_cast<int32_t>(j)) + world * (world - 1) / 2;
+  }
   ASSERT_EQ(wrong, 0u) << "cycle " << cycle << ", " << to_string(algo);
 }
 
-TEST(GpuLifecycle, CreateDestroyAndAbortCyclesLeakNothing) {
-  const int cycles = lifecycle_cycles();
+/// Create/destroy and create/abort cycles at world size `world` (ranks on GPUs 0 .. world-1) with NCCL created
+/// as `nccl` says, then the counts are compared with those after a warm-up communicator.
+void cycles_leak_nothing(const int world, const NcclInit nccl, const int default_cycles) {
+  const int cycles = lifecycle_cycles(default_cycles);
   ASSERT_GT(cycles, 0) << "SYMCOMM_TEST_LIFECYCLE_CYCLES must be an integer in [1, 1000000]";
   testing::HarnessOptions opt;
   // A cycle took 0.95-0.97 s on 2 x H200 (2026-11-23, 20-40 cycles, this test's printout: create 35-47 ms,
   // destroy 880-890 ms); twice that per cycle is left, so only a hang reaches the limit.
   opt.timeout = (std::chrono::seconds(120) + cycles * std::chrono::seconds(2)) * testing::timeout_scale();
   testing::expect_success(
-      kWorld,
-      [cycles](RankEnv& env) {
+      world,
+      [cycles, world, nccl](RankEnv& env) {
+        auto options = [&env, nccl](const std::string& name) {
+          CommOptions o = cuda_comm_options();
+          o.config = env.config;
+          o.config->nccl = nccl;
+          o.name = name;
+          return o;
+        };
         const int me = env.info.rank;
         ASSERT_EQ(cudaSetDevice(env.info.local_rank), cudaSuccess);  // the communicators' device
         int32_t* dev = nullptr;
@@ -98,12 +113,12 @@ TEST(GpuLifecycle, CreateDestroyAndAbortCyclesLeakNothing) {
         // First-use state is not a leak: the CUDA context, lazily loaded kernels (symcomm's and NCCL's),
         // NCCL's process-wide initialisation, logging and thread-local state.
         {
-          auto warm = env.make_comm(cuda_comm_options());
+          auto warm = env.make_comm(options("warm"));
           ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*warm, dev, -1, Algorithm::kAuto));
           ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*warm, dev, -2, Algorithm::kNccl));
         }
         // The peer maps our heap allocations until it destroys its communicator: count once both have.
-        testing::store_barrier(*env.store, "lifecycle/warm", kWorld);
+        testing::store_barrier(*env.store, "lifecycle/warm", world);
         const Resources before = resources();
         const int64_t keys_before = env.store->num_keys();
 
@@ -111,10 +126,8 @@ TEST(GpuLifecycle, CreateDestroyAndAbortCyclesLeakNothing) {
         const auto t0 = Clock::now();
         Clock::duration creating{}, destroying{};
         for (int i = 0; i < cycles; ++i) {
-          CommOptions o = cuda_comm_options();
-          o.name = fmt::format("life{}", i);
           const auto c0 = Clock::now();
-          auto comm = env.make_comm(o);
+          auto comm = env.make_comm(options(fmt::format("life{}", i)));
           creating += Clock::now() - c0;
           if (i % 2) {
             comm->abort();
@@ -125,17 +138,23 @@ TEST(GpuLifecycle, CreateDestroyAndAbortCyclesLeakNothing) {
           if (i == 0) {
             // While a communicator lives every count is up: mesh sockets and NCCL's, the mesh and copy-engine
             // watchdogs and NCCL's proxy threads (and their stacks), and at least the LL buffer (2 parities x 2
-            // sources x 2 MB) in device memory. Otherwise the counting below proves nothing.
+            // sources x 2 MB) in device memory. Otherwise the counting below proves nothing. A single rank has
+            // no peers (no mesh sockets or peer mappings; what NCCL starts for one rank is its own business), so
+            // there only the sum of the host counts and its heap in device memory must have risen.
             const Resources alive = resources();
-            EXPECT_GT(alive.fds, before.fds);
-            EXPECT_GT(alive.threads, before.threads);
-            EXPECT_GT(alive.maps, before.maps);
-            EXPECT_GE(before.free_gpu - std::min(before.free_gpu, alive.free_gpu), 8 * kMiB);
+            if (world > 1) {
+              EXPECT_GT(alive.fds, before.fds);
+              EXPECT_GT(alive.threads, before.threads);
+              EXPECT_GT(alive.maps, before.maps);
+            } else {
+              EXPECT_GT(alive.fds + alive.threads + alive.maps, before.fds + before.threads + before.maps);
+            }
+            EXPECT_GE(before.free_gpu - std::min(before.free_gpu, alive.free_gpu), (world > 1 ? 8 : 2) * kMiB);
             if (me == 0) {
               std::printf(
-                  "GpuLifecycle: with one communicator alive: fds %d -> %d, threads %d -> %d, mappings %d -> "
-                  "%d, free GPU memory %.1f -> %.1f MiB\n",
-                  before.fds, alive.fds, before.threads, alive.threads, before.maps, alive.maps,
+                  "GpuLifecycle (%d ranks): with one communicator alive: fds %d -> %d, threads %d -> %d, mappings "
+                  "%d -> %d, free GPU memory %.1f -> %.1f MiB\n",
+                  world, before.fds, alive.fds, before.threads, alive.threads, before.maps, alive.maps,
                   before.free_gpu / double(kMiB), alive.free_gpu / double(kMiB));
             }
           }
@@ -145,7 +164,7 @@ TEST(GpuLifecycle, CreateDestroyAndAbortCyclesLeakNothing) {
         }
         auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
         const double seconds = secs(Clock::now() - t0);
-        testing::store_barrier(*env.store, "lifecycle/cycles_done", kWorld);
+        testing::store_barrier(*env.store, "lifecycle/cycles_done", world);
         const Resources after = resources();
         EXPECT_EQ(after.fds, before.fds);
         EXPECT_EQ(after.threads, before.threads);
@@ -169,16 +188,110 @@ TEST(GpuLifecycle, CreateDestroyAndAbortCyclesLeakNothing) {
             << (env.store->check(fmt::format("symcomm/life{}/cuda/nccl_id", cycles - 1)) ? "still there" : "gone");
         if (me == 0) {
           std::printf(
-              "GpuLifecycle: %d cycles in %.1f s: %.1f ms per cycle (create %.1f ms, destroy %.1f ms, the rest "
-              "all-reduce or abort)\n",
-              cycles, seconds, 1e3 * seconds / cycles, 1e3 * secs(creating) / cycles, 1e3 * secs(destroying) / cycles);
+              "GpuLifecycle (%d ranks, NCCL %s): %d cycles in %.1f s: %.1f ms per cycle (create %.1f ms, destroy "
+              "%.1f ms, the rest all-reduce or abort)\n",
+              world, nccl == NcclInit::kLazy ? "lazy" : "eager", cycles, seconds, 1e3 * seconds / cycles,
+              1e3 * secs(creating) / cycles, 1e3 * secs(destroying) / cycles);
         }
         cudaFree(dev);
         // Rank 0 hosts the harness's store server, whose connection from rank 1 (an fd and a thread) is part of
         // rank 0's counts: rank 1 must not exit, closing it, before rank 0 has counted.
-        testing::store_barrier(*env.store, "lifecycle/counted", kWorld);
+        testing::store_barrier(*env.store, "lifecycle/counted", world);
       },
       opt);
+}
+
+TEST(GpuLifecycle, CreateDestroyAndAbortCyclesLeakNothing) { cycles_leak_nothing(2, NcclInit::kEager, 100); }
+
+// With NCCL created at its first use: a quarter of the cycles create it (their NCCL all-reduce), the others
+// never do (an abort, or symcomm's kernel).
+TEST(GpuLifecycle, LazyNcclCreateDestroyAndAbortCyclesLeakNothing) { cycles_leak_nothing(2, NcclInit::kLazy, 100); }
+
+// The same at world size 1 (GPU 0): every per-process resource of the CUDA backend (the heap's cuMem
+// allocations, its fd export, pinned host words, streams, the copy engine's watchdog where it exists, NCCL's
+// one-rank communicator) without peers. Run on a one-GPU machine too (tests/harness/gpu_main.cc).
+TEST(GpuLifecycle, SingleGpuCreateDestroyAndAbortCyclesLeakNothing) { cycles_leak_nothing(1, NcclInit::kEager, 20); }
+TEST(GpuLifecycle, SingleGpuLazyNcclCreateDestroyAndAbortCyclesLeakNothing) {
+  cycles_leak_nothing(1, NcclInit::kLazy, 40);
+}
+
+/// all_reduce with algorithm `algo` on `s` (non-default stream), expected to throw Error(code); returns its
+/// message.
+std::string all_reduce_error(Communicator& comm, int32_t* dev, cudaStream_t s, Algorithm algo, ErrorCode code) {
+  try {
+    comm.all_reduce(dev, dev, 1024, DataType::kInt32, ReduceOp::kSum, {.stream = s, .algorithm = algo});
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.message();
+  }
+  ADD_FAILURE() << "all_reduce with " << to_string(algo) << " did not throw";
+  return {};
+}
+
+// SYMCOMM_NCCL=lazy: NCCL is created by the first collective that runs through it (on every rank at once),
+// never inside a CUDA graph capture (a clear kUnsupported, the capture and communicator left usable); once
+// created it is captured and replayed like any collective. SYMCOMM_NCCL=off: forcing NCCL is kUnsupported and
+// automatic selection uses symcomm's kernels. On as many GPUs as there are, up to 2 (so it runs on one too).
+TEST(GpuNcclInit, SingleGpuLazyNcclIsCreatedAtFirstUseButNotInsideACapture) {
+  const int world = std::min(2, testing::count_gpus_in_child());
+  ASSERT_GE(world, 1);
+  testing::expect_success(world, [world](RankEnv& env) {
+    ASSERT_EQ(cudaSetDevice(env.info.local_rank), cudaSuccess);
+    int32_t* dev = nullptr;
+    GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&dev), 1024 * 4));
+    cudaStream_t s = nullptr;
+    GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CommOptions o = cuda_comm_options();
+    o.config = env.config;
+    o.config->nccl = NcclInit::kLazy;
+    auto comm = env.make_comm(o);
+    ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*comm, dev, 1, Algorithm::kAuto));  // symcomm's kernel
+
+    GPU_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    const std::string msg = all_reduce_error(*comm, dev, s, Algorithm::kNccl, ErrorCode::kUnsupported);
+    EXPECT_NE(msg.find("SYMCOMM_NCCL=lazy"), std::string::npos) << msg;
+    cudaGraph_t graph = nullptr;
+    GPU_CHECK(cudaStreamEndCapture(s, &graph));  // the refusal launched nothing: the capture is still valid
+    if (graph) {
+      GPU_CHECK(cudaGraphDestroy(graph));
+    }
+    comm->check();
+
+    ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*comm, dev, 2, Algorithm::kNccl));  // creates NCCL, eagerly
+    // Now captured, replayed with new inputs, exact.
+    GPU_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    comm->all_reduce(dev, dev, 1024, DataType::kInt32, ReduceOp::kSum, {.stream = s, .algorithm = Algorithm::kNccl});
+    GPU_CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    GPU_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const int me = env.info.rank;
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<int32_t> host(1024);
+      for (size_t j = 0; j < host.size(); ++j) host[j] = 100 * rep + static_cast<int32_t>(j) + me;
+      GPU_CHECK(cudaMemcpyAsync(dev, host.data(), 1024 * 4, cudaMemcpyHostToDevice, s));
+      GPU_CHECK(cudaGraphLaunch(exec, s));
+      GPU_CHECK(cudaMemcpyAsync(host.data(), dev, 1024 * 4, cudaMemcpyDeviceToHost, s));
+      GPU_CHECK(cudaStreamSynchronize(s));
+      size_t wrong = 0;
+      for (size_t j = 0; j < host.size(); ++j) {
+        wrong += host[j] != world * (100 * rep + static_cast<int32_t>(j)) + world * (world - 1) / 2;
+      }
+      EXPECT_EQ(wrong, 0u) << "replay " << rep;
+    }
+    comm->check();
+    GPU_CHECK(cudaGraphExecDestroy(exec));
+    GPU_CHECK(cudaGraphDestroy(graph));
+    comm.reset();
+
+    o.config->nccl = NcclInit::kOff;
+    o.name = "nccl_off";
+    auto off = env.make_comm(o);
+    all_reduce_error(*off, dev, s, Algorithm::kNccl, ErrorCode::kUnsupported);
+    ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*off, dev, 3, Algorithm::kAuto));
+    off.reset();
+    GPU_CHECK(cudaStreamDestroy(s));
+    GPU_CHECK(cudaFree(dev));
+  });
 }
 
 }  // namespace

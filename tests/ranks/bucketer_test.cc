@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -185,8 +188,13 @@ TEST(HostBucketerRules, InvalidUseThrowsAndLeavesEverythingUsable) {
                    "dtype");
     expect_invalid(
         [&] { b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, static_cast<ReduceOp>(42), copy_out); }, "op");
+    // (A callback that copies nothing: GCC would warn about copy_out's memcpy of SIZE_MAX / 4 floats, which
+    // the rejection never reaches.)
     expect_invalid(
-        [&] { b.reduce_scatter_async(in.data(), SIZE_MAX / 4, DataType::kFloat32, ReduceOp::kSum, copy_out); },
+        [&] {
+          b.reduce_scatter_async(in.data(), SIZE_MAX / 4, DataType::kFloat32, ReduceOp::kSum,
+                                 [](const void*, size_t) {});
+        },
         "byte-size overflow");
     EXPECT_EQ(b.pending(), 0u) << "a rejected call records nothing";
 
@@ -222,6 +230,109 @@ TEST(HostBucketerRules, InvalidUseThrowsAndLeavesEverythingUsable) {
     b.flush();
     EXPECT_EQ(got, std::vector<float>(8, 2.0f));
     comm->barrier();  // the communicator stayed in step
+  });
+}
+
+// NOTE [callback storage]: callables of any capture size, move-only ones and over-aligned ones are each
+// constructed once, run once and destroyed once; pending ones dropped by the destructor are destroyed
+// without running; a callback may record again (and so fill and flush a bucket from inside a flush).
+struct Tracked {
+  static inline int alive = 0, runs = 0;
+  std::array<int32_t, 48> payload{};  // 192 bytes of capture
+  std::unique_ptr<int> move_only = std::make_unique<int>(7);
+  std::vector<int32_t>* sink = nullptr;
+  explicit Tracked(std::vector<int32_t>* s, int32_t v) : sink(s) {
+    payload.fill(v);
+    ++alive;
+  }
+  Tracked(Tracked&& o) noexcept : payload(o.payload), move_only(std::move(o.move_only)), sink(o.sink) { ++alive; }
+  Tracked(const Tracked&) = delete;
+  ~Tracked() { --alive; }
+  void operator()(const void* r, size_t c) {
+    ++runs;
+    EXPECT_EQ(*move_only, 7);
+    const auto* v = static_cast<const int32_t*>(r);
+    sink->assign(v, v + c);
+    sink->push_back(payload[47]);
+  }
+};
+
+struct alignas(64) OverAligned {
+  int32_t* out;
+  void operator()(const void* r, size_t) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(this) % 64, 0u);
+    *out = *static_cast<const int32_t*>(r);
+  }
+};
+
+TEST(HostBucketerRules, CallbacksOfAnySizeRunOnceAndAreDestroyedOnce) {
+  expect_success(2, [](RankEnv& env) {
+    auto comm = env.make_comm();
+    const int n = env.info.world_size, me = env.info.rank;
+    Tracked::alive = Tracked::runs = 0;
+    // 64 bytes of output per rank: 16 int32 per bucket.
+    auto b = std::make_unique<ReduceScatterBucketer>(*comm, BucketOptions{.bucket_cap_mb = 64.0 * n / 1048576.0});
+    std::vector<int32_t> in(n * 4);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(10 * i) + me;
+    // Element j of rank r's block: sum over ranks p of (10 * (r * 4 + j) + p).
+    auto want = [&](size_t j) { return n * 10 * static_cast<int32_t>(me * 4 + j) + n * (n - 1) / 2; };
+    std::vector<std::vector<int32_t>> got(40);
+    for (int k = 0; k < 40; ++k) {  // 4 per entry: a bucket holds 4, so 9 flushes happen inside the recording
+      b->reduce_scatter_async(in.data(), 4, DataType::kInt32, ReduceOp::kSum, Tracked(&got[k], k));
+    }
+    EXPECT_EQ(Tracked::alive, 4);  // the last bucketful, pending
+    b->flush();
+    EXPECT_EQ(Tracked::alive, 0);
+    EXPECT_EQ(Tracked::runs, 40);
+    for (int k = 0; k < 40; ++k) {
+      ASSERT_EQ(got[k].size(), 5u) << k;
+      for (size_t j = 0; j < 4; ++j) EXPECT_EQ(got[k][j], want(j)) << k;
+      EXPECT_EQ(got[k][4], k) << "the callback's own capture";
+    }
+
+    // Callbacks that record again: 4 at depth 0 each record 2 at depth 1, which each record 2 at depth 2. The
+    // bucket holds 4, so buckets fill and flush (and run callbacks) from inside callbacks of an outer flush,
+    // whose own callbacks still live in the bucket's memory.
+    int inner = 0, wrong = 0;
+    std::function<void(int)> record = [&](int depth) {
+      std::array<int64_t, 8> ballast{};  // 64 more bytes of capture
+      ballast.fill(depth);
+      b->reduce_scatter_async(in.data(), 4, DataType::kInt32, ReduceOp::kSum,
+                              [&, depth, ballast](const void* r, size_t c) {
+                                ++inner;
+                                const auto* v = static_cast<const int32_t*>(r);
+                                for (size_t j = 0; j < c; ++j) wrong += v[j] != want(j);
+                                wrong += c != 4 || ballast[7] != depth;
+                                if (depth < 2) {
+                                  record(depth + 1);
+                                  record(depth + 1);
+                                }
+                              });
+    };
+    for (int k = 0; k < 4; ++k) record(0);
+    while (b->pending() > 0) b->flush();
+    EXPECT_EQ(inner, 4 + 8 + 16);
+    EXPECT_EQ(wrong, 0);
+
+    int32_t first = -1;
+    b->reduce_scatter_async(in.data(), 4, DataType::kInt32, ReduceOp::kSum, OverAligned{&first});
+    void (*null_fn)(const void*, size_t) = nullptr;
+    EXPECT_THROW(b->reduce_scatter_async(in.data(), 4, DataType::kInt32, ReduceOp::kSum, null_fn), Error);
+    b->flush();
+    EXPECT_EQ(first, want(0));
+
+    // Pending callbacks dropped by the destructor are destroyed without running.
+    for (int k = 0; k < 3; ++k) {
+      b->reduce_scatter_async(in.data(), 4, DataType::kInt32, ReduceOp::kSum, Tracked(&got[k], k));
+    }
+    EXPECT_EQ(Tracked::alive, 3);
+    b->flush();  // every rank alike, so that the destructor below drops the same (nothing) everywhere
+    b->reduce_scatter_async(in.data(), 4, DataType::kInt32, ReduceOp::kSum, Tracked(&got[0], 0));
+    const int runs = Tracked::runs;
+    b.reset();
+    EXPECT_EQ(Tracked::alive, 0);
+    EXPECT_EQ(Tracked::runs, runs);
+    comm->barrier();
   });
 }
 

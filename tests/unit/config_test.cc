@@ -65,6 +65,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_SCRATCH_BYTES",
     "SYMCOMM_LOG",
     "SYMCOMM_DEBUG_CHECKS",
+    "SYMCOMM_NCCL",
     "SYMCOMM_OP_HISTORY",
     "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
@@ -151,6 +152,7 @@ TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.log_level, LogLevel::kWarn);
   EXPECT_FALSE(c.debug_checks);
   EXPECT_EQ(c.op_history, 64);
+  EXPECT_EQ(c.nccl, NcclInit::kEager);
   EXPECT_EQ(c.tuning.host_one_shot_max_bytes, size_t{64} << 10);
   EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{4} << 20);
   EXPECT_EQ(c.tuning.cuda_direct_nccl_max_bytes, size_t{512} << 10);
@@ -229,6 +231,9 @@ TEST(ConfigFromEnv, TimeoutOpHistoryBooleansAndLogLevels) {
       {"warning", LogLevel::kWarn}, {"info", LogLevel::kInfo}, {"debug", LogLevel::kDebug}, {"trace", LogLevel::kDebug},
   };
   for (const auto& [v, level] : levels) EXPECT_EQ(config_with("SYMCOMM_LOG", v).log_level, level) << v;
+  EXPECT_EQ(config_with("SYMCOMM_NCCL", "eager").nccl, NcclInit::kEager);
+  EXPECT_EQ(config_with("SYMCOMM_NCCL", "lazy").nccl, NcclInit::kLazy);
+  EXPECT_EQ(config_with("SYMCOMM_NCCL", "off").nccl, NcclInit::kOff);
 }
 
 TEST(ConfigFromEnv, SeveralVariablesTogether) {
@@ -273,6 +278,7 @@ TEST(ConfigFromEnv, MalformedValuesNameTheVariable) {
   }
   for (const char* bad : {"2", "y", "TRUE", "True", "enable", " 1"}) expect_rejected("SYMCOMM_DEBUG_CHECKS", bad);
   for (const char* bad : {"verbose", "WARN", "Info", "3", "warn "}) expect_rejected("SYMCOMM_LOG", bad);
+  for (const char* bad : {"on", "1", "Lazy", "none", "eager "}) expect_rejected("SYMCOMM_NCCL", bad);
 }
 
 TEST(ConfigFromEnv, ValuesBelowTheMinimumNameTheVariable) {
