@@ -297,6 +297,30 @@ TEST(GpuCollectives, LowContentionSelectsTheCopyEngine) {
   });
 }
 
+// One rank (also where only one GPU is lent): the whole matrix with every algorithm that can be forced,
+// where each collective is a copy (or nothing) but still goes through the kernels, the copy engine and
+// NCCL's one-rank communicator; automatic selection takes the local copy.
+TEST(GpuCollectives, SingleGpuEveryCollectiveAndAlgorithmAtOneRank) {
+  testing::expect_success(1, [](RankEnv& env) {
+    std::vector<Case> v =
+        reduction_cases(Collective::kAllReduce, {Algorithm::kAuto, Algorithm::kOneShot, Algorithm::kTwoShot});
+    std::vector<Case> rs = reduction_cases(Collective::kReduceScatter, {Algorithm::kAuto, Algorithm::kCopyEngine});
+    v.insert(v.end(), rs.begin(), rs.end());
+    for (Collective k : {Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll}) {
+      for (Algorithm a : {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kCopyEngine}) {
+        std::vector<Case> m = move_cases(k, 1, a);
+        v.insert(v.end(), m.begin(), m.end());
+      }
+    }
+    for (Collective k : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                         Collective::kBroadcast, Collective::kAllToAll})
+      for (size_t count : kCounts)
+        for (bool ip : {false, true})
+          v.push_back({k, DataType::kBFloat16, ReduceOp::kSum, count, ip, 0, Algorithm::kNccl});
+    sweep(env, v);
+  });
+}
+
 // The NCCL fallback path through the same entry points (a narrower matrix: NCCL is not under test).
 TEST(GpuCollectives, NcclFallback) {
   const int n = gpus();

@@ -356,7 +356,9 @@ TEST(GpuFailure, PeerDiesDuringRendezvous) {
 }
 
 // The last rank dies while the others destroy the communicator: destruction is local (no wait for the dead
-// rank), takes well under a second, and leaves the GPU usable.
+// rank, whose deadline here is 20 s), and leaves the GPU usable. It takes ~1 s, not less: the NCCL
+// communicator's teardown (ncclCommAbort) always waits out its service threads' 500 ms polls (0.88-1.0 s
+// measured, docs/benchmarks.md), so the bound leaves room for that and nothing more.
 TEST(GpuFailure, PeerDiesDuringDestroy) {
   with_last_rank_dying([](RankEnv& env, int n) {
     auto comm = env.make_comm(cuda_comm_options());
@@ -373,7 +375,7 @@ TEST(GpuFailure, PeerDiesDuringDestroy) {
     env.store->get("killed_at");
     const auto t0 = Clock::now();
     comm.reset();
-    EXPECT_LT(seconds_since(t0), 1.0) << "destroy waited for the dead rank";
+    EXPECT_LT(seconds_since(t0), 2.0) << "destroy waited for the dead rank";
     expect_gpu_usable();
     cudaFree(buf);
   });

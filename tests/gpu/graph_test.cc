@@ -38,8 +38,7 @@ std::vector<uint8_t> expected(const Op& op, uint64_t seed, int n, int me) {
   return w;
 }
 
-TEST(GpuGraph, ThousandReplaysWithChangingInputs) {
-  const int n = testing::count_gpus_in_child();
+void thousand_replays(int n) {
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank(), world = comm->world_size();
@@ -135,6 +134,11 @@ TEST(GpuGraph, ThousandReplaysWithChangingInputs) {
     cudaStreamDestroy(s);
   });
 }
+
+TEST(GpuGraph, ThousandReplaysWithChangingInputs) { thousand_replays(testing::count_gpus_in_child()); }
+
+// The same at one rank (every algorithm forced above runs with no peer), also where only one GPU is lent.
+TEST(GpuGraph, SingleGpuThousandReplaysAtOneRank) { thousand_replays(1); }
 
 }  // namespace
 }  // namespace symcomm::gputest
