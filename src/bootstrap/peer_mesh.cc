@@ -222,8 +222,10 @@ class PeerMeshImpl final : public PeerMesh {
     std::lock_guard lock(*send_mu_[peer]);
     uint64_t bit = uint64_t{1} << peer;
     if (((dead_.load() | left_.load()) & bit) || !write_frame(socks_[peer], tag, payload, fds)) {
-      SYMCOMM_THROW(kPeerDead, "rank {}: cannot send to rank {} (pid {}): it died or left", ranks_.rank, peer,
-                    pids_[peer]);
+      throw Error(
+          ErrorCode::kPeerDead,
+          fmt::format("rank {}: cannot send to rank {} (pid {}): it died or left", ranks_.rank, peer, pids_[peer]),
+          __FILE__, __LINE__, {peer});
     }
   }
 
@@ -240,8 +242,10 @@ class PeerMeshImpl final : public PeerMesh {
         }
       }
       if ((dead_.load() | left_.load()) & bit) {
-        SYMCOMM_THROW(kPeerDead, "rank {}: rank {} (pid {}) died or left while this rank waited for it", ranks_.rank,
-                      peer, pids_[peer]);
+        throw Error(ErrorCode::kPeerDead,
+                    fmt::format("rank {}: rank {} (pid {}) died or left while this rank waited for it", ranks_.rank,
+                                peer, pids_[peer]),
+                    __FILE__, __LINE__, {peer});
       }
       if (abort_flag && abort_flag->load()) SYMCOMM_THROW(kAborted, "rank {}: aborted", ranks_.rank);
       if (deadline.expired()) {

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <thread>
 
+#include "bootstrap/peer_mesh.h"
+#include "core/deadline.h"
 #include "harness/process_counts.h"
 #include "harness/rank_harness.h"
 
@@ -150,6 +152,37 @@ std::string death_name(const ::testing::TestParamInfo<DeathCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllWays, RankDeath, ::testing::ValuesIn(death_cases()), death_name);
+
+// The peer mesh (what the CUDA backend's heap, capability agreements and NCCL's creation wait on) names a
+// dead peer in the error's ranks(), not only in its message: a receive that waits for the victim and a send to
+// it both get kPeerDead with ranks() == {victim}, the receive within a second of the death.
+TEST(Faults, PeerMeshNamesTheDeadRankInSendAndReceive) {
+  const int n = 3, victim = 2;
+  HarnessOptions opts;
+  opts.may_fail = {victim};
+  expect_success(
+      n,
+      [&](RankEnv& env) {
+        auto mesh = detail::PeerMesh::create(*env.store, "meshdeath", env.info, "", detail::Deadline(20s));
+        store_barrier(*env.store, "meshdeath/up", n);
+        if (env.info.rank == victim) {
+          std::this_thread::sleep_for(200ms);  // the survivors are waiting by then
+          env.store->set("killed_at", std::to_string(now_ns()));
+          die(DeathKind::kSigkill);
+        }
+        Error e =
+            expect_error(ErrorCode::kPeerDead, [&] { mesh->receive(victim, 77, detail::Deadline(20s), nullptr); });
+        const int64_t detected = now_ns();
+        EXPECT_EQ(e.ranks(), std::vector<int>{victim}) << e.what();
+        EXPECT_LT(detected - std::stoll(env.store->get_string("killed_at")), 1'000'000'000);
+        e = expect_error(ErrorCode::kPeerDead, [&] { mesh->send(victim, 77, {1, 2, 3}); });
+        EXPECT_EQ(e.ranks(), std::vector<int>{victim}) << e.what();
+        mesh->send(1 - env.info.rank, 78, {4});  // the survivors still talk
+        EXPECT_EQ(mesh->receive(1 - env.info.rank, 78, detail::Deadline(20s), nullptr).payload,
+                  std::vector<uint8_t>{4});
+      },
+      opts);
+}
 
 TEST(Faults, RankThatNeverArrivesTimesOutNamingIt) {
   HarnessOptions opts;
