@@ -71,7 +71,7 @@ fi
 
 if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   t0=$(date +%s)
-  timeout "${TESTS_TIMEOUT:-420}" "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} --gtest_output=json:"$OUT/gpu_tests.json" \
+  timeout "${TESTS_TIMEOUT:-540}" "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} --gtest_output=json:"$OUT/gpu_tests.json" \
     >"$OUT/gpu_tests.log" 2>&1
   rc=$?
   note "gpu tests: rc=$rc in $(($(date +%s) - t0)) s (77 = skipped; log: gpu_tests.log)"

@@ -411,7 +411,10 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    SYMCOMM_CHECK(write_frame(s, kTagHello, hello_bytes, {}), kPeerDead, "rank {} closed the connection", p);
+    if (!write_frame(s, kTagHello, hello_bytes, {})) {
+      throw Error(ErrorCode::kPeerDead, fmt::format("rank {}: rank {} closed the connection", me, p), __FILE__,
+                  __LINE__, {p});
+    }
   }
   for (int accepted = 0; accepted < n - 1 - me; ++accepted) {
     Deadline slice(std::chrono::milliseconds(std::min<long long>(100, deadline.remaining_ms())));

@@ -318,7 +318,9 @@ ReduceScatterBucketer::Slot ReduceScatterBucketer::prepare(const void* input, si
   }
   Impl::Bucket& b = m.bucket_for(dtype, op, options);
   const size_t padded = round_up(out_count, std::max<size_t>(1, 16 / es));
-  if ((b.used + padded) * es > m.cap_bytes) {  // full: flush this bucket before adding
+  // Full: flush this bucket before adding. Its callbacks may record into it again (even fill it), so the room
+  // is checked again after every flush; an empty bucket always has room (bytes <= cap_bytes, both padded to 16).
+  while ((b.used + padded) * es > m.cap_bytes) {
     Impl::DoneList done;
     m.run_bucket(b, done);
     m.run_callbacks(done);
@@ -331,6 +333,9 @@ void ReduceScatterBucketer::commit(detail::StoredCallback callback) {
   Impl& m = *impl_;
   Impl::Bucket& b = *m.prepared.bucket;
   try {
+    SYMCOMM_CHECK((b.used + m.prepared.padded) * dtype_size(b.dtype) <= m.cap_bytes, kInternal,
+                  "ReduceScatterBucketer: an input would overflow its bucket ({} + {} elements)", b.used,
+                  m.prepared.padded);
     b.entries.push_back({.input = m.prepared.input, .count = m.prepared.count, .offset = b.used, .callback = callback});
   } catch (...) {
     callback.destroy(callback.object);

@@ -210,7 +210,7 @@ TEST(GpuLifecycle, LazyNcclCreateDestroyAndAbortCyclesLeakNothing) { cycles_leak
 // The same at world size 1 (GPU 0): every per-process resource of the CUDA backend (the heap's cuMem
 // allocations, its fd export, pinned host words, streams, the copy engine's watchdog where it exists, NCCL's
 // one-rank communicator) without peers. Run on a one-GPU machine too (tests/harness/gpu_main.cc).
-TEST(GpuLifecycle, SingleGpuCreateDestroyAndAbortCyclesLeakNothing) { cycles_leak_nothing(1, NcclInit::kEager, 20); }
+TEST(GpuLifecycle, SingleGpuCreateDestroyAndAbortCyclesLeakNothing) { cycles_leak_nothing(1, NcclInit::kEager, 10); }
 TEST(GpuLifecycle, SingleGpuLazyNcclCreateDestroyAndAbortCyclesLeakNothing) {
   cycles_leak_nothing(1, NcclInit::kLazy, 40);
 }
