@@ -164,15 +164,17 @@ long long run_host_patterns(Communicator& comm, const BenchOptions& o, Reporter&
     auto* out = static_cast<char*>(comm.alloc(total * es));
     ReduceScatterBucketer bucketer(comm);
     bool copy_results = false;
+    // Records input k with a callback that copies its result out (when checking); its capture is larger than
+    // std::function's inline 16 bytes (NOTE [callback storage]).
+    auto record = [&](int k) {
+      char* dst = out + k * c * es;
+      bucketer.reduce_scatter_async(in + k * n * c * es, c, dt, op, [&, dst](const void* r, size_t cnt) {
+        if (copy_results) std::memcpy(dst, r, cnt * es);
+      });
+    };
     std::vector<Variant> vs;
     vs.push_back({"symcomm_bucketer", sh.bucket_ops, [&] {
-                    for (int k = 0; k < sh.bucket_ops; ++k) {
-                      char* dst = out + k * c * es;
-                      bucketer.reduce_scatter_async(in + k * n * c * es, c, dt, op,
-                                                    [&, dst](const void* r, size_t cnt) {
-                                                      if (copy_results) std::memcpy(dst, r, cnt * es);
-                                                    });
-                    }
+                    for (int k = 0; k < sh.bucket_ops; ++k) record(k);
                     bucketer.flush();
                   }});
     vs.push_back({"symcomm_grouped", sh.bucket_ops, [&] {
@@ -207,8 +209,8 @@ long long run_host_patterns(Communicator& comm, const BenchOptions& o, Reporter&
                      .iters = std::max(1, std::min(o.iters, 5)),
                      .batches = o.batches};
     wrong += measure(spec, vs, clock, o, comm, rep);
-    // Recording alone (host CPU, medians of instances one at a time): the measured variant's callback (its
-    // capture is larger than std::function's inline 16 bytes; NOTE [callback storage]) and a captureless one.
+    // Recording alone (host CPU, medians of instances one at a time): the measured variant's callback and a
+    // captureless one.
     {
       std::vector<double> rec_capture, rec_plain;
       for (int i = 0; i < std::max(o.batches, 5); ++i) {
@@ -216,13 +218,10 @@ long long run_host_patterns(Communicator& comm, const BenchOptions& o, Reporter&
           comm.barrier();
           const double c0 = thread_cpu_us();
           for (int k = 0; k < sh.bucket_ops; ++k) {
-            char* dst = out + k * c * es;
             if (plain) {
               bucketer.reduce_scatter_async(in + k * n * c * es, c, dt, op, [](const void*, size_t) {});
             } else {
-              bucketer.reduce_scatter_async(in + k * n * c * es, c, dt, op, [&, dst](const void* r, size_t cnt) {
-                if (copy_results) std::memcpy(dst, r, cnt * es);
-              });
+              record(k);
             }
           }
           (plain ? rec_plain : rec_capture).push_back(thread_cpu_us() - c0);

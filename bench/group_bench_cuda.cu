@@ -132,18 +132,19 @@ long long run_cuda_patterns(Communicator& comm, const BenchOptions& o, Reporter&
     bool copy_results = false;
     auto in_k = [&](char* base, int k) { return base + k * n * c * es; };
     auto out_k = [&](char* base, int k) { return base + k * c * es; };
+    // Records input k with a callback that copies its result out (when checking).
+    auto record = [&](int k) {
+      char* dst = out_k(m.sym_out, k);
+      bucketer.reduce_scatter_async(
+          in_k(m.sym_in, k), c, dt, op,
+          [&, dst](const void* r, size_t cnt) {
+            if (copy_results) BENCH_CUDA(cudaMemcpyAsync(dst, r, cnt * es, cudaMemcpyDeviceToDevice, s));
+          },
+          co);
+    };
     std::vector<Variant> vs;
     vs.push_back({"symcomm_bucketer", sh.bucket_ops, [&] {
-                    for (int k = 0; k < sh.bucket_ops; ++k) {
-                      char* dst = out_k(m.sym_out, k);
-                      bucketer.reduce_scatter_async(
-                          in_k(m.sym_in, k), c, dt, op,
-                          [&, dst](const void* r, size_t cnt) {
-                            if (copy_results)
-                              BENCH_CUDA(cudaMemcpyAsync(dst, r, cnt * es, cudaMemcpyDeviceToDevice, s));
-                          },
-                          co);
-                    }
+                    for (int k = 0; k < sh.bucket_ops; ++k) record(k);
                     bucketer.flush();
                   }});
     vs.push_back({"symcomm_grouped", sh.bucket_ops, [&] {
@@ -204,15 +205,7 @@ long long run_cuda_patterns(Communicator& comm, const BenchOptions& o, Reporter&
         comm.barrier({.stream = s});
         BENCH_CUDA(cudaStreamSynchronize(s));
         const double c0 = thread_cpu_us();
-        for (int k = 0; k < sh.bucket_ops; ++k) {  // the measured variant's callback (capturing)
-          char* dst = out_k(m.sym_out, k);
-          bucketer.reduce_scatter_async(
-              in_k(m.sym_in, k), c, dt, op,
-              [&, dst](const void* r, size_t cnt) {
-                if (copy_results) BENCH_CUDA(cudaMemcpyAsync(dst, r, cnt * es, cudaMemcpyDeviceToDevice, s));
-              },
-              co);
-        }
+        for (int k = 0; k < sh.bucket_ops; ++k) record(k);  // the measured variant's callback
         const double c1 = thread_cpu_us();
         BENCH_CUDA(cudaEventRecord(e1, s));
         bucketer.flush();

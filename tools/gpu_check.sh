@@ -7,8 +7,8 @@
 #   GPU_CHECK_STEPS="build tests" tools/gpu_check.sh
 #   BENCH_ARGS="--max-bytes 64M" tools/gpu_check.sh
 #   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket sanitize sabotage" tools/gpu_check.sh
-#   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu_check.sh   (issue 7's 1000 cycles)
 #   (everything; sabotage rebuilds parts of the tree several times)
+#   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu_check.sh   (issue 7's 1000 cycles)
 #
 # Missing headers (fmt, gtest, CLI11, nlohmann-json) are taken from Debian packages in .debs/ (carried to the
 # machine; see docs/cuda-backend.md), unpacked into /tmp/symcomm-deps.

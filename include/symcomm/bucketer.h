@@ -114,17 +114,20 @@ class ReduceScatterBucketer {
   size_t bucket_bytes_per_rank() const;
 
  private:
-  /// Where the next recorded callback goes (in its bucket's memory), or, for an input larger than a bucket,
-  /// null and the view of the result it was reduced into at once.
+  /// Where the next recorded callback goes (in its bucket's memory, with the bucket and the input's padded
+  /// size for commit()), or, for an input larger than a bucket, null and the view of the result it was
+  /// reduced into at once.
   struct Slot {
     void* storage;
     const void* large_result;
+    void* bucket;
+    size_t padded;
   };
   /// Validates and places an input: flushes its bucket first if it is full; reduces a too-large input at once.
   Slot prepare(const void* input, size_t out_count, DataType dtype, ReduceOp op, const CollOptions& options,
                size_t callback_bytes, size_t callback_align);
-  /// Records the input prepared last, with its callback constructed in the slot.
-  void commit(detail::StoredCallback callback);
+  /// Records the input placed by prepare() in `slot`, with its callback constructed there.
+  void commit(const Slot& slot, const void* input, size_t out_count, detail::StoredCallback callback);
   [[noreturn]] static void reject_null_callback();
 
   template <class F>
@@ -143,7 +146,8 @@ class ReduceScatterBucketer {
         return;
       }
       Fn* object = ::new (slot.storage) Fn(std::forward<F>(callback));
-      commit({.call = [](void* o, const void* r, size_t c) { std::invoke(*static_cast<Fn*>(o), r, c); },
+      commit(slot, input, out_count,
+             {.call = [](void* o, const void* r, size_t c) { std::invoke(*static_cast<Fn*>(o), r, c); },
               .destroy = [](void* o) noexcept { static_cast<Fn*>(o)->~Fn(); },
               .object = object});
     }

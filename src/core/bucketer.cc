@@ -144,12 +144,6 @@ struct ReduceScatterBucketer::Impl {
       for (Done& d : items) d.callback.destroy(d.callback.object);
     }
   };
-  /// The input placed by prepare(), recorded by commit().
-  struct Prepared {
-    Bucket* bucket = nullptr;
-    const void* input = nullptr;
-    size_t count = 0, padded = 0;
-  };
 
   Impl(Communicator& c, detail::CommCore& k, BucketOptions o) : comm(c), core(k), options(o) {
     SYMCOMM_CHECK_ARG(std::isfinite(o.bucket_cap_mb) && o.bucket_cap_mb > 0,
@@ -262,7 +256,6 @@ struct ReduceScatterBucketer::Impl {
   std::vector<std::unique_ptr<Bucket>> buckets;  ///< creation order, the same on every rank
   std::vector<std::pair<void*, size_t>> large;   ///< outputs (and bytes) of inputs larger than a bucket
   std::vector<detail::BucketCopySegment> segs;   ///< reused between flushes
-  Prepared prepared;
   int callback_depth = 0;  ///< run_callbacks() calls in progress (a callback may record and flush again)
 };
 
@@ -289,7 +282,6 @@ ReduceScatterBucketer::Slot ReduceScatterBucketer::prepare(const void* input, si
                                                            ReduceOp op, const CollOptions& options,
                                                            size_t callback_bytes, size_t callback_align) {
   Impl& m = *impl_;
-  m.prepared = {};
   // The checks of Communicator::reduce_scatter (enums, null input, byte-size overflow), at record time.
   detail::Request r{.kind = Collective::kReduceScatter,
                     .in = input,
@@ -314,7 +306,7 @@ ReduceScatterBucketer::Slot ReduceScatterBucketer::prepare(const void* input, si
       throw;
     }
     m.large.emplace_back(out, bytes);
-    return {.storage = nullptr, .large_result = out};
+    return {.storage = nullptr, .large_result = out, .bucket = nullptr, .padded = 0};
   }
   Impl::Bucket& b = m.bucket_for(dtype, op, options);
   const size_t padded = round_up(out_count, std::max<size_t>(1, 16 / es));
@@ -325,25 +317,26 @@ ReduceScatterBucketer::Slot ReduceScatterBucketer::prepare(const void* input, si
     m.run_bucket(b, done);
     m.run_callbacks(done);
   }
-  m.prepared = {.bucket = &b, .input = input, .count = out_count, .padded = padded};
-  return {.storage = b.arena.allocate(callback_bytes, callback_align), .large_result = nullptr};
+  return {.storage = b.arena.allocate(callback_bytes, callback_align),
+          .large_result = nullptr,
+          .bucket = &b,
+          .padded = padded};
 }
 
-void ReduceScatterBucketer::commit(detail::StoredCallback callback) {
+void ReduceScatterBucketer::commit(const Slot& slot, const void* input, size_t out_count,
+                                   detail::StoredCallback callback) {
   Impl& m = *impl_;
-  Impl::Bucket& b = *m.prepared.bucket;
+  auto& b = *static_cast<Impl::Bucket*>(slot.bucket);
   try {
-    SYMCOMM_CHECK((b.used + m.prepared.padded) * dtype_size(b.dtype) <= m.cap_bytes, kInternal,
-                  "ReduceScatterBucketer: an input would overflow its bucket ({} + {} elements)", b.used,
-                  m.prepared.padded);
-    b.entries.push_back({.input = m.prepared.input, .count = m.prepared.count, .offset = b.used, .callback = callback});
+    SYMCOMM_CHECK((b.used + slot.padded) * dtype_size(b.dtype) <= m.cap_bytes, kInternal,
+                  "ReduceScatterBucketer: an input would overflow its bucket ({} + {} elements)", b.used, slot.padded);
+    b.entries.push_back({.input = input, .count = out_count, .offset = b.used, .callback = callback});
   } catch (...) {
     callback.destroy(callback.object);
     throw;
   }
-  b.used += m.prepared.padded;
+  b.used += slot.padded;
   ++m.pending;
-  m.prepared = {};
 }
 
 void ReduceScatterBucketer::flush() {
