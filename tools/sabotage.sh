@@ -60,6 +60,9 @@ case_def gpu ce-mismatch src/algos/ce_plan.cc \
 case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 90
+case_def gpu nccl-blocking-creation src/core/cuda_backend_cuda.cc \
+  "config.blocking = 0;" "config.blocking = 1;" \
+  symcomm_gpu_tests "GpuFailure.PeerDiesInside*NcclCreation" 90
 case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   "      if (line.x != h_lo || line.z != h_hi) {" "      if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120

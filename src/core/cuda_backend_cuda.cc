@@ -81,6 +81,17 @@ class CudaWork final : public Work {
 }  // namespace
 
 CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(device) {
+  try {
+    setup();
+  } catch (...) {
+    // A creation that failed part-way (a peer died, NCCL could not be created) frees what it made: no
+    // destructor runs for an object whose constructor threw.
+    release();
+    throw;
+  }
+}
+
+void CudaBackend::setup() {
   const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
   SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
   SYMCOMM_CUDA_CHECK(cudaFree(nullptr));  // create the context
@@ -204,37 +215,75 @@ void CudaBackend::init_nccl() {
     SYMCOMM_CHECK(b.size() == sizeof(id), kStore, "bad NCCL unique id in the store ({} bytes)", b.size());
     std::memcpy(&id, b.data(), sizeof(id));
   }
-  // ncclCommInitRank blocks without a deadline: a rank that died (or left) before entering it would hold the
-  // others inside NCCL for ever. So every rank first shows, through the mesh (bounded by the communicator's
-  // deadline, a dead peer reported as such), that it is alive and holds the id; what remains is a death
-  // inside NCCL's own creation.
+  // Every rank first shows, through the mesh (bounded by the deadline, a dead peer reported as such), that it
+  // is alive and holds the id; a rank that dies after this is caught by nccl_settle() (NOTE [nonblocking NCCL]).
   (void)agree_all(ctx_, true);
   // Every rank read the id before agreeing: the key goes, so the store does not grow with every communicator.
   if (ctx_.ranks.rank == 0) ctx_.store->remove(key);
   const auto t0 = std::chrono::steady_clock::now();
-  ncclResult_t res = ncclCommInitRank(&nccl_, ctx_.ranks.world_size, id, ctx_.ranks.rank);
-  bool ok = res == ncclSuccess;
-  SYMCOMM_LOG_DEBUG("rank {}: ncclCommInitRank took {:.1f} ms", ctx_.ranks.rank,
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t res = ncclCommInitRankConfig(&nccl_, ctx_.ranks.world_size, id, ctx_.ranks.rank, &config);
+  // A throw here (a peer died or left, abort, deadline) leaves nccl_ to release(), which aborts its creation.
+  if (nccl_) res = nccl_settle(res, "the NCCL communicator's creation");
+  const bool ok = res == ncclSuccess && nccl_;
+  SYMCOMM_LOG_DEBUG("rank {}: NCCL communicator created in {:.1f} ms", ctx_.ranks.rank,
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   if (!ok) {
-    SYMCOMM_LOG_WARN("rank {}: ncclCommInitRank failed: {}", ctx_.ranks.rank, ncclGetErrorString(res));
+    SYMCOMM_LOG_WARN("rank {}: ncclCommInitRankConfig failed: {}", ctx_.ranks.rank, ncclGetErrorString(res));
+    if (nccl_) ncclCommAbort(nccl_);
     nccl_ = nullptr;
   }
   caps_.nccl_available = agree_all(ctx_, ok);
 }
 
-CudaBackend::~CudaBackend() {
+// NOTE [nonblocking NCCL] symcomm's NCCL communicator is nonblocking (ncclConfig_t::blocking = 0): its
+// creation, and any call that must first connect to peers, returns ncclInProgress and is finished by NCCL's
+// own threads. nccl_settle() waits for that while watching the mesh, abort() and the deadline. A blocking
+// ncclCommInitRank has no deadline: a rank that died after agreeing to create NCCL (init_nccl) held the
+// others inside it for ever; now they get kPeerDead naming it within milliseconds of its death, and the
+// half-made communicator is aborted by release().
+ncclResult_t CudaBackend::nccl_settle(ncclResult_t r, const char* what) {
+  const Deadline deadline = ctx_.deadline();
+  auto pause = std::chrono::microseconds(20);
+  while (r == ncclInProgress) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, std::chrono::microseconds(1000));
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t q = ncclCommGetAsyncError(nccl_, &state);
+    r = q == ncclSuccess ? state : q;
+    if (r != ncclInProgress) break;
+    ctx_.throw_if_failed();  // sticky error, abort(), a dead peer
+    if (const uint64_t left = ctx_.mesh ? ctx_.mesh->left_mask() : 0) {
+      throw ctx_.peer_lost_error(0, left, __FILE__, __LINE__);  // NCCL would wait for it for ever too
+    }
+    SYMCOMM_CHECK(!deadline.expired(), kTimeout, "rank {}: {} did not finish within the timeout ({} ms)",
+                  ctx_.ranks.rank, what, ctx_.config.timeout.count());
+  }
+  return r;
+}
+
+void CudaBackend::nccl_run(ncclResult_t r, const char* expr, const char* file, int line) {
+  r = nccl_settle(r, expr);
+  if (r != ncclSuccess) throw_nccl_error(static_cast<int>(r), expr, file, line);
+}
+
+CudaBackend::~CudaBackend() { release(); }
+
+void CudaBackend::release() {
   bool failed = ctx_.sticky().has_value() || ctx_.aborted.load();
   if (!failed) cudaDeviceSynchronize();  // let enqueued kernels finish before their memory goes
   // ncclCommAbort also on a clean shutdown: it never waits for peers (which may already be gone or busy),
-  // and our own NCCL work has completed (synchronised above) or must be cut off (failure).
+  // and our own NCCL work has completed (synchronised above) or must be cut off (failure). It also ends a
+  // creation still in progress (NOTE [nonblocking NCCL]).
   if (nccl_) {
     const auto t0 = std::chrono::steady_clock::now();
     ncclCommAbort(nccl_);
+    nccl_ = nullptr;
     SYMCOMM_LOG_DEBUG("rank {}: ncclCommAbort took {:.1f} ms", ctx_.ranks.rank,
                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  {
+  if (control_) {
     std::lock_guard lock(control_->mu);
     // Kernels of a failed communicator exit on their own (error word / abort); keep the words valid until
     // then by aborting them first.
@@ -244,12 +293,13 @@ CudaBackend::~CudaBackend() {
   }
   cudaDeviceSynchronize();
   ce_.reset();  // its watchdog released any copy-engine wait during the synchronisation above
-  {
+  if (control_) {
     std::lock_guard lock(control_->mu);
     if (control_->host) cudaFreeHost(control_->host);
     control_->host = nullptr;
   }
   if (state_) cudaFree(state_);
+  state_ = nullptr;
   heap_.reset();
 }
 

@@ -25,6 +25,9 @@
 #include "memory/cuda_heap_cuda.h"
 #include "symcomm/device/handle.h"
 
+/// An NCCL call on CudaBackend::nccl_ (inside a member of CudaBackend): settled, and thrown if it failed.
+#define SYMCOMM_NCCL_RUN(expr) nccl_run((expr), #expr, __FILE__, __LINE__)
+
 namespace symcomm::detail {
 
 // NOTE [LL threshold] One-shot all-reduces up to Tuning::cuda_ll_max_bytes (and the LL buffer's capacity,
@@ -63,7 +66,17 @@ class CudaBackend final : public Backend {
   CommContext& ctx() { return ctx_; }
 
  private:
+  /// The constructor's work; on an exception the constructor releases what it made (release()) and rethrows.
+  void setup();
+  /// Frees everything the backend holds (the destructor; a constructor that failed part-way).
+  void release();
   void init_nccl();
+  /// Finishes a call on the nonblocking NCCL communicator (NOTE [nonblocking NCCL]): while the call reports
+  /// ncclInProgress, waits for NCCL to finish it, and throws kPeerDead (naming the rank), kAborted or
+  /// kTimeout when a peer dies or leaves, abort() is called or the deadline passes. Returns NCCL's result.
+  ncclResult_t nccl_settle(ncclResult_t r, const char* what);
+  /// nccl_settle(), then Error(kCuda) unless the result is ncclSuccess.
+  void nccl_run(ncclResult_t r, const char* expr, const char* file, int line);
   /// Config::nccl == kLazy: creates the NCCL communicator at its first use (every rank reaches the same
   /// collective), refused while `s` is capturing. No-op once created, and in the other modes.
   void ensure_nccl(cudaStream_t s);

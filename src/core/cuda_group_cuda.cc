@@ -115,7 +115,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
       ncclGroupEnd();
       throw;
     }
-    SYMCOMM_NCCL_CHECK(ncclGroupEnd());
+    SYMCOMM_NCCL_RUN(ncclGroupEnd());
     return;
   }
   if (algo == Algorithm::kCopyEngine || !caps_.full_nvlink) {

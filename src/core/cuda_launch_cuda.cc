@@ -46,22 +46,22 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
   const int n = ctx_.ranks.world_size;
   switch (r.kind) {
     case Collective::kAllReduce:
-      SYMCOMM_NCCL_CHECK(ncclAllReduce(r.in, r.out, r.count, dt, to_nccl(r.op), nccl_, s));
+      SYMCOMM_NCCL_RUN(ncclAllReduce(r.in, r.out, r.count, dt, to_nccl(r.op), nccl_, s));
       break;
-    case Collective::kAllGather: SYMCOMM_NCCL_CHECK(ncclAllGather(r.in, r.out, r.count, dt, nccl_, s)); break;
+    case Collective::kAllGather: SYMCOMM_NCCL_RUN(ncclAllGather(r.in, r.out, r.count, dt, nccl_, s)); break;
     case Collective::kReduceScatter:
-      SYMCOMM_NCCL_CHECK(ncclReduceScatter(r.in, r.out, r.count, dt, to_nccl(r.op), nccl_, s));
+      SYMCOMM_NCCL_RUN(ncclReduceScatter(r.in, r.out, r.count, dt, to_nccl(r.op), nccl_, s));
       break;
-    case Collective::kBroadcast: SYMCOMM_NCCL_CHECK(ncclBroadcast(r.in, r.out, r.count, dt, r.root, nccl_, s)); break;
+    case Collective::kBroadcast: SYMCOMM_NCCL_RUN(ncclBroadcast(r.in, r.out, r.count, dt, r.root, nccl_, s)); break;
     case Collective::kAllToAll: {
       const size_t es = r.elem_size(), bytes = r.count * es;
       if (r.in != r.out) {
-        SYMCOMM_NCCL_CHECK(ncclGroupStart());
+        SYMCOMM_NCCL_RUN(ncclGroupStart());
         for (int p = 0; p < n; ++p) {
-          SYMCOMM_NCCL_CHECK(ncclSend(static_cast<const char*>(r.in) + p * bytes, r.count, dt, p, nccl_, s));
-          SYMCOMM_NCCL_CHECK(ncclRecv(static_cast<char*>(r.out) + p * bytes, r.count, dt, p, nccl_, s));
+          SYMCOMM_NCCL_RUN(ncclSend(static_cast<const char*>(r.in) + p * bytes, r.count, dt, p, nccl_, s));
+          SYMCOMM_NCCL_RUN(ncclRecv(static_cast<char*>(r.out) + p * bytes, r.count, dt, p, nccl_, s));
         }
-        SYMCOMM_NCCL_CHECK(ncclGroupEnd());
+        SYMCOMM_NCCL_RUN(ncclGroupEnd());
         break;
       }
       // In place, grouped send/recv would overwrite blocks not yet sent: send each chunk of every block from
@@ -73,12 +73,12 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
         const size_t m = std::min(chunk, r.count - j);
         SYMCOMM_CUDA_CHECK(
             cudaMemcpy2DAsync(stage, m * es, buf + j * es, bytes, m * es, n, cudaMemcpyDeviceToDevice, s));
-        SYMCOMM_NCCL_CHECK(ncclGroupStart());
+        SYMCOMM_NCCL_RUN(ncclGroupStart());
         for (int p = 0; p < n; ++p) {
-          SYMCOMM_NCCL_CHECK(ncclSend(stage + p * m * es, m, dt, p, nccl_, s));
-          SYMCOMM_NCCL_CHECK(ncclRecv(buf + p * bytes + j * es, m, dt, p, nccl_, s));
+          SYMCOMM_NCCL_RUN(ncclSend(stage + p * m * es, m, dt, p, nccl_, s));
+          SYMCOMM_NCCL_RUN(ncclRecv(buf + p * bytes + j * es, m, dt, p, nccl_, s));
         }
-        SYMCOMM_NCCL_CHECK(ncclGroupEnd());
+        SYMCOMM_NCCL_RUN(ncclGroupEnd());
       }
       break;
     }

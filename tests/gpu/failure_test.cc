@@ -2,7 +2,9 @@
 // thread, and a peer that never arrives (device deadline). In every case the waiting kernel exits on its own
 // (no __trap), the host gets an Error naming the rank, and the GPU still runs fresh work afterwards.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <nccl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -328,6 +330,20 @@ void with_last_rank_dying(const std::function<void(RankEnv&, int)>& body) {
       n, [&body, n](RankEnv& env) { body(env, n); }, opt);
 }
 
+// Runs `call`, which must fail with kPeerDead naming `victim` (`what` says what must not have succeeded), no
+// later than 1.5 s after the victim stored "killed_at" and died.
+void expect_death_reported(RankEnv& env, int victim, const char* what, const std::function<void()>& call) {
+  try {
+    call();
+    ADD_FAILURE() << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
+    EXPECT_NE(std::find(e.ranks().begin(), e.ranks().end(), victim), e.ranks().end()) << e.what();
+  }
+  const double since = (mono_ns() - std::stoll(env.store->get_string("killed_at"))) / 1e9;
+  EXPECT_LT(since, 1.5) << "the death was reported " << since << " s after it happened";
+}
+
 // The last rank dies while the others create a CUDA communicator: after publishing its pid (what a rank
 // publishes first when it joins; NOTE [death during rendezvous]), before exchanging its heap. The others get
 // kPeerDead naming it soon after the death (their own CUDA set-up runs meanwhile), not at the 20 s deadline.
@@ -342,15 +358,7 @@ TEST(GpuFailure, PeerDiesDuringRendezvous) {
     }
     CommOptions o = cuda_comm_options();
     o.name = "rdv";
-    try {
-      env.make_comm(o);
-      ADD_FAILURE() << "the communicator was created without the dead rank";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
-      EXPECT_NE(std::find(e.ranks().begin(), e.ranks().end(), victim), e.ranks().end()) << e.what();
-    }
-    const double since = (mono_ns() - std::stoll(env.store->get_string("killed_at"))) / 1e9;
-    EXPECT_LT(since, 1.5) << "the death was reported " << since << " s after it happened";
+    expect_death_reported(env, victim, "the communicator was created without the dead rank", [&] { env.make_comm(o); });
     expect_gpu_usable();
   });
 }
@@ -401,19 +409,63 @@ TEST(GpuFailure, PeerDiesBeforeLazyNcclCreation) {
       die(Death::kSigkill);
     }
     env.store->get("killed_at");
-    try {
+    expect_death_reported(env, n - 1, "NCCL was created without the dead rank", [&] {
       comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.algorithm = Algorithm::kNccl});
-      ADD_FAILURE() << "NCCL was created without the dead rank";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kPeerDead) << e.what();
-      EXPECT_NE(std::find(e.ranks().begin(), e.ranks().end(), n - 1), e.ranks().end()) << e.what();
-    }
-    const double since = (mono_ns() - std::stoll(env.store->get_string("killed_at"))) / 1e9;
-    EXPECT_LT(since, 1.5) << "the death was reported " << since << " s after it happened";
+    });
     expect_gpu_usable();
     cudaFree(buf);
   });
 }
+
+// The NCCL creation hook (below): runs in place of libsymcomm's call to ncclCommInitRankConfig when set.
+std::function<void()> g_nccl_creation_hook;
+
+// The last rank dies inside the NCCL communicator's creation, after the mesh agreement that precedes it: the
+// others are already inside NCCL's creation, which waits for every rank with no deadline of its own. They
+// get kPeerDead naming it within 1.5 s of the death (NOTE [nonblocking NCCL]; a blocking
+// ncclCommInitRank held them for ever). Eagerly (NCCL made with the communicator): the creation fails and
+// leaves the GPU's free memory where it was (what it had made is freed, NCCL's half-made communicator
+// aborted); lazily: the first NCCL collective fails.
+void peer_dies_inside_nccl_creation(NcclInit mode) {
+  with_last_rank_dying([mode](RankEnv& env, int n) {
+    CommOptions o = cuda_comm_options();
+    o.config = env.config;
+    o.config->nccl = mode;
+    void* buf = nullptr;
+    ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
+    {  // NCCL's and the driver's one-time set-up (its kernels loaded), before the baseline
+      auto warm = env.make_comm(o);
+      warm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.algorithm = Algorithm::kNccl});
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    size_t free_before = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+    if (env.info.rank == n - 1) {
+      g_nccl_creation_hook = [&env] {
+        env.store->set("killed_at", std::to_string(mono_ns()));
+        die(Death::kSigkill);
+      };
+    }
+    std::unique_ptr<Communicator> comm;
+    expect_death_reported(env, n - 1, "NCCL was created without the dead rank", [&] {
+      comm = env.make_comm(o);
+      if (mode == NcclInit::kEager) ADD_FAILURE() << "the communicator was created without the dead rank";
+      comm->all_reduce(buf, buf, 1 << 16, DataType::kFloat32, ReduceOp::kSum, {.algorithm = Algorithm::kNccl});
+    });
+    comm.reset();
+    expect_gpu_usable();
+    size_t free_after = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    constexpr size_t kSlack = 2 << 20;
+    EXPECT_LE(free_before, free_after + kSlack)
+        << "free GPU memory " << free_before / 1048576.0 << " MiB before the failed creation, "
+        << free_after / 1048576.0 << " MiB after";
+    cudaFree(buf);
+  });
+}
+
+TEST(GpuFailure, PeerDiesInsideEagerNcclCreation) { peer_dies_inside_nccl_creation(NcclInit::kEager); }
+TEST(GpuFailure, PeerDiesInsideLazyNcclCreation) { peer_dies_inside_nccl_creation(NcclInit::kLazy); }
 
 // A rank 100 ms late to an SM-kernel all-reduce and to a copy-engine all-gather: the others wait (well
 // inside the deadline) and every result is exact.
@@ -515,3 +567,14 @@ TEST(GpuFailure, BadInputIsRejectedAndTheCommunicatorStaysUsable) {
 
 }  // namespace
 }  // namespace symcomm::gputest
+
+// libsymcomm is linked into this program, so its call to ncclCommInitRankConfig resolves to this definition
+// first; it runs the test's hook (if set) and otherwise forwards to NCCL's (the next definition).
+extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                               ncclConfig_t* config) {
+  if (symcomm::gputest::g_nccl_creation_hook) symcomm::gputest::g_nccl_creation_hook();
+  using Fn = ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
+  static const auto real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ncclCommInitRankConfig"));
+  if (!real) return ncclSystemError;
+  return real(comm, nranks, id, rank, config);
+}
