@@ -9,6 +9,7 @@
 #   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket sanitize sabotage" tools/gpu_check.sh
 #   (everything; sabotage rebuilds parts of the tree several times)
 #   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu_check.sh   (issue 7's 1000 cycles)
+#   GPU_CHECK_STEPS="build shared" tools/gpu_check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
 #
 # Missing headers (fmt, gtest, CLI11, nlohmann-json) are taken from Debian packages in .debs/ (carried to the
 # machine; see docs/cuda-backend.md), unpacked into /tmp/symcomm-deps.
@@ -76,6 +77,16 @@ if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   rc=$?
   note "gpu tests: rc=$rc in $(($(date +%s) - t0)) s (77 = skipped; log: gpu_tests.log)"
   grep -E "^\[  (PASSED|FAILED) |^\[       OK|^\[  FAILED  \]|SKIPPED" "$OUT/gpu_tests.log" | tee -a "$SUMMARY"
+fi
+
+# The whole suite with SHARED_WORLD (default 2) ranks sharing the GPUs (SYMCOMM_SHARED_GPU=1; docs/cuda-backend.md):
+# every kernel's protocol and fault path at 2 ranks where only one GPU is lent (no NCCL, no NVLink, no speed).
+if has shared && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
+  t0=$(date +%s)
+  SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=${SHARED_WORLD:-2} SYMCOMM_TEST_TIMEOUT_SCALE=10 \
+    timeout "${SHARED_TIMEOUT:-540}" "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} >"$OUT/gpu_shared.log" 2>&1
+  note "gpu tests, ${SHARED_WORLD:-2} ranks sharing the GPUs: rc=$? in $(($(date +%s) - t0)) s (log: gpu_shared.log)"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|SKIPPED \]" "$OUT/gpu_shared.log" | tee -a "$SUMMARY"
 fi
 
 # Issue 7's lifecycle count: LIFECYCLE_CYCLES (default 1000) create/destroy and create/abort cycles with NCCL

@@ -113,6 +113,12 @@ struct Config {
   int op_history = 64;
   /// CUDA backend: when its NCCL communicator is created (NcclInit). Must be equal on all ranks.
   NcclInit nccl = NcclInit::kEager;
+  /// CUDA backend, for testing where there are fewer GPUs than ranks: ranks may share a GPU (the default
+  /// device becomes the local rank modulo the visible GPUs) and symcomm's kernels then run over the ranks'
+  /// mappings of that GPU's memory. Slow: the GPU time-slices between the ranks' processes, so every wait
+  /// for a peer lasts a time slice. NCCL is never created (it refuses two ranks on one GPU). Must be equal
+  /// on all ranks.
+  bool shared_gpu = false;
   Tuning tuning;
 
   /// Read SYMCOMM_* variables over the defaults. Throws Error(kInvalidArgument) on a malformed value.

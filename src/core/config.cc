@@ -106,6 +106,11 @@ EnvVar size_var(const char* name, const char* doc, T Config::*field, uint64_t mi
                 [=](const Config& c) { return std::to_string(c.*field); }};
 }
 
+EnvVar bool_var(const char* name, const char* doc, bool Config::*field) {
+  return EnvVar{name, doc, [=](Config& c, std::string_view v) { c.*field = parse_bool(name, v); },
+                [=](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
+}
+
 template <class T>
 EnvVar tuning_var(const char* name, const char* doc, T Tuning::*field) {
   return EnvVar{name, doc, [=](Config& c, std::string_view v) { c.tuning.*field = static_cast<T>(parse_u64(name, v)); },
@@ -133,12 +138,13 @@ const std::vector<EnvVar>& env_table() {
       {"SYMCOMM_LOG", "log level: off|error|warn|info|debug",
        [](Config& c, std::string_view v) { c.log_level = parse_log_level("SYMCOMM_LOG", v); },
        [](const Config& c) { return std::string(log_level_name(c.log_level)); }},
-      {"SYMCOMM_DEBUG_CHECKS", "check every collective's arguments across ranks before running it",
-       [](Config& c, std::string_view v) { c.debug_checks = parse_bool("SYMCOMM_DEBUG_CHECKS", v); },
-       [](const Config& c) { return std::string(c.debug_checks ? "1" : "0"); }},
+      bool_var("SYMCOMM_DEBUG_CHECKS", "check every collective's arguments across ranks before running it",
+               &Config::debug_checks),
       {"SYMCOMM_NCCL", "CUDA backend: when its NCCL communicator is created: eager|lazy (at first use)|off",
        [](Config& c, std::string_view v) { c.nccl = parse_nccl_init("SYMCOMM_NCCL", v); },
        [](const Config& c) { return std::string(nccl_init_name(c.nccl)); }},
+      bool_var("SYMCOMM_SHARED_GPU", "CUDA backend, testing only: ranks may share a GPU (slow: time-sliced; no NCCL)",
+               &Config::shared_gpu),
       size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1,
                1 << 20),
       tuning_var("SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "host all-reduce: one-shot up to this size",

@@ -174,11 +174,12 @@ void CudaBackend::setup() {
   }
   // Config::nccl (NcclInit). Without NVLink peer access NCCL is the only path, so it is created now whatever
   // the mode (except off). Lazily, NCCL counts as available until its creation fails (the same on every rank).
-  const NcclInit nccl_mode = ctx_.config.nccl;
-  if (nccl_mode == NcclInit::kEager || (nccl_mode == NcclInit::kLazy && !caps_.full_nvlink)) {
+  // NCCL refuses two ranks on one GPU, so where ranks may share one (Config::shared_gpu) it is never made.
+  nccl_mode_ = ctx_.config.shared_gpu ? NcclInit::kOff : ctx_.config.nccl;
+  if (nccl_mode_ == NcclInit::kEager || (nccl_mode_ == NcclInit::kLazy && !caps_.full_nvlink)) {
     init_nccl();
   } else {
-    caps_.nccl_available = nccl_mode == NcclInit::kLazy;
+    caps_.nccl_available = nccl_mode_ == NcclInit::kLazy;
   }
   SYMCOMM_LOG_INFO("rank {}: CUDA backend on device {}: full_nvlink={} nccl={}{} scratch={} B", me, device_,
                    caps_.full_nvlink, caps_.nccl_available, nccl_ ? "" : " (not created)", 2 * half);
@@ -186,7 +187,7 @@ void CudaBackend::setup() {
 
 void CudaBackend::ensure_nccl(cudaStream_t s) {
   std::lock_guard lock(nccl_mu_);
-  if (nccl_tried_ || ctx_.config.nccl != NcclInit::kLazy) return;
+  if (nccl_tried_ || nccl_mode_ != NcclInit::kLazy) return;
   // NCCL's creation allocates and copies synchronously, which a stream capture does not allow; refused on
   // every rank alike (they capture the same collective), so nothing is half-created.
   SYMCOMM_CHECK(!stream_capturing(s), kUnsupported,
@@ -434,7 +435,12 @@ std::shared_ptr<Work> CudaBackend::record_work(cudaStream_t s) {
   return std::make_shared<CudaWork>(this, control_, ev, ctx_.config.timeout + std::chrono::seconds(5));
 }
 std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device) {
-  if (device < 0) device = ctx.ranks.local_rank;
+  if (device < 0) {
+    device = ctx.ranks.local_rank;
+    int visible = 0;
+    // Config::shared_gpu: more ranks than GPUs take turns on them.
+    if (ctx.config.shared_gpu && cudaGetDeviceCount(&visible) == cudaSuccess && visible > 0) device %= visible;
+  }
   return std::make_unique<CudaBackend>(ctx, device);
 }
 

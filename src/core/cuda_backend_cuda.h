@@ -104,7 +104,8 @@ class CudaBackend final : public Backend {
   device::HostControl* control_dev_ = nullptr;  ///< device pointer of control_->host
   device::DeviceComm comm_{};
   ncclComm_t nccl_ = nullptr;
-  bool nccl_tried_ = false;  ///< init_nccl() has run (kLazy: it runs once, at the first NCCL collective)
+  NcclInit nccl_mode_ = NcclInit::kOff;  ///< Config::nccl, or kOff where ranks may share a GPU
+  bool nccl_tried_ = false;              ///< init_nccl() has run (kLazy: it runs once, at the first NCCL collective)
   std::mutex nccl_mu_;
   std::mutex ptr_mu_;
   std::vector<std::pair<const void*, bool>> ptr_cache_;  ///< recently checked pointers

@@ -30,10 +30,14 @@ struct NvmlPciInfo {                    // nvmlPciInfo_t (v3 layout, used by the
   char bus_id[32];
 };
 
+// NOTE [nvml once] NVML is loaded and initialised once per process and never shut down or unloaded: loading
+// it per communicator (dlopen, nvmlInit_v2, ..., nvmlShutdown, dlclose) left file descriptors open (driver
+// 580.159.04: 10 such loads took a process from 6 to 21 fds; kept loaded, 10 init/shutdown pairs added 1), so
+// a process creating communicators without NCCL (which keeps NVML loaded itself) leaked one fd per
+// communicator. Found by the GPU lifecycle test with two ranks sharing a GPU (SYMCOMM_SHARED_GPU=1, no NCCL).
 struct Nvml {
   void* lib = nullptr;
   nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
   nvmlReturn_t (*by_pci)(const char*, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*link_state)(nvmlDevice_t, unsigned, int*) = nullptr;
   nvmlReturn_t (*remote_pci)(nvmlDevice_t, unsigned, NvmlPciInfo*) = nullptr;
@@ -43,25 +47,29 @@ struct Nvml {
     lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) return false;
     init = reinterpret_cast<decltype(init)>(dlsym(lib, "nvmlInit_v2"));
-    shutdown = reinterpret_cast<decltype(shutdown)>(dlsym(lib, "nvmlShutdown"));
     by_pci = reinterpret_cast<decltype(by_pci)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     link_state = reinterpret_cast<decltype(link_state)>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
     remote_pci = reinterpret_cast<decltype(remote_pci)>(dlsym(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2"));
     remote_type = reinterpret_cast<decltype(remote_type)>(dlsym(lib, "nvmlDeviceGetNvLinkRemoteDeviceType"));
-    if (!init || !shutdown || !by_pci || !link_state || !remote_pci || init() != kNvmlSuccess) {
+    if (!init || !by_pci || !link_state || !remote_pci || init() != kNvmlSuccess) {
       dlclose(lib);
       lib = nullptr;
       return false;
     }
     return true;
   }
-  ~Nvml() {
-    if (lib) {
-      shutdown();
-      dlclose(lib);
-    }
-  }
 };
+
+/// The process's NVML (NOTE [nvml once]); nullptr where it cannot be loaded. Thread-safe.
+const Nvml* process_nvml() {
+  static const Nvml* const nvml = [] {
+    auto* n = new Nvml;  // never freed: NVML stays initialised for the process
+    if (n->load()) return static_cast<const Nvml*>(n);
+    delete n;
+    return static_cast<const Nvml*>(nullptr);
+  }();
+  return nvml;
+}
 
 PciAddress parse_pci(const char* s) {
   PciAddress a;
@@ -117,8 +125,11 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
       continue;
     }
     if (peer_dev == device) {
-      out.peer_access = false;
-      out.detail += fmt::format("rank {} uses the same GPU {}; ", p, id);
+      // Config::shared_gpu: ranks on one GPU reach each other's memory through their own mappings.
+      if (!ctx.config.shared_gpu) {
+        out.peer_access = false;
+        out.detail += fmt::format("rank {} uses the same GPU {}; ", p, id);
+      }
       continue;
     }
     int can = 0;
@@ -130,13 +141,13 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
   }
 
   // (2) NVLink through NVML.
-  Nvml nvml;
-  out.nvml_loaded = nvml.load();
+  const Nvml* nvml = process_nvml();
+  out.nvml_loaded = nvml != nullptr;
   if (!out.nvml_loaded) {
     // Without NVML, native peer atomics are the best available sign of NVLink between visible GPUs.
     out.nvlink = true;
     for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
+      if (p == me || (ctx.config.shared_gpu && addr[p] == mine)) continue;
       std::string id = fmt::format("{:08x}:{:02x}:{:02x}.0", addr[p].domain, addr[p].bus, addr[p].device);
       int peer_dev = -1, atomics = 0;
       if (cudaDeviceGetByPCIBusId(&peer_dev, id.c_str()) != cudaSuccess ||
@@ -150,22 +161,23 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
     return out;
   }
   nvmlDevice_t dev = nullptr;
-  if (nvml.by_pci(bus, &dev) != kNvmlSuccess) {
+  if (nvml->by_pci(bus, &dev) != kNvmlSuccess) {
     out.detail += fmt::format("NVML does not know GPU {}; ", bus);
     return out;
   }
   std::vector<bool> linked(n, false);
+  for (int p = 0; p < n; ++p) linked[p] = ctx.config.shared_gpu && addr[p] == mine;  // no link needed
   bool to_switch = false;
   for (unsigned l = 0; l < kNvmlMaxLinks; ++l) {
     int active = 0;
-    if (nvml.link_state(dev, l, &active) != kNvmlSuccess || !active) continue;
+    if (nvml->link_state(dev, l, &active) != kNvmlSuccess || !active) continue;
     int type = -1;
-    if (nvml.remote_type && nvml.remote_type(dev, l, &type) == kNvmlSuccess && type == kNvmlRemoteSwitch) {
+    if (nvml->remote_type && nvml->remote_type(dev, l, &type) == kNvmlSuccess && type == kNvmlRemoteSwitch) {
       to_switch = true;
       continue;
     }
     NvmlPciInfo pci{};
-    if (nvml.remote_pci(dev, l, &pci) != kNvmlSuccess) continue;
+    if (nvml->remote_pci(dev, l, &pci) != kNvmlSuccess) continue;
     PciAddress r{pci.domain, pci.bus, pci.device};
     bool is_rank_gpu = false;
     for (int p = 0; p < n; ++p) {
@@ -186,8 +198,10 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
 bool functional_p2p_check(CommContext& ctx, char* const* peer_areas, uint64_t salt) {
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
   if (n > device::kMaxDeviceRanks) return false;
-  std::vector<uint64_t> zero(n, 0);
-  SYMCOMM_CUDA_CHECK(cudaMemcpy(peer_areas[me], zero.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  // Cleared on the device and waited for: a cudaMemcpy from pageable host memory may return before its DMA
+  // has landed, and a late zero overwrote a peer's probe write (seen with two ranks on one GPU).
+  SYMCOMM_CUDA_CHECK(cudaMemset(peer_areas[me], 0, n * sizeof(uint64_t)));
+  SYMCOMM_CUDA_CHECK(cudaDeviceSynchronize());
   agree_all(ctx, true);  // everyone cleared its area before anyone writes
   launch_probe_write(peer_areas, n, me, salt);
   agree_all(ctx, true);  // everyone's writes are done

@@ -44,7 +44,7 @@ std::vector<uint8_t> to_host(const char* p, size_t bytes) {
 }
 
 TEST(GpuBucketer, RandomSequencesEqualOneByOneAndReference) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     // Over-size inputs keep their own heap buffers until teardown: more heap than the 64 MB test default.
     CommOptions copts = cuda_comm_options();
@@ -124,7 +124,7 @@ TEST(GpuBucketer, RandomSequencesEqualOneByOneAndReference) {
 }
 
 TEST(GpuBucketer, CapturedFlushReplaysWithChangingInputs) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank(), world = comm->world_size();
@@ -183,7 +183,7 @@ TEST(GpuBucketer, CapturedFlushReplaysWithChangingInputs) {
 }
 
 TEST(GpuBucketer, InvalidUseThrows) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int world = comm->world_size();
@@ -224,7 +224,7 @@ TEST(GpuBucketer, InvalidUseThrows) {
 // (narrow accesses), the generic integer path. Results must equal the independent host reference, nothing
 // may be written past a result, and every callback runs once.
 TEST(GpuBucketer, GatheredFlushesEqualReference) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank(), world = comm->world_size();
@@ -310,7 +310,7 @@ TEST(GpuBucketer, GatheredFlushesEqualReference) {
 // Ranks whose buckets hold the same total but different inputs (sizes in a different order) are told so
 // (kMismatch naming the peer) by the gathered kernel's first barrier, instead of silently mixing rows.
 TEST(GpuBucketer, GatheredFlushReportsMismatchedInputs) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank(), world = comm->world_size();

@@ -27,7 +27,7 @@ using testing::RankEnv;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 TEST(GpuFailure, PeerKilledMidCollective) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(20);  // the deadline must not be what ends the wait
   for (int r = 1; r < n; ++r) opt.may_fail.push_back(r);
@@ -66,7 +66,7 @@ TEST(GpuFailure, PeerKilledMidCollective) {
 }
 
 TEST(GpuFailure, AbortFromAnotherThread) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(20);
   testing::expect_success(
@@ -102,7 +102,7 @@ TEST(GpuFailure, AbortFromAnotherThread) {
 }
 
 TEST(GpuFailure, DeviceDeadlineNamesTheMissingRank) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(1);
   testing::expect_success(
@@ -142,7 +142,7 @@ TEST(GpuFailure, DeviceDeadlineNamesTheMissingRank) {
 enum class CeFault { kKill, kAbort, kMissing, kMismatch };
 
 void copy_engine_fault(CeFault fault) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::HarnessOptions opt;
   const bool short_deadline = fault == CeFault::kMissing || fault == CeFault::kMismatch;
   opt.config.timeout = short_deadline ? std::chrono::seconds(1) : std::chrono::seconds(20);
@@ -244,7 +244,7 @@ void die(Death how) {
 enum class Waiting { kAllReduce, kCopyEngine, kBarrier };
 
 void peer_dies(Death how, bool graph, Waiting what = Waiting::kAllReduce) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(20);
   for (int r = 1; r < n; ++r) opt.may_fail.push_back(r);
@@ -322,7 +322,7 @@ int64_t mono_ns() {
 // Runs body(env, world size) on every GPU's rank, the last of which is allowed to die; a 20 s deadline, so
 // that an error arriving in time was not produced by a timeout.
 void with_last_rank_dying(const std::function<void(RankEnv&, int)>& body) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(20);
   opt.may_fail = {n - 1};
@@ -393,6 +393,7 @@ TEST(GpuFailure, PeerDiesDuringDestroy) {
 // create NCCL then, get kPeerDead naming it soon after the death from the mesh agreement that precedes
 // ncclCommInitRank (CudaBackend::init_nccl), instead of waiting inside NCCL for ever.
 TEST(GpuFailure, PeerDiesBeforeLazyNcclCreation) {
+  SKIP_WITHOUT_NCCL();
   with_last_rank_dying([](RankEnv& env, int n) {
     CommOptions o = cuda_comm_options();
     o.config = env.config;
@@ -427,6 +428,7 @@ std::function<void()> g_nccl_creation_hook;
 // leaves the GPU's free memory where it was (what it had made is freed, NCCL's half-made communicator
 // aborted); lazily: the first NCCL collective fails.
 void peer_dies_inside_nccl_creation(NcclInit mode) {
+  SKIP_WITHOUT_NCCL();
   with_last_rank_dying([mode](RankEnv& env, int n) {
     CommOptions o = cuda_comm_options();
     o.config = env.config;
@@ -470,7 +472,7 @@ TEST(GpuFailure, PeerDiesInsideLazyNcclCreation) { peer_dies_inside_nccl_creatio
 // A rank 100 ms late to an SM-kernel all-reduce and to a copy-engine all-gather: the others wait (well
 // inside the deadline) and every result is exact.
 TEST(GpuFailure, LateRankStillCompletesExactly) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [n](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank();
@@ -514,7 +516,7 @@ TEST(GpuFailure, PeerExit0DuringCapturedBarrier) { peer_dies(Death::kExit0, true
 
 // Bad input on the CUDA backend: typed error, nothing launched, the communicator still works afterwards.
 TEST(GpuFailure, BadInputIsRejectedAndTheCommunicatorStaysUsable) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank();

@@ -256,7 +256,7 @@ void run_rs(Communicator& comm, const RsCase& c, Mode mode, uint64_t seed0) {
 constexpr Mode kModes[] = {Mode::kUnfused, Mode::kPipelined, Mode::kGraphPipelined, Mode::kGraphUnfused};
 
 TEST(GpuFused, AllGatherMatmulMatchesFloat64Reference) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const std::vector<AgCase> cases = {
@@ -277,7 +277,7 @@ TEST(GpuFused, AllGatherMatmulMatchesFloat64Reference) {
 }
 
 TEST(GpuFused, MatmulReduceScatterMatchesFloat64Reference) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const std::vector<RsCase> cases = {
@@ -300,7 +300,7 @@ TEST(GpuFused, MatmulReduceScatterMatchesFloat64Reference) {
 // Both operations alternating, each followed by the next on another stream with its own workspace: the
 // side streams' collectives stay in step across operations and ranks.
 TEST(GpuFused, AlternatingOperationsStayInStep) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     for (int rep = 0; rep < 3 && !::testing::Test::HasFailure(); ++rep) {

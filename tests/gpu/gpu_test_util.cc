@@ -169,4 +169,12 @@ void expect_gpu_usable() {
   cudaFree(p);
 }
 
+bool ranks_share_gpus() { return Config::from_env().shared_gpu; }
+
+int rank_device(int local_rank) {
+  int devices = 0;
+  if (!ranks_share_gpus() || cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) return local_rank;
+  return local_rank % devices;
+}
+
 }  // namespace symcomm::gputest

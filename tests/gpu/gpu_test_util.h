@@ -72,4 +72,19 @@ void fill_input_async(void* dst, DataType dt, ReduceOp op, uint64_t seed, int ra
 /// After a failure the context must still run kernels and copies (gtest assertions).
 void expect_gpu_usable();
 
+/// True where the test ranks share GPUs (SYMCOMM_SHARED_GPU=1, testing::gpu_test_world()): NCCL, which refuses
+/// two ranks on one GPU, is never created there (Config::shared_gpu).
+bool ranks_share_gpus();
+/// The GPU a communicator of local rank `local_rank` uses by default (its local rank, modulo the GPUs where
+/// ranks share them).
+int rank_device(int local_rank);
+
+/// Ends a test that needs NCCL (as a skip) where the ranks share GPUs.
+#define SKIP_WITHOUT_NCCL()                                                                              \
+  do {                                                                                                   \
+    if (::symcomm::gputest::ranks_share_gpus()) {                                                        \
+      GTEST_SKIP() << "needs NCCL, which is not created where ranks share a GPU (SYMCOMM_SHARED_GPU=1)"; \
+    }                                                                                                    \
+  } while (0)
+
 }  // namespace symcomm::gputest

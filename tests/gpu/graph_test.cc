@@ -135,7 +135,7 @@ void thousand_replays(int n) {
   });
 }
 
-TEST(GpuGraph, ThousandReplaysWithChangingInputs) { thousand_replays(testing::count_gpus_in_child()); }
+TEST(GpuGraph, ThousandReplaysWithChangingInputs) { thousand_replays(testing::gpu_test_world()); }
 
 // The same at one rank (every algorithm forced above runs with no peer), also where only one GPU is lent.
 TEST(GpuGraph, SingleGpuThousandReplaysAtOneRank) { thousand_replays(1); }

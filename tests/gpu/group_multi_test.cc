@@ -168,20 +168,20 @@ void random_groups(RankEnv& env, const std::function<void(Config&)>& tweak) {
 }
 
 TEST(GpuGroupMulti, RandomGroupsEqualOneByOneAndReference) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) { random_groups(env, {}); });
 }
 
 // Every all-reduce run whose outputs all lie in the heap takes the push-to-output kernel (NOTE [two-shot push
 // to output]); with the tests' 1 MB of staging, the larger runs take several rounds.
 TEST(GpuGroupMulti, RandomGroupsPushToOutputEqualOneByOne) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(
       n, [](RankEnv& env) { random_groups(env, [](Config& c) { c.tuning.cuda_two_shot_push_min_bytes = 0; }); });
 }
 
 TEST(GpuGroupMulti, CapturedGroupReplaysWithChangingInputs) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank(), world = comm->world_size();

@@ -15,7 +15,7 @@ namespace {
 using testing::RankEnv;
 
 TEST(GpuGroup, GroupedAllReducesMatchExpected) {
-  const int n = testing::count_gpus_in_child();
+  const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
     const int me = comm->rank(), world = comm->world_size();

@@ -107,7 +107,10 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
           return o;
         };
         const int me = env.info.rank;
-        ASSERT_EQ(cudaSetDevice(env.info.local_rank), cudaSuccess);  // the communicators' device
+        // Without NCCL (SYMCOMM_NCCL=off, or ranks sharing a GPU: Config::shared_gpu) its cycles run symcomm's
+        // kernel.
+        const Algorithm via_nccl = ranks_share_gpus() || nccl == NcclInit::kOff ? Algorithm::kAuto : Algorithm::kNccl;
+        ASSERT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);  // the communicators' device
         int32_t* dev = nullptr;
         ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev), 1024 * 4), cudaSuccess);
         // First-use state is not a leak: the CUDA context, lazily loaded kernels (symcomm's and NCCL's),
@@ -115,7 +118,7 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
         {
           auto warm = env.make_comm(options("warm"));
           ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*warm, dev, -1, Algorithm::kAuto));
-          ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*warm, dev, -2, Algorithm::kNccl));
+          ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*warm, dev, -2, via_nccl));
         }
         // The peer maps our heap allocations until it destroys its communicator: count once both have.
         testing::store_barrier(*env.store, "lifecycle/warm", world);
@@ -133,7 +136,7 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
             comm->abort();
             EXPECT_TRUE(comm->is_aborted());
           } else {  // alternately symcomm's kernel (the LL all-reduce) and NCCL
-            ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*comm, dev, i, i % 4 == 0 ? Algorithm::kAuto : Algorithm::kNccl));
+            ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*comm, dev, i, i % 4 == 0 ? Algorithm::kAuto : via_nccl));
           }
           if (i == 0) {
             // While a communicator lives every count is up: mesh sockets and NCCL's, the mesh and copy-engine
@@ -190,8 +193,11 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
           std::printf(
               "GpuLifecycle (%d ranks, NCCL %s): %d cycles in %.1f s: %.1f ms per cycle (create %.1f ms, destroy "
               "%.1f ms, the rest all-reduce or abort)\n",
-              world, nccl == NcclInit::kLazy ? "lazy" : "eager", cycles, seconds, 1e3 * seconds / cycles,
-              1e3 * secs(creating) / cycles, 1e3 * secs(destroying) / cycles);
+              world,
+              nccl == NcclInit::kLazy  ? "lazy"
+              : nccl == NcclInit::kOff ? "off"
+                                       : "eager",
+              cycles, seconds, 1e3 * seconds / cycles, 1e3 * secs(creating) / cycles, 1e3 * secs(destroying) / cycles);
         }
         cudaFree(dev);
         // Rank 0 hosts the harness's store server, whose connection from rank 1 (an fd and a thread) is part of
@@ -214,6 +220,11 @@ TEST(GpuLifecycle, SingleGpuCreateDestroyAndAbortCyclesLeakNothing) { cycles_lea
 TEST(GpuLifecycle, SingleGpuLazyNcclCreateDestroyAndAbortCyclesLeakNothing) {
   cycles_leak_nothing(1, NcclInit::kLazy, 40);
 }
+// Without NCCL in the process at all: NVML is symcomm's own then (NOTE [nvml once] in
+// src/topology/cuda_topology_cuda.cc: an fd per communicator leaked before).
+TEST(GpuLifecycle, SingleGpuWithoutNcclCreateDestroyAndAbortCyclesLeakNothing) {
+  cycles_leak_nothing(1, NcclInit::kOff, 40);
+}
 
 /// all_reduce with algorithm `algo` on `s` (non-default stream), expected to throw Error(code); returns its
 /// message.
@@ -233,10 +244,11 @@ std::string all_reduce_error(Communicator& comm, int32_t* dev, cudaStream_t s, A
 // created it is captured and replayed like any collective. SYMCOMM_NCCL=off: forcing NCCL is kUnsupported and
 // automatic selection uses symcomm's kernels. On as many GPUs as there are, up to 2 (so it runs on one too).
 TEST(GpuNcclInit, SingleGpuLazyNcclIsCreatedAtFirstUseButNotInsideACapture) {
-  const int world = std::min(2, testing::count_gpus_in_child());
+  SKIP_WITHOUT_NCCL();
+  const int world = std::min(2, testing::gpu_test_world());
   ASSERT_GE(world, 1);
   testing::expect_success(world, [world](RankEnv& env) {
-    ASSERT_EQ(cudaSetDevice(env.info.local_rank), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
     int32_t* dev = nullptr;
     GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&dev), 1024 * 4));
     cudaStream_t s = nullptr;

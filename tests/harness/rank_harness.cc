@@ -81,6 +81,7 @@ Config HarnessOptions::default_test_config() {
   c.heap_bytes = 64 << 20;
   c.scratch_bytes = 1 << 20;  // small, so that "large" test counts run several rounds
   c.cuda_scratch_bytes = 1 << 20;
+  c.shared_gpu = Config::from_env().shared_gpu;  // gpu_test_world()
   return c;
 }
 
@@ -172,6 +173,14 @@ int count_gpus_in_child() {
 #else
   return 0;
 #endif
+}
+
+int gpu_test_world() {
+  const int gpus = count_gpus_in_child();
+  const char* world = std::getenv("SYMCOMM_TEST_WORLD");
+  if (gpus < 1 || !world || !Config::from_env().shared_gpu) return gpus;
+  const int n = std::atoi(world);
+  return n >= 1 ? n : gpus;
 }
 
 uint64_t mix64(uint64_t x) {

@@ -61,6 +61,9 @@ void store_barrier(Store& store, const std::string& key, int world_size);
 
 /// Number of CUDA devices, counted in a forked child so that this process never initialises CUDA.
 int count_gpus_in_child();
+/// World size of the GPU tests: the number of CUDA devices (count_gpus_in_child()), or, where ranks may share
+/// GPUs (SYMCOMM_SHARED_GPU=1, Config::shared_gpu), SYMCOMM_TEST_WORLD ranks if set, on at least one GPU.
+int gpu_test_world();
 
 /// Deterministic pseudo-random generator for test inputs (splitmix64).
 uint64_t mix64(uint64_t x);

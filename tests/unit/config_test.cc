@@ -66,6 +66,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_LOG",
     "SYMCOMM_DEBUG_CHECKS",
     "SYMCOMM_NCCL",
+    "SYMCOMM_SHARED_GPU",
     "SYMCOMM_OP_HISTORY",
     "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
@@ -222,10 +223,13 @@ TEST(ConfigFromEnv, TimeoutOpHistoryBooleansAndLogLevels) {
   EXPECT_EQ(config_with("SYMCOMM_OP_HISTORY", "1000").op_history, 1000);
   for (const char* v : {"1", "true", "yes", "on"}) {
     EXPECT_TRUE(config_with("SYMCOMM_DEBUG_CHECKS", v).debug_checks) << v;
+    EXPECT_TRUE(config_with("SYMCOMM_SHARED_GPU", v).shared_gpu) << v;
   }
   for (const char* v : {"0", "false", "no", "off"}) {
     EXPECT_FALSE(config_with("SYMCOMM_DEBUG_CHECKS", v).debug_checks) << v;
+    EXPECT_FALSE(config_with("SYMCOMM_SHARED_GPU", v).shared_gpu) << v;
   }
+  EXPECT_FALSE(Config{}.shared_gpu);
   const std::pair<const char*, LogLevel> levels[] = {
       {"off", LogLevel::kOff},      {"none", LogLevel::kOff},  {"error", LogLevel::kError}, {"warn", LogLevel::kWarn},
       {"warning", LogLevel::kWarn}, {"info", LogLevel::kInfo}, {"debug", LogLevel::kDebug}, {"trace", LogLevel::kDebug},
@@ -276,7 +280,10 @@ TEST(ConfigFromEnv, MalformedValuesNameTheVariable) {
       expect_rejected(name, bad);
     }
   }
-  for (const char* bad : {"2", "y", "TRUE", "True", "enable", " 1"}) expect_rejected("SYMCOMM_DEBUG_CHECKS", bad);
+  for (const char* bad : {"2", "y", "TRUE", "True", "enable", " 1"}) {
+    expect_rejected("SYMCOMM_DEBUG_CHECKS", bad);
+    expect_rejected("SYMCOMM_SHARED_GPU", bad);
+  }
   for (const char* bad : {"verbose", "WARN", "Info", "3", "warn "}) expect_rejected("SYMCOMM_LOG", bad);
   for (const char* bad : {"on", "1", "Lazy", "none", "eager "}) expect_rejected("SYMCOMM_NCCL", bad);
 }
