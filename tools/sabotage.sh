@@ -42,6 +42,12 @@ case_def host host-count-check src/algos/host_engine.cc \
 case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_rank_tests "AllWays/RankDeath.*/rendezvous_sigkill" 120
+case_def host failed-creation-fd src/memory/host_heap.cc \
+  "      FdCloser peer_closer{peer_fd};" "" \
+  symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
+case_def host creation-store-deadline src/core/communicator.cc \
+  "ctx->store_get(nonce_key, ctx->deadline())" "ctx->store->get(nonce_key)" \
+  symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def gpu device-deadline include/symcomm/device/signal.h \
   "if (globaltimer_ns() > deadline_ns) {" "if (false) {" \
   symcomm_gpu_tests GpuFailure.DeviceDeadlineNamesTheMissingRank 60

@@ -31,6 +31,9 @@ struct CommContext {
   OpHistory history;
 
   Deadline deadline() const { return Deadline(config.timeout); }
+  /// store->get(key), waiting no longer than `deadline` (kTimeout naming the key): the store's own timeout,
+  /// which bounds a plain get(), may be longer than this communicator's.
+  Bytes store_get(const std::string& key, const Deadline& deadline) const;
 
   /// Records the first fatal error (peer death, timeout, abort); later operations rethrow it.
   void set_sticky(const Error& e);

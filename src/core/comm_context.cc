@@ -1,5 +1,8 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/backend.h"
 #include "core/check.h"
 
@@ -28,6 +31,11 @@ Error CommContext::peer_lost_error(uint64_t dead, uint64_t left, const char* fil
                         (dead & bit) ? "died (its connection closed without goodbye)" : "left the communicator");
   }
   return Error(ErrorCode::kPeerDead, fmt::format("rank {}: {}", ranks.rank, what), file, line, ranks_lost);
+}
+
+Bytes CommContext::store_get(const std::string& key, const Deadline& deadline) const {
+  store->wait({key}, std::chrono::milliseconds(std::max<long long>(1, deadline.remaining_ms())));
+  return store->get(key);
 }
 
 void CommContext::throw_if_failed() const {

@@ -164,8 +164,9 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq)
   ctx_->store->set(base + std::to_string(ctx_->ranks.rank), bytes);
   std::string report;
   std::vector<int> bad;
+  const Deadline deadline = ctx_->deadline();
   for (int p = 0; p < ctx_->ranks.world_size; ++p) {
-    Bytes theirs_b = ctx_->store->get(base + std::to_string(p));
+    Bytes theirs_b = ctx_->store_get(base + std::to_string(p), deadline);
     Fields theirs{};
     SYMCOMM_CHECK(theirs_b.size() == sizeof(Fields), kInternal, "bad debug-check record from rank {}", p);
     std::memcpy(&theirs, theirs_b.data(), sizeof(Fields));

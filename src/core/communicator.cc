@@ -69,7 +69,9 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     ctx->token = random_hex(32);
     ctx->store->set(nonce_key, std::string_view(ctx->token));
   } else {
-    ctx->token = ctx->store->get_string(nonce_key);
+    // Bounded by this communicator's timeout, not only the store's (a rank 0 that never publishes it).
+    const Bytes nonce = ctx->store_get(nonce_key, ctx->deadline());
+    ctx->token.assign(nonce.begin(), nonce.end());
   }
   ctx->mesh = detail::PeerMesh::create(*ctx->store, ctx->prefix, ranks, ctx->token, ctx->deadline());
   if (ranks.rank == 0) ctx->store->remove(nonce_key);  // every rank read it before connecting to rank 0

@@ -212,7 +212,7 @@ void CudaBackend::init_nccl() {
     SYMCOMM_NCCL_CHECK(ncclGetUniqueId(&id));
     ctx_.store->set(key, Bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
   } else {
-    Bytes b = ctx_.store->get(key);
+    Bytes b = ctx_.store_get(key, ctx_.deadline());
     SYMCOMM_CHECK(b.size() == sizeof(id), kStore, "bad NCCL unique id in the store ({} bytes)", b.size());
     std::memcpy(&id, b.data(), sizeof(id));
   }

@@ -509,5 +509,41 @@ TEST(Lifecycle, ThousandCreateDestroyAndAbortCyclesLeakNothing) {
   EXPECT_EQ(shm_before, 0);
 }
 
+// Creations that fail leave nothing behind either: 200 that fail in the backend after the mesh is up (the
+// ranks' heap sizes differ: kMismatch on both, each already holding the other's segment fd) and 20 that fail
+// before it (the ranks name different communicators and time out: rank 0 inside the mesh's creation, rank 1
+// waiting for rank 0's nonce). Then fds, threads and segment mappings are back at their counts, the failed
+// backend creations left no store keys, and a communicator still works.
+TEST(Lifecycle, FailedCreationsLeakNothing) {
+  expect_success(2, [&](RankEnv& env) {
+    const int me = env.info.rank;
+    { auto warm = env.make_comm(); }
+    const ResourceCounts before = resources();
+    const int64_t keys_before = env.store->num_keys();
+    for (int i = 0; i < 200; ++i) {
+      Config c = env.config;
+      c.heap_bytes = (me + 1) * (size_t{1} << 20);
+      expect_error(ErrorCode::kMismatch, [&] { env.make_comm({.name = fmt::format("heap{}", i), .config = c}); });
+    }
+    EXPECT_LE(env.store->num_keys(), keys_before + 4) << "failed creations left store keys";
+    for (int i = 0; i < 20; ++i) {
+      Config c = env.config;
+      c.timeout = 100ms;
+      expect_error(ErrorCode::kTimeout, [&] { env.make_comm({.name = fmt::format("name{}-{}", i, me), .config = c}); });
+      store_barrier(*env.store, fmt::format("failed/{}", i), env.info.world_size);
+    }
+    const ResourceCounts after = resources();
+    EXPECT_EQ(after.fds, before.fds);
+    EXPECT_EQ(after.threads, before.threads);
+    EXPECT_EQ(after.maps, before.maps);
+    auto comm = env.make_comm();
+    int32_t x = me + 1, y = 0;
+    comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(y, 3);
+    comm.reset();
+    store_barrier(*env.store, "failed/counted", env.info.world_size);  // rank 0 hosts the store's server
+  });
+}
+
 }  // namespace
 }  // namespace symcomm::testing
