@@ -467,7 +467,18 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
 std::unique_ptr<PeerMesh> PeerMesh::create(Store& store, const std::string& prefix, const RankInfo& ranks,
                                            const std::string& token, Deadline deadline) {
   auto mesh = std::make_unique<PeerMeshImpl>(ranks);
-  mesh->connect_all(store, prefix, token, deadline);
+  try {
+    mesh->connect_all(store, prefix, token, deadline);
+  } catch (...) {
+    // A failed creation takes back what it published (a retry under the same name must not find it); the
+    // store itself may be what failed.
+    try {
+      store.remove(fmt::format("{}/mesh/{}", prefix, ranks.rank));
+      store.remove(pid_key(prefix, ranks.rank));
+    } catch (const Error&) {
+    }
+    throw;
+  }
   mesh->start_watchdog();
   return mesh;
 }

@@ -73,7 +73,17 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     const Bytes nonce = ctx->store_get(nonce_key, ctx->deadline());
     ctx->token.assign(nonce.begin(), nonce.end());
   }
-  ctx->mesh = detail::PeerMesh::create(*ctx->store, ctx->prefix, ranks, ctx->token, ctx->deadline());
+  try {
+    ctx->mesh = detail::PeerMesh::create(*ctx->store, ctx->prefix, ranks, ctx->token, ctx->deadline());
+  } catch (...) {
+    if (ranks.rank == 0) {  // a failed creation leaves no key behind (the store itself may be what failed)
+      try {
+        ctx->store->remove(nonce_key);
+      } catch (const Error&) {
+      }
+    }
+    throw;
+  }
   if (ranks.rank == 0) ctx->store->remove(nonce_key);  // every rank read it before connecting to rank 0
 
   auto core = std::make_unique<CommCore>(std::move(ctx), options.backend, options.device);

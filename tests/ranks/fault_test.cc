@@ -513,7 +513,7 @@ TEST(Lifecycle, ThousandCreateDestroyAndAbortCyclesLeakNothing) {
 // ranks' heap sizes differ: kMismatch on both, each already holding the other's segment fd) and 20 that fail
 // before it (the ranks name different communicators and time out: rank 0 inside the mesh's creation, rank 1
 // waiting for rank 0's nonce). Then fds, threads and segment mappings are back at their counts, the failed
-// backend creations left no store keys, and a communicator still works.
+// creations left no store keys (a retry under the same name must not find them), and a communicator works.
 TEST(Lifecycle, FailedCreationsLeakNothing) {
   expect_success(2, [&](RankEnv& env) {
     const int me = env.info.rank;
@@ -536,6 +536,8 @@ TEST(Lifecycle, FailedCreationsLeakNothing) {
     EXPECT_EQ(after.fds, before.fds);
     EXPECT_EQ(after.threads, before.threads);
     EXPECT_EQ(after.maps, before.maps);
+    // The failed creations took back what they published (nonce, mesh and pid keys); the barriers add 20.
+    EXPECT_LE(env.store->num_keys(), keys_before + 4 + 20) << "failed creations left store keys";
     auto comm = env.make_comm();
     int32_t x = me + 1, y = 0;
     comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
