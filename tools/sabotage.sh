@@ -46,7 +46,7 @@ case_def host failed-creation-fd src/memory/host_heap.cc \
   "      FdCloser peer_closer{peer_fd};" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def host failed-creation-keys src/bootstrap/peer_mesh.cc \
-  "      store.remove(fmt::format(\"{}/mesh/{}\", prefix, ranks.rank));" "" \
+  "      store.remove(mesh_key(prefix, ranks.rank));" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def host creation-store-deadline src/core/communicator.cc \
   "ctx->store_get(nonce_key, ctx->deadline())" "ctx->store->get(nonce_key)" \

@@ -175,6 +175,8 @@ bool pid_alive(int pid) {
 }
 
 std::string pid_key(const std::string& prefix, int rank) { return fmt::format("{}/pid/{}", prefix, rank); }
+/// Published by a rank once it listens for the mesh connections of higher ranks.
+std::string mesh_key(const std::string& prefix, int rank) { return fmt::format("{}/mesh/{}", prefix, rank); }
 
 /// Throws kPeerDead if `peer` published its pid and that process is gone.
 void check_peer_alive(Store& store, const std::string& prefix, int me, int peer) {
@@ -387,7 +389,7 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
   SYMCOMM_CHECK_SYS(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len), "bind(abstract unix socket)");
   SYMCOMM_CHECK_SYS(::listen(listener, n), "listen");
   store.set(pid_key(prefix, me), std::to_string(::getpid()));
-  std::string my_key = fmt::format("{}/mesh/{}", prefix, me);
+  std::string my_key = mesh_key(prefix, me);
   store.set(my_key, std::to_string(::getpid()));
 
   Hello hello{};
@@ -397,7 +399,7 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
   std::memcpy(hello_bytes.data(), &hello, sizeof(hello));
   for (int p = 0; p < me; ++p) {
     // p is listening once its key exists.
-    wait_peer_key(store, prefix, fmt::format("{}/mesh/{}", prefix, p), me, p, deadline);
+    wait_peer_key(store, prefix, mesh_key(prefix, p), me, p, deadline);
     int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     SYMCOMM_CHECK_SYS(s, "socket(AF_UNIX)");
     socks_[p] = s;
@@ -473,7 +475,7 @@ std::unique_ptr<PeerMesh> PeerMesh::create(Store& store, const std::string& pref
     // A failed creation takes back what it published (a retry under the same name must not find it); the
     // store itself may be what failed.
     try {
-      store.remove(fmt::format("{}/mesh/{}", prefix, ranks.rank));
+      store.remove(mesh_key(prefix, ranks.rank));
       store.remove(pid_key(prefix, ranks.rank));
     } catch (const Error&) {
     }

@@ -113,6 +113,8 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
     SYMCOMM_CHECK(all[p].size() == sizeof(PciAddress), kInternal, "bad topology message from rank {}", p);
     std::memcpy(&addr[p], all[p].data(), sizeof(PciAddress));
   }
+  // Config::shared_gpu: ranks on one GPU reach each other's memory through their own mappings, no link.
+  auto shares_my_gpu = [&](int p) { return ctx.config.shared_gpu && addr[p] == mine; };
 
   // (1) P2P where the peer's GPU is visible in this process. A GPU hidden by CUDA_VISIBLE_DEVICES is left
   // to the functional check (cuMem import works without it).
@@ -125,8 +127,7 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
       continue;
     }
     if (peer_dev == device) {
-      // Config::shared_gpu: ranks on one GPU reach each other's memory through their own mappings.
-      if (!ctx.config.shared_gpu) {
+      if (!shares_my_gpu(p)) {
         out.peer_access = false;
         out.detail += fmt::format("rank {} uses the same GPU {}; ", p, id);
       }
@@ -147,7 +148,7 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
     // Without NVML, native peer atomics are the best available sign of NVLink between visible GPUs.
     out.nvlink = true;
     for (int p = 0; p < n; ++p) {
-      if (p == me || (ctx.config.shared_gpu && addr[p] == mine)) continue;
+      if (p == me || shares_my_gpu(p)) continue;
       std::string id = fmt::format("{:08x}:{:02x}:{:02x}.0", addr[p].domain, addr[p].bus, addr[p].device);
       int peer_dev = -1, atomics = 0;
       if (cudaDeviceGetByPCIBusId(&peer_dev, id.c_str()) != cudaSuccess ||
@@ -166,7 +167,7 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
     return out;
   }
   std::vector<bool> linked(n, false);
-  for (int p = 0; p < n; ++p) linked[p] = ctx.config.shared_gpu && addr[p] == mine;  // no link needed
+  for (int p = 0; p < n; ++p) linked[p] = shares_my_gpu(p);
   bool to_switch = false;
   for (unsigned l = 0; l < kNvmlMaxLinks; ++l) {
     int active = 0;
