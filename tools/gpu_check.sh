@@ -11,6 +11,14 @@
 #   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu_check.sh   (issue 7's 1000 cycles)
 #   GPU_CHECK_STEPS="build shared" tools/gpu_check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
 #
+#   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu_check.sh   (here, on the CPU machine: see "prebuilt" below)
+#
+# Prebuilt binaries: the `pack` step (no GPU needed) builds the GPU tests, symcomm-bench and symcomm-run in
+# $BUILD and writes them with a stamp of the sources to .gpu-prebuilt.tgz (~29 MB; carry it to the machine).
+# There, a run without the `build` step unpacks it into $BUILD when the stamp matches the sources it was sent
+# with, which saves the ~2 minutes of device time the build takes; a stale archive is ignored and the tree is
+# built. The sabotage step still needs a `build` (it rebuilds parts of the tree).
+#
 # Missing headers (fmt, gtest, CLI11, nlohmann-json) are taken from Debian packages in .debs/ (carried to the
 # machine; see docs/cuda-backend.md), unpacked into /tmp/symcomm-deps.
 set -uo pipefail
@@ -60,7 +68,38 @@ if [ ! -e /usr/include/fmt/format.h ] || [ ! -e /usr/include/gtest/gtest.h ] || 
   fi
 fi
 
+# What the prebuilt archive is checked against: every source the three binaries are built from.
+source_stamp() {
+  (cd "$ROOT" && find CMakeLists.txt cmake include src tests bench tools -type f ! -name '.*' -print0 |
+    sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}
+PREBUILT=$ROOT/.gpu-prebuilt.tgz
+PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench tools/symcomm-run)
+
+if has pack; then
+  if cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DSYMCOMM_WITH_MPI=OFF "${PREFIX_ARGS[@]}" >"$OUT/pack.log" 2>&1 &&
+    ninja -C "$BUILD" -j"$JOBS" "${PREBUILT_BINS[@]}" >>"$OUT/pack.log" 2>&1 &&
+    source_stamp >"$BUILD/prebuilt.stamp" &&
+    tar -czf "$PREBUILT" -C "$BUILD" "${PREBUILT_BINS[@]}" prebuilt.stamp; then
+    note "pack: $PREBUILT ($(du -h "$PREBUILT" | cut -f1), stamp $(cat "$BUILD/prebuilt.stamp"))"
+  else
+    note "pack FAILED (log: pack.log)"
+    exit 1
+  fi
+fi
+
 BUILD_OK=1
+if ! has build && ! has pack && [ -e "$PREBUILT" ]; then
+  want=$(source_stamp)
+  got=$(tar -xzOf "$PREBUILT" prebuilt.stamp 2>/dev/null)
+  if [ "$want" = "$got" ]; then
+    mkdir -p "$BUILD" && tar -xzf "$PREBUILT" -C "$BUILD" && note "prebuilt binaries unpacked into $BUILD (stamp $got)"
+  else
+    note "prebuilt archive stale (stamp ${got:-none}, sources $want): building instead"
+    STEPS="build $STEPS"
+  fi
+fi
 if has build; then
   t0=$(date +%s)
   cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -79,14 +118,24 @@ if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   grep -E "^\[  (PASSED|FAILED) |^\[       OK|^\[  FAILED  \]|SKIPPED" "$OUT/gpu_tests.log" | tee -a "$SUMMARY"
 fi
 
-# The whole suite with SHARED_WORLD (default 2) ranks sharing the GPUs (SYMCOMM_SHARED_GPU=1; docs/cuda-backend.md):
-# every kernel's protocol and fault path at 2 ranks where only one GPU is lent (no NCCL, no NVLink, no speed).
+# The suite with SHARED_WORLD ranks sharing the GPUs (SYMCOMM_SHARED_GPU=1; docs/cuda-backend.md): every
+# kernel's protocol and fault path at 2, 4 or 8 ranks where only one GPU is lent (no NCCL, no NVLink, no
+# speed). SHARED_WORLD is a list (default "2"), run in order with SHARED_TIMEOUT seconds each. Contexts on one
+# GPU time-slice, so a collective costs about a time slice per rank: the suite takes ~5 minutes at 2 ranks,
+# and the collective matrix alone ~10 minutes at 4 and ~20 at 8 (docs/benchmarks.md); pick tests with
+# GTEST_ARGS="--gtest_filter=...".
 if has shared && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
-  t0=$(date +%s)
-  SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=${SHARED_WORLD:-2} SYMCOMM_TEST_TIMEOUT_SCALE=10 \
-    timeout "${SHARED_TIMEOUT:-540}" "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} >"$OUT/gpu_shared.log" 2>&1
-  note "gpu tests, ${SHARED_WORLD:-2} ranks sharing the GPUs: rc=$? in $(($(date +%s) - t0)) s (log: gpu_shared.log)"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|SKIPPED \]" "$OUT/gpu_shared.log" | tee -a "$SUMMARY"
+  for world in ${SHARED_WORLD:-2}; do
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=$world SYMCOMM_TEST_TIMEOUT_SCALE=${SHARED_TIMEOUT_SCALE:-20} \
+      timeout "${SHARED_TIMEOUT:-540}" "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} \
+      >"$OUT/gpu_shared$world.log" 2>&1
+    note "gpu tests, $world ranks sharing the GPUs: rc=$? in $(($(date +%s) - t0)) s (log: gpu_shared$world.log)"
+    pkill -9 -f "$BUILD/tests/symcomm_gpu_tests" 2>/dev/null  # ranks left behind by a timeout
+    grep -E "^\[       OK|^\[  (PASSED|FAILED) |^\[  FAILED  \]|SKIPPED \]" "$OUT/gpu_shared$world.log" |
+      tee -a "$SUMMARY"
+  done
 fi
 
 # Issue 7's lifecycle count: LIFECYCLE_CYCLES (default 1000) create/destroy and create/abort cycles with NCCL

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 
 #include "gpu_test_util.h"
@@ -226,7 +227,12 @@ TEST(GpuBucketer, InvalidUseThrows) {
 TEST(GpuBucketer, GatheredFlushesEqualReference) {
   const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
-    auto comm = env.make_comm(cuda_comm_options());
+    // A bucket holds world x per_rank_cap bytes of inputs plus the rank's outputs: the largest case (14 MB per
+    // rank) outgrows the 64 MB test heap at 4 ranks and more, so the heap scales with the world size.
+    CommOptions copts = cuda_comm_options();
+    copts.config = env.config;
+    copts.config->heap_bytes = std::max(copts.config->heap_bytes, (env.info.world_size + 2) * (size_t{16} << 20));
+    auto comm = env.make_comm(copts);
     const int me = comm->rank(), world = comm->world_size();
     cudaStream_t s;
     GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -130,15 +130,25 @@ class Runner {
 };
 
 // Sweeps `cases` on both buffer kinds, on every rank, and fails with the first few mismatches.
+// Buffers are sized from the cases and the world size (the region one case needs: its larger side plus the
+// misalignment offset), and the heap grows to hold both of them when a tweak or the default leaves it short: a
+// fixed factor sized for 2 ranks ran out of heap at 4 and 8 (seen with ranks sharing one GPU).
 void sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<void(Config&)>& tweak = {}) {
-  CommOptions copts = cuda_comm_options();
-  if (tweak) {
-    copts.config = env.config;
-    tweak(*copts.config);
-  }
-  auto comm = env.make_comm(copts);
+  const size_t world = env.info.world_size;
   size_t cap = 0;
-  for (const Case& c : cases) cap = std::max(cap, 8 * comm->world_size() * c.count * 2 + 64);
+  for (const Case& c : cases) {
+    const size_t elems =
+        c.kind == Collective::kAllGather || c.kind == Collective::kReduceScatter || c.kind == Collective::kAllToAll
+            ? world * c.count
+            : c.count;
+    cap = std::max(cap, elems * dtype_size(c.dt) + c.offset + 64);
+  }
+  CommOptions copts = cuda_comm_options();
+  copts.config = env.config;
+  if (tweak) tweak(*copts.config);
+  const size_t need = 2 * (cap + 4 * kGuard + 4096);
+  copts.config->heap_bytes = std::max(copts.config->heap_bytes, need + (size_t{64} << 20));
+  auto comm = env.make_comm(copts);
   int failures = 0;
   for (BufKind kind : {BufKind::kDevice, BufKind::kSymmetric}) {
     Runner runner(*comm, kind, cap);
