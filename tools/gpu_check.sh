@@ -76,9 +76,14 @@ source_stamp() {
 PREBUILT=$ROOT/.gpu-prebuilt.tgz
 PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench tools/symcomm-run)
 
+# The one build configuration (the `build` and `pack` steps); its output goes to the log named.
+configure() {
+  cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DSYMCOMM_WITH_MPI=OFF "${PREFIX_ARGS[@]}" >"$1" 2>&1
+}
+
 if has pack; then
-  if cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DSYMCOMM_WITH_MPI=OFF "${PREFIX_ARGS[@]}" >"$OUT/pack.log" 2>&1 &&
+  if configure "$OUT/pack.log" &&
     ninja -C "$BUILD" -j"$JOBS" "${PREBUILT_BINS[@]}" >>"$OUT/pack.log" 2>&1 &&
     source_stamp >"$BUILD/prebuilt.stamp" &&
     tar -czf "$PREBUILT" -C "$BUILD" "${PREBUILT_BINS[@]}" prebuilt.stamp; then
@@ -102,8 +107,7 @@ if ! has build && ! has pack && [ -e "$PREBUILT" ]; then
 fi
 if has build; then
   t0=$(date +%s)
-  cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DSYMCOMM_WITH_MPI=OFF "${PREFIX_ARGS[@]}" >"$OUT/build.log" 2>&1 &&
+  configure "$OUT/build.log" &&
     ninja -C "$BUILD" -j"$JOBS" -k 0 >>"$OUT/build.log" 2>&1 || BUILD_OK=0
   note "build: $([ $BUILD_OK = 1 ] && echo ok || echo FAILED) in $(($(date +%s) - t0)) s (log: build.log)"
   [ $BUILD_OK = 1 ] || grep -E "error|FAILED" "$OUT/build.log" | head -20
