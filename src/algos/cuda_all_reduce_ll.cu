@@ -101,6 +101,7 @@ template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLParams p) {
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c);
+  if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank;
   const size_t bytes = p.count * sizeof(T);
@@ -227,6 +228,7 @@ template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL128Params p) {
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c);
+  if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank;
   const size_t bytes = p.count * sizeof(T);

@@ -149,6 +149,7 @@ __device__ __forceinline__ uint32_t staged_rounds(const AllReduceTwoShotParams& 
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_two_shot_kernel(AllReduceTwoShotParams p) {
   const Frame f = frame_begin(p.comm);
+  if (f.failed) return;  // NOTE [failed communicator]
   if (p.push_out) {
     const uint32_t rounds = staged_rounds(p, 1, sizeof(T));
     push_out<T, kOp, kR>(p, f, rounds);

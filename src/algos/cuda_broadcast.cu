@@ -15,6 +15,7 @@ constexpr int kMaxBlocks = 64;
 __global__ void __launch_bounds__(kThreads) broadcast_kernel(BroadcastParams p) {
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c);
+  if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
   const bool root = me == p.root;
   if (p.zero_copy) {

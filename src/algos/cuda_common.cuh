@@ -40,7 +40,18 @@ struct Frame {
   uint32_t seq0;
   uint32_t half0;
   uint64_t deadline;
+  bool failed;  ///< the communicator already failed on this GPU: the kernel returns at once
 };
+
+/// NOTE [failed communicator] Every kernel returns right after frame_begin when the communicator's device
+/// error word is already set, before it writes anything to a peer. Collectives issued asynchronously are
+/// queued before the host can see a failure, and a queued kernel that still ran would send its lines, headers
+/// and signals into the peers' buffers under sequence numbers that slower ranks may still be using for an
+/// earlier collective. Found with 4 ranks sharing one GPU (tests/gpu/mismatch_test.cc, a skipped call): rank
+/// 0 failed its second all-reduce on the skipping rank's header, ran its third anyway, and overwrote what rank
+/// 3, still in the first (matched) all-reduce, was waiting for; rank 3 then timed out with a wrong result, and
+/// in the staged case another rank reported a mismatch naming rank 0 instead of the rank that skipped. The
+/// error word shares its 32-byte line with the counters read here, so the check costs no extra memory trip.
 
 /// NOTE [PDL] Latency-bound kernels (the one-shot all-reduces) are launched with programmatic dependent
 /// launch (launch_kernel(pdl = true)): the next kernel of the stream may be scheduled while this one still
@@ -55,6 +66,7 @@ __device__ __forceinline__ Frame frame_begin(const DeviceComm& c) {
   f.seq0 = device::ld_volatile_u32(&c.state->seq);
   f.half0 = device::ld_volatile_u32(&c.state->half);
   f.deadline = device::globaltimer_ns() + c.timeout_ns;
+  f.failed = device::comm_failed(c);
   return f;
 }
 

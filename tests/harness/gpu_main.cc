@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   ::setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   ::setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   ::testing::InitGoogleTest(&argc, argv);
+  if (GTEST_FLAG_GET(list_tests)) return RUN_ALL_TESTS();  // listing needs no GPU
   const int gpus = symcomm::testing::count_gpus_in_child();
   if (gpus < 1) {
     std::printf("SKIPPED: needs a GPU (found none)\n");
