@@ -147,7 +147,7 @@ fi
 # machine allows; the eager 2-rank test needs ~1 s per cycle (NCCL's teardown), too long for 1000 here.
 if has lifecycle && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   t0=$(date +%s)
-  LIFE_FILTER='GpuLifecycle.LazyNccl*'  # 2 ranks; one rank where one GPU is lent
+  LIFE_FILTER='GpuLifecycle.LazyNccl*'  # one rank per GPU; one rank where one GPU is lent
   [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt 2 ] && LIFE_FILTER='GpuLifecycle.SingleGpuLazyNccl*'
   SYMCOMM_TEST_LIFECYCLE_CYCLES=${LIFECYCLE_CYCLES:-1000} timeout "${LIFECYCLE_TIMEOUT:-560}" \
     "$BUILD/tests/symcomm_gpu_tests" --gtest_filter="$LIFE_FILTER" >"$OUT/lifecycle.log" 2>&1

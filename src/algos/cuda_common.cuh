@@ -47,11 +47,13 @@ struct Frame {
 /// error word is already set, before it writes anything to a peer. Collectives issued asynchronously are
 /// queued before the host can see a failure, and a queued kernel that still ran would send its lines, headers
 /// and signals into the peers' buffers under sequence numbers that slower ranks may still be using for an
-/// earlier collective. Found with 4 ranks sharing one GPU (tests/gpu/mismatch_test.cc, a skipped call): rank
-/// 0 failed its second all-reduce on the skipping rank's header, ran its third anyway, and overwrote what rank
-/// 3, still in the first (matched) all-reduce, was waiting for; rank 3 then timed out with a wrong result, and
-/// in the staged case another rank reported a mismatch naming rank 0 instead of the rank that skipped. The
-/// error word shares its 32-byte line with the counters read here, so the check costs no extra memory trip.
+/// earlier collective. Found with 4 ranks sharing one GPU (tests/gpu/mismatch_test.cc, a skipped call): a
+/// rank that failed its second all-reduce on the skipping rank's header ran its third anyway and overwrote
+/// what a slower rank, still in the first (matched) all-reduce, was waiting for: on the LL path that rank
+/// timed out with a wrong result of the matched call; on the staged path it reported a mismatch naming the
+/// rank that was ahead instead of the rank that skipped. The
+/// error word shares its 32-byte line with the counters read here, so its load can travel with theirs (the
+/// latency this adds was not measured: no 2-GPU machine was lent when it was written).
 
 /// NOTE [PDL] Latency-bound kernels (the one-shot all-reduces) are launched with programmatic dependent
 /// launch (launch_kernel(pdl = true)): the next kernel of the stream may be scheduled while this one still
