@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace symcomm::testing {
 
@@ -15,6 +17,38 @@ inline int count_dir(const char* path) {
   if (DIR* d = ::opendir(path)) {
     while (::readdir(d)) ++n;
     ::closedir(d);
+  }
+  return n;
+}
+
+/// NOTE [thread counts] A thread that was just joined can still be listed in /proc/self/task: pthread_join
+/// returns once the kernel clears the thread's tid, early in its exit, and the task leaves the list only when
+/// it is released at the end of that exit (longer when the machine is busy). Seen in CI and reproduced here
+/// with CPU hogs beside the tests: one thread more than the truth on both ranks, in the count before the
+/// cycles (then "after" is one less) or after them. So the count before waits for the list to stand still,
+/// the count after waits (2 s at most) to fall to the count before, and a leak check asks for no more
+/// threads after than before: a leaked thread stays, an exiting one goes.
+
+/// Threads of this process once /proc/self/task has not changed for 50 ms (2 s at most; NOTE [thread counts]).
+inline int count_threads_stable() {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int n = count_dir("/proc/self/task");
+  for (int same = 0; same < 10 && std::chrono::steady_clock::now() < give_up;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const int m = count_dir("/proc/self/task");
+    same = m == n ? same + 1 : 0;
+    n = m;
+  }
+  return n;
+}
+
+/// Threads of this process, waiting up to 2 s for the count to fall to `at_most` (NOTE [thread counts]).
+inline int count_threads_settled(int at_most) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int n = count_dir("/proc/self/task");
+  while (n > at_most && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n = count_dir("/proc/self/task");
   }
   return n;
 }
