@@ -33,6 +33,16 @@ struct Case {
   }
 };
 
+/// Elements of one rank's input and output for case c at world size n.
+struct CaseElems {
+  size_t in, out;
+};
+CaseElems case_elems(const Case& c, size_t n) {
+  const bool a2a = c.kind == Collective::kAllToAll;
+  return {.in = c.kind == Collective::kReduceScatter || a2a ? n * c.count : c.count,
+          .out = c.kind == Collective::kAllGather || a2a ? n * c.count : c.count};
+}
+
 class Runner {
  public:
   Runner(Communicator& comm, BufKind kind, size_t capacity)
@@ -45,10 +55,8 @@ class Runner {
   std::string run(const Case& c, uint64_t seed) {
     const int n = comm_.world_size(), me = comm_.rank();
     const size_t es = dtype_size(c.dt);
-    const size_t in_elems =
-        c.kind == Collective::kReduceScatter || c.kind == Collective::kAllToAll ? n * c.count : c.count;
-    const size_t out_elems =
-        c.kind == Collective::kAllGather || c.kind == Collective::kAllToAll ? n * c.count : c.count;
+    const CaseElems elems = case_elems(c, n);
+    const size_t in_elems = elems.in, out_elems = elems.out;
     char* out = out_.prepare(c.offset, out_elems * es, kPoisonByte);
     const char* in = nullptr;
     std::vector<uint8_t> input =
@@ -137,11 +145,8 @@ void sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<voi
   const size_t world = env.info.world_size;
   size_t cap = 0;
   for (const Case& c : cases) {
-    const size_t elems =
-        c.kind == Collective::kAllGather || c.kind == Collective::kReduceScatter || c.kind == Collective::kAllToAll
-            ? world * c.count
-            : c.count;
-    cap = std::max(cap, elems * dtype_size(c.dt) + c.offset + 64);
+    const CaseElems e = case_elems(c, world);
+    cap = std::max(cap, std::max(e.in, e.out) * dtype_size(c.dt) + c.offset + 64);
   }
   CommOptions copts = cuda_comm_options();
   copts.config = env.config;

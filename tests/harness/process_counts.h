@@ -29,28 +29,31 @@ inline int count_dir(const char* path) {
 /// the count after waits (2 s at most) to fall to the count before, and a leak check asks for no more
 /// threads after than before: a leaked thread stays, an exiting one goes.
 
-/// Threads of this process once /proc/self/task has not changed for 50 ms (2 s at most; NOTE [thread counts]).
-inline int count_threads_stable() {
+/// Counts this process's threads every 5 ms until done(count) (2 s at most; NOTE [thread counts]).
+template <class Done>
+int poll_thread_count(Done done) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   int n = count_dir("/proc/self/task");
-  for (int same = 0; same < 10 && std::chrono::steady_clock::now() < give_up;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    const int m = count_dir("/proc/self/task");
-    same = m == n ? same + 1 : 0;
-    n = m;
-  }
-  return n;
-}
-
-/// Threads of this process, waiting up to 2 s for the count to fall to `at_most` (NOTE [thread counts]).
-inline int count_threads_settled(int at_most) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  int n = count_dir("/proc/self/task");
-  while (n > at_most && std::chrono::steady_clock::now() < give_up) {
+  while (!done(n) && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     n = count_dir("/proc/self/task");
   }
   return n;
+}
+
+/// Threads of this process once /proc/self/task has not changed for 50 ms.
+inline int count_threads_stable() {
+  int last = -1, same = 0;
+  return poll_thread_count([&](int n) {
+    same = n == last ? same + 1 : 0;
+    last = n;
+    return same >= 10;
+  });
+}
+
+/// Threads of this process, once the count has fallen to `at_most`.
+inline int count_threads_settled(int at_most) {
+  return poll_thread_count([at_most](int n) { return n <= at_most; });
 }
 
 /// Lines of /proc/self/maps that contain `needle` (every line when it is empty).
