@@ -50,11 +50,14 @@ struct Tuning {
   /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
   /// 2 x H200, 2026-11-22, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
   size_t cuda_nccl_min_bytes = SIZE_MAX;
-  /// CUDA backend: all_gather / reduce_scatter / all_to_all / broadcast with at most this many bytes per
-  /// rank go to NCCL when it is available and low contention was not asked for. Measured 2026-11-22 on
-  /// 2 x H200 (tools/gpu_check.sh): symcomm's direct kernels were 1.1-1.6x slower than NCCL below 1 MB of
-  /// total payload (512 KB per rank at 2 ranks) and 1.4-1.5x faster at 64-256 MB.
-  size_t cuda_direct_nccl_max_bytes = 512 << 10;
+  /// CUDA backend: non-empty all_gather / reduce_scatter / all_to_all / broadcast with at most this many bytes
+  /// per rank go to NCCL when it is available and low contention was not asked for; 0 = never. Measured on
+  /// 2 x H200 (tools/gpu_check.sh, bf16, 4 KB-1 MB): 2026-11-22, with a blocking NCCL communicator, symcomm's
+  /// direct kernels were 1.1-1.6x slower than NCCL in CUDA graphs and eagerly (512 KB was the default then);
+  /// 2026-11-24, with symcomm's NCCL communicator nonblocking (NOTE [settling NCCL calls]), an eager
+  /// collective sent to NCCL took 47-95 us against 7.6-12.0 us for the direct kernels, while in a CUDA graph
+  /// the direct kernels were 0.88-1.25x NCCL's time (all-gather 5.9-9.3 us vs 5.6-10.6 us).
+  size_t cuda_direct_nccl_max_bytes = 0;
   /// CUDA LL all-reduce (one-shot up to 1 MB): 8-byte chunks each thread carries before another block of 512
   /// threads is added, and the most blocks (NOTE [LL lines]). Measured 2026-11-22 on 2 x H200 (bf16 sum,
   /// CUDA graph, µs at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 1 chunk, 128 blocks: 2.83 / 3.73 / 4.05 / 5.08 /

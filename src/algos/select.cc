@@ -87,7 +87,7 @@ Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tu
     return Algorithm::kNccl;
   }
   if (!reducing) {
-    if (r.kind != Collective::kBarrier && r.contention != Contention::kLow && caps.nccl_available &&
+    if (r.kind != Collective::kBarrier && r.contention != Contention::kLow && caps.nccl_available && r.bytes > 0 &&
         r.bytes <= t.cuda_direct_nccl_max_bytes) {
       return Algorithm::kNccl;
     }

@@ -13,6 +13,7 @@
 #include "algos/cuda_all_reduce_ll.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/deadline.h"
 #include "core/logging.h"
 #include "topology/cuda_topology_cuda.h"
 
@@ -53,9 +54,10 @@ class CudaWork final : public Work {
   }
   bool wait_for(std::chrono::milliseconds timeout) override {
     auto until = std::chrono::steady_clock::now() + timeout;
+    PollPause pause;  // NOTE [polling pauses]
     while (!is_completed()) {
       if (std::chrono::steady_clock::now() >= until) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      pause();
     }
     return true;
   }
@@ -244,12 +246,20 @@ void CudaBackend::init_nccl() {
 // ncclCommInitRank has no deadline: a rank that died after agreeing to create NCCL (init_nccl) held the
 // others inside it for ever; now they get kPeerDead naming it within milliseconds of its death, and the
 // half-made communicator is aborted by release().
+//
+// NOTE [settling NCCL calls] On a nonblocking communicator of more than one rank every NCCL call, each
+// collective included, ends in a group that NCCL runs on a thread it creates for it, and returns
+// ncclInProgress (a 1-rank communicator's collectives are plain copies and return at once, which is why the
+// 1-GPU measurement of 2026-11-23 saw no cost). On 2 x H200 (2026-11-24) an eager all-gather or
+// reduce-scatter of 4 KB-1 MB sent to NCCL took 110-124 us with sleeps between the polls from the first one
+// and 47-95 us with PollPause (NOTE [polling pauses]), against 7-11 us through a blocking NCCL communicator:
+// the thread per call is NCCL's. Hence Tuning::cuda_direct_nccl_max_bytes = 0 (symcomm's kernels for those
+// sizes); in a CUDA graph the cost is paid once, at capture.
 ncclResult_t CudaBackend::nccl_settle(ncclResult_t r, const char* what) {
   const Deadline deadline = ctx_.deadline();
-  auto pause = std::chrono::microseconds(20);
+  PollPause pause;
   while (r == ncclInProgress) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(2 * pause, std::chrono::microseconds(1000));
+    pause();
     ncclResult_t state = ncclInProgress;
     const ncclResult_t q = ncclCommGetAsyncError(nccl_, &state);
     r = q == ncclSuccess ? state : q;

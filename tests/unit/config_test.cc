@@ -156,7 +156,7 @@ TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.nccl, NcclInit::kEager);
   EXPECT_EQ(c.tuning.host_one_shot_max_bytes, size_t{64} << 10);
   EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{4} << 20);
-  EXPECT_EQ(c.tuning.cuda_direct_nccl_max_bytes, size_t{512} << 10);
+  EXPECT_EQ(c.tuning.cuda_direct_nccl_max_bytes, size_t{0});
   EXPECT_EQ(c.tuning.cuda_two_shot_max_bytes, SIZE_MAX);
   EXPECT_EQ(c.tuning.cuda_nccl_min_bytes, SIZE_MAX);
 }

@@ -267,16 +267,20 @@ TEST(Select, CudaTable) {
   });
 }
 
-// Measured default (Tuning::cuda_direct_nccl_max_bytes): small gather-style collectives and reduce-scatter go
-// to NCCL when it exists, unless low contention is asked for; all-reduce and barrier never do.
-TEST(Select, CudaSmallDirectCollectivesGoToNccl) {
+// Tuning::cuda_direct_nccl_max_bytes: by default (0, measured) symcomm's kernels run the small gather-style
+// collectives and reduce-scatter; set, those up to it go to NCCL when it exists, unless low contention is asked
+// for or they are empty; all-reduce and barrier never do.
+TEST(Select, CudaSmallDirectCollectivesGoToNcclWhenTuned) {
   using enum Algorithm;
-  const Tuning t{};
+  const Tuning t{.cuda_direct_nccl_max_bytes = 512 << 10};
   const size_t max = t.cuda_direct_nccl_max_bytes;
   const Capabilities nvl = cuda({});
   const Capabilities nvl_no_nccl = cuda({.nccl_available = false});
   const Capabilities ce = cuda({.copy_engine = true});
   check_rows({
+      {"cuda all_gather small, default tuning", nvl, coll(Collective::kAllGather, 8), Tuning{}, kDirect},
+      {"cuda reduce_scatter 4 KB, default tuning", nvl, coll(Collective::kReduceScatter, 4096), Tuning{}, kDirect},
+      {"cuda all_gather empty", nvl, coll(Collective::kAllGather, 0), t, kDirect},
       {"cuda all_gather == direct nccl max", nvl, coll(Collective::kAllGather, max), t, kNccl},
       {"cuda all_gather direct nccl max + 1", nvl, coll(Collective::kAllGather, max + 1), t, kDirect},
       {"cuda reduce_scatter small", nvl, coll(Collective::kReduceScatter, 8), t, kNccl},
