@@ -85,6 +85,9 @@ case_def gpu failed-communicator src/algos/cuda_common.cuh \
   "  f.failed = device::comm_failed(c);" "  f.failed = false;" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/skipped*" 300 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=20 GTEST_REPEAT=3"
+case_def gpu ll-gather-store src/algos/cuda_all_reduce_ll.cu \
+  "store8(dst, i, bytes, aligned8(dst), vals[q].v);" "store8(dst, i, bytes, aligned8(dst), make_uint2(0, 0));" \
+  symcomm_gpu_tests "GpuCollectives.AllGather*" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
 
 say() { echo "$*" | tee -a "$REPORT"; }
 build() { ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }

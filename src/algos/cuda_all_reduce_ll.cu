@@ -1,4 +1,4 @@
-// LL one-shot all-reduce.
+// LL one-shot all-reduce, and LL all-gather and reduce-scatter.
 //
 // NOTE [LL lines] A line is 16 bytes {data lo, seq, data hi, seq}, stored with one 16-byte volatile store
 // into slot `rank` of every peer's LL buffer. The reader polls its own buffer with 16-byte volatile loads
@@ -19,6 +19,16 @@
 // peer running another all-reduce (count, dtype, op): kMismatch naming it. The lines live in their own area
 // of the LL buffer (after LL's), so LL's sequence words are never LL128 payload and vice versa; the areas
 // alternate by seq parity as LL's do (NOTE [LL lines]).
+//
+// NOTE [LL all-gather and reduce-scatter] The LL all-reduce's kernel also runs small all-gathers and
+// reduce-scatters (LLKind), which otherwise pay two barriers of the direct kernels. All-gather: every rank
+// sends its input's chunks to every peer (as the all-reduce does) and stores each peer's chunk, and its own,
+// at that rank's block of the output. Reduce-scatter: every rank sends chunk i of its input's block q to peer
+// q only, and reduces, in rank order, its own block's chunk i with the chunks the peers sent it. Each op still
+// sends every peer its header line and waits for every peer's, so the argument of NOTE [LL lines] for reusing
+// a parity's buffer holds for any sequence of LL ops, and two ranks running different LL ops at the same seq
+// (kind, count, dtype, op) get kMismatch (the kind is part of the header). A thread handles the same chunk
+// index of every block, loading them all before it stores any, so in-place use is safe.
 #include <algorithm>
 
 #include "algos/cuda_all_reduce_ll.h"
@@ -97,20 +107,26 @@ __device__ __forceinline__ uint2 reduce8(const Pack8<T>* vals, int n_ranks, Redu
   return r.v;
 }
 
-template <class T, int kOp, int kR>
+__device__ __forceinline__ bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
+
+template <class T, int kOp, int kR, LLKind kKind>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLParams p) {
+  constexpr bool kGather = kKind == LLKind::kAllGather, kScatter = kKind == LLKind::kReduceScatter;
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c);
   if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank;
-  const size_t bytes = p.count * sizeof(T);
+  const size_t bytes = p.count * sizeof(T);  // one rank's block (NOTE [LL all-gather and reduce-scatter])
   const size_t nchunks = div_up(bytes, 8);
   const size_t region = (seq & 1) * n_ranks * c.ll_slot_bytes;
-  const char* in = static_cast<const char*>(p.in);
+  // This rank's own block: the reduce-scatter's is block `me` of its input.
+  const char* in = static_cast<const char*>(p.in) + (kScatter ? me * bytes : 0);
   char* out = static_cast<char*>(p.out);
-  const bool in_al = (reinterpret_cast<uintptr_t>(in) & 7) == 0;
-  const bool out_al = (reinterpret_cast<uintptr_t>(out) & 7) == 0;
+  const bool in_al = aligned8(in);
+  const bool out_al = aligned8(out);
+  // The all-gather's own block needs no store when the input already is it (in place).
+  const bool own_in_place = kGather && in == out + me * bytes;
   const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
   // Line `line` of the slot of rank `from` in rank `owner`'s buffer: line 0 carries the op's header, line
   // i + 1 chunk i.
@@ -162,9 +178,22 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
     for (int u = 0; u < kBatch; ++u) {
       const size_t i = base + u * stride;
       if (i >= nchunks) break;
-      const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
-      for (int q = 0; q < n_ranks; ++q) {
-        if (q != me) st_line(line_at(q, me, i + 1), line);
+      if constexpr (kScatter) {  // chunk i of block q goes to peer q; all loads first, then the stores
+        uint2 block[kR];
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          const char* src = static_cast<const char*>(p.in) + q * bytes;
+          if (q < n_ranks && q != me) block[q] = load8(src, i, bytes, aligned8(src));
+        }
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          if (q < n_ranks && q != me) st_line(line_at(q, me, i + 1), make_uint4(block[q].x, seq, block[q].y, seq));
+        }
+      } else {
+        const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
+        for (int q = 0; q < n_ranks; ++q) {
+          if (q != me) st_line(line_at(q, me, i + 1), line);
+        }
       }
     }
     uint4 lines[kBatch][kR];
@@ -204,7 +233,16 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
         vals[q].v = make_uint2(line.x, line.z);
       }
       if (failed) break;
-      store8(out, i, bytes, out_al, reduce8<T, kOp, kR>(vals, n_ranks, p.op));
+      if constexpr (kGather) {
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          if (q >= n_ranks || (q == me && own_in_place)) continue;
+          char* dst = out + q * bytes;
+          store8(dst, i, bytes, aligned8(dst), vals[q].v);
+        }
+      } else {
+        store8(out, i, bytes, out_al, reduce8<T, kOp, kR>(vals, n_ranks, p.op));
+      }
     }
   }
   frame_end(c, f, 1, 0);
@@ -343,10 +381,30 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const size_t threads = std::clamp<size_t>(p.block_threads / 32 * 32, 32, kThreads);
   const size_t b = std::clamp<size_t>(div_up(nchunks, threads * per_thread), 1, max_blocks);
   const int blocks = static_cast<int>(b);
+  if (p.kind == LLKind::kAllGather) {  // bytes only: one instance per world-size tag, count in bytes
+    AllReduceLLParams q = p;
+    q.count = p.count * dtype_size(p.dtype);
+    auto run = [&](auto r) {
+      launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, decltype(r)::value, LLKind::kAllGather>, blocks,
+                    static_cast<int>(threads), stream, p.pdl, q);
+    };
+    if (p.comm.world_size == 2) {
+      run(RankTag<2>{});
+    } else {
+      run(RankTag<device::kMaxDeviceRanks>{});
+    }
+    SYMCOMM_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, static_cast<int>(threads),
-                  stream, p.pdl, p);
+    if (p.kind == LLKind::kReduceScatter) {
+      launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value, LLKind::kReduceScatter>, blocks,
+                    static_cast<int>(threads), stream, p.pdl, p);
+    } else {
+      launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value, LLKind::kAllReduce>, blocks,
+                    static_cast<int>(threads), stream, p.pdl, p);
+    }
   });
   SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }

@@ -14,6 +14,11 @@
 
 namespace symcomm::detail::cuda {
 
+/// What an LL kernel computes (NOTE [LL all-gather and reduce-scatter] in cuda_all_reduce_ll.cu). `count` is
+/// always the elements of one rank's block: the all-reduce's whole payload, the all-gather's input (its output
+/// holds world_size blocks), the reduce-scatter's output (its input holds world_size blocks).
+enum class LLKind : int { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2 };
+
 struct AllReduceLLParams {
   device::DeviceComm comm;
   const void* in;
@@ -21,6 +26,7 @@ struct AllReduceLLParams {
   size_t count;
   DataType dtype;
   ReduceOp op;
+  LLKind kind = LLKind::kAllReduce;
   uint64_t header;               ///< the op's header, sent in line 0 and compared (NOTE [LL header line])
   size_t chunks_per_thread = 1;  ///< 8-byte chunks per thread before another block is added (Tuning; 1-64)
   size_t max_blocks = 128;       ///< (Tuning; 1-1024)

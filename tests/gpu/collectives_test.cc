@@ -258,6 +258,40 @@ TEST(GpuCollectives, AllGather) {
   testing::expect_success(n, [n](RankEnv& env) { sweep(env, move_cases(Collective::kAllGather, n)); });
 }
 
+// The two kernels behind a direct all-gather and reduce-scatter, each on every case of the matrix: the LL
+// kernel (NOTE [LL all-gather and reduce-scatter]) up to the LL buffer's capacity on a grid of 3 blocks (every
+// thread runs several batches, and partial ones), plus blocks at that capacity and just below; then the
+// direct kernels with LL off. (The two tests above run the defaults: LL for the small counts only.)
+TEST(GpuCollectives, AllGatherAndReduceScatterLLAndDirect) {
+  const int n = gpus();
+  testing::expect_success(n, [n](RankEnv& env) {
+    std::vector<Case> cases = reduction_cases(Collective::kReduceScatter, {Algorithm::kDirect});
+    const std::vector<Case> ag = move_cases(Collective::kAllGather, n, Algorithm::kDirect);
+    cases.insert(cases.end(), ag.begin(), ag.end());
+    std::vector<Case> edge;  // the LL buffer holds 1 MB - 8 bytes per block (cuda::all_reduce_ll_max_bytes)
+    for (bool ip : {false, true}) {
+      edge.push_back(
+          {Collective::kReduceScatter, DataType::kBFloat16, ReduceOp::kSum, (1 << 19) - 4, ip, 0, Algorithm::kDirect});
+      edge.push_back(
+          {Collective::kReduceScatter, DataType::kFloat32, ReduceOp::kMax, (1 << 18) - 3, ip, 4, Algorithm::kDirect});
+      edge.push_back(
+          {Collective::kAllGather, DataType::kUInt8, ReduceOp::kSum, (1 << 20) - 8, ip, 0, Algorithm::kDirect});
+      edge.push_back(
+          {Collective::kAllGather, DataType::kFloat16, ReduceOp::kSum, (1 << 19) - 5, ip, 2, Algorithm::kDirect});
+    }
+    cases.insert(cases.end(), edge.begin(), edge.end());
+    sweep(env, cases, [](Config& c) {
+      c.tuning.cuda_ll_gather_max_bytes = size_t{1} << 20;
+      c.tuning.cuda_ll_max_blocks = 3;
+      c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
+    });
+    sweep(env, cases, [](Config& c) {
+      c.tuning.cuda_ll_gather_max_bytes = 0;
+      c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
+    });
+  });
+}
+
 TEST(GpuCollectives, Broadcast) {
   const int n = gpus();
   testing::expect_success(n, [n](RankEnv& env) { sweep(env, move_cases(Collective::kBroadcast, n)); });
