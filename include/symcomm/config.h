@@ -73,7 +73,7 @@ struct Tuning {
   /// one-shot (capped by the LL buffer, 1 MB; NOTE [LL threshold] in src/core/cuda_backend_cuda.h). LL won at
   /// 4 KB-256 KB and lost at 1 MB (10.81 vs 9.25-9.60 us, same sweep as cuda_ll_block_threads).
   size_t cuda_ll_max_bytes = 512 << 10;
-  /// CUDA all-gather and reduce-scatter (direct algorithm): blocks of at most this many bytes per rank use the
+  /// CUDA all-gather, reduce-scatter and all-to-all (direct algorithm): blocks of at most this many bytes use the
   /// LL kernel (NOTE [LL all-gather and reduce-scatter]; capped by the 1 MB LL buffer), larger ones the
   /// direct kernels; 0 = never. Not yet measured as such (written 2026-11-24 without a 2-GPU machine): the
   /// LL all-reduce's range, since the LL kernels send the same 16-byte line per 8 bytes of a block, and the

@@ -21,10 +21,11 @@
 // alternate by seq parity as LL's do (NOTE [LL lines]).
 //
 // NOTE [LL all-gather and reduce-scatter] The LL all-reduce's kernel also runs small all-gathers and
-// reduce-scatters (LLKind), which otherwise pay two barriers of the direct kernels. All-gather: every rank
-// sends its input's chunks to every peer (as the all-reduce does) and stores each peer's chunk, and its own,
-// at that rank's block of the output. Reduce-scatter: every rank sends chunk i of its input's block q to peer
-// q only, and reduces, in rank order, its own block's chunk i with the chunks the peers sent it. Each op still
+// reduce-scatters and all-to-alls (LLKind), which otherwise pay two barriers of the direct kernels.
+// All-gather: every rank sends its input's chunks to every peer (as the all-reduce does) and stores each
+// peer's chunk, and its own, at that rank's block of the output. Reduce-scatter: every rank sends chunk i of
+// its input's block q to peer q only, and reduces, in rank order, its own block's chunk i with the chunks the
+// peers sent it. All-to-all: sent as the reduce-scatter, stored as the all-gather. Each op still
 // sends every peer its header line and waits for every peer's, so the argument of NOTE [LL lines] for reusing
 // a parity's buffer holds for any sequence of LL ops, and two ranks running different LL ops at the same seq
 // (kind, count, dtype, op) get kMismatch (the kind is part of the header). A thread handles the same chunk
@@ -111,7 +112,10 @@ __device__ __forceinline__ bool aligned8(const void* p) { return (reinterpret_ca
 
 template <class T, int kOp, int kR, LLKind kKind>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLParams p) {
-  constexpr bool kGather = kKind == LLKind::kAllGather, kScatter = kKind == LLKind::kReduceScatter;
+  // kScatter: block q of the input goes to peer q (reduce-scatter, all-to-all); kGather: every rank's block is
+  // stored at its place in the output (all-gather, all-to-all); otherwise the blocks are reduced.
+  constexpr bool kScatter = kKind == LLKind::kReduceScatter || kKind == LLKind::kAllToAll;
+  constexpr bool kGather = kKind == LLKind::kAllGather || kKind == LLKind::kAllToAll;
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c);
   if (f.failed) return;  // NOTE [failed communicator]
@@ -120,12 +124,12 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   const size_t bytes = p.count * sizeof(T);  // one rank's block (NOTE [LL all-gather and reduce-scatter])
   const size_t nchunks = div_up(bytes, 8);
   const size_t region = (seq & 1) * n_ranks * c.ll_slot_bytes;
-  // This rank's own block: the reduce-scatter's is block `me` of its input.
+  // This rank's own block: the reduce-scatter's and all-to-all's is block `me` of its input.
   const char* in = static_cast<const char*>(p.in) + (kScatter ? me * bytes : 0);
   char* out = static_cast<char*>(p.out);
   const bool in_al = aligned8(in);
   const bool out_al = aligned8(out);
-  // The all-gather's own block needs no store when the input already is it (in place).
+  // The own block needs no store when the input already is it (all-gather or all-to-all in place).
   const bool own_in_place = kGather && in == out + me * bytes;
   const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
   // Line `line` of the slot of rank `from` in rank `owner`'s buffer: line 0 carries the op's header, line
@@ -381,12 +385,18 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const size_t threads = std::clamp<size_t>(p.block_threads / 32 * 32, 32, kThreads);
   const size_t b = std::clamp<size_t>(div_up(nchunks, threads * per_thread), 1, max_blocks);
   const int blocks = static_cast<int>(b);
-  if (p.kind == LLKind::kAllGather) {  // bytes only: one instance per world-size tag, count in bytes
+  if (p.kind == LLKind::kAllGather || p.kind == LLKind::kAllToAll) {  // bytes only: count in bytes
     AllReduceLLParams q = p;
     q.count = p.count * dtype_size(p.dtype);
     auto run = [&](auto r) {
-      launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, decltype(r)::value, LLKind::kAllGather>, blocks,
-                    static_cast<int>(threads), stream, p.pdl, q);
+      constexpr int kR = decltype(r)::value;
+      if (p.kind == LLKind::kAllGather) {
+        launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllGather>, blocks,
+                      static_cast<int>(threads), stream, p.pdl, q);
+      } else {
+        launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllToAll>, blocks,
+                      static_cast<int>(threads), stream, p.pdl, q);
+      }
     };
     if (p.comm.world_size == 2) {
       run(RankTag<2>{});

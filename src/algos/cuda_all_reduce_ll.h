@@ -16,8 +16,9 @@ namespace symcomm::detail::cuda {
 
 /// What an LL kernel computes (NOTE [LL all-gather and reduce-scatter] in cuda_all_reduce_ll.cu). `count` is
 /// always the elements of one rank's block: the all-reduce's whole payload, the all-gather's input (its output
-/// holds world_size blocks), the reduce-scatter's output (its input holds world_size blocks).
-enum class LLKind : int { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2 };
+/// holds world_size blocks), the reduce-scatter's output (its input holds world_size blocks), one block of the
+/// all-to-all (input and output hold world_size blocks).
+enum class LLKind : int { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kAllToAll = 3 };
 
 struct AllReduceLLParams {
   device::DeviceComm comm;

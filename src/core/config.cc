@@ -169,7 +169,7 @@ const std::vector<EnvVar>& env_table() {
       tuning_var("SYMCOMM_CUDA_LL_MAX_BYTES", "CUDA one-shot all-reduce: LL kernel up to this size (at most 1M)",
                  &Tuning::cuda_ll_max_bytes),
       tuning_var("SYMCOMM_CUDA_LL_GATHER_MAX_BYTES",
-                 "CUDA all_gather / reduce_scatter: LL kernel for blocks up to this size per rank (at most 1M)",
+                 "CUDA all_gather / reduce_scatter / all_to_all: LL kernel for blocks up to this size (at most 1M)",
                  &Tuning::cuda_ll_gather_max_bytes),
       tuning_var("SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES", "CUDA staged one-shot all-reduce: payload bytes per block",
                  &Tuning::cuda_one_shot_block_bytes),

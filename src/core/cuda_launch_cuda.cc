@@ -90,8 +90,9 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
   }
 }
 
-// NOTE [LL all-gather and reduce-scatter] in src/algos/cuda_all_reduce_ll.cu: blocks up to
-// Tuning::cuda_ll_gather_max_bytes (and the LL buffer's capacity) of the direct algorithm.
+// NOTE [LL all-gather and reduce-scatter] in src/algos/cuda_all_reduce_ll.cu: all-gather, reduce-scatter and
+// all-to-all blocks up to Tuning::cuda_ll_gather_max_bytes (and the LL buffer's capacity) of the direct
+// algorithm.
 bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_t s) {
   const Tuning& t = ctx_.config.tuning;
   const size_t bytes = r.count * r.elem_size();
@@ -99,15 +100,18 @@ bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_
       bytes > cuda::all_reduce_ll_max_bytes(comm_)) {
     return false;
   }
-  const bool gather = r.kind == Collective::kAllGather;
+  const bool reduce = r.kind == Collective::kReduceScatter;
+  const cuda::LLKind kind = reduce                             ? cuda::LLKind::kReduceScatter
+                            : r.kind == Collective::kAllGather ? cuda::LLKind::kAllGather
+                                                               : cuda::LLKind::kAllToAll;
   cuda::launch_all_reduce_ll({.comm = comm_,
                               .in = r.in,
                               .out = r.out,
                               .count = r.count,
                               .dtype = r.dtype,
-                              .op = gather ? ReduceOp::kSum : r.op,
-                              .kind = gather ? cuda::LLKind::kAllGather : cuda::LLKind::kReduceScatter,
-                              .header = op_header(r, gather ? 9 : 10, false),
+                              .op = reduce ? r.op : ReduceOp::kSum,
+                              .kind = kind,
+                              .header = op_header(r, 9 + static_cast<int>(kind), false),
                               .chunks_per_thread = t.cuda_ll_chunks_per_thread,
                               .max_blocks = t.cuda_ll_max_blocks,
                               .block_threads = t.cuda_ll_block_threads,
@@ -215,7 +219,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
     case Collective::kAllGather:
     case Collective::kAllToAll: {
       const bool a2a = r.kind == Collective::kAllToAll;
-      if (!a2a && launch_ll_gather(r, algo, s)) return;
+      if (launch_ll_gather(r, algo, s)) return;
       const size_t bytes = r.count * es;
       // All-to-all in place cannot take the zero-copy path: a peer would overwrite a block still to be sent.
       const bool zc = symmetric(r.out, bytes * n) && !(a2a && r.in == r.out);

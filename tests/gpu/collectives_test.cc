@@ -258,16 +258,18 @@ TEST(GpuCollectives, AllGather) {
   testing::expect_success(n, [n](RankEnv& env) { sweep(env, move_cases(Collective::kAllGather, n)); });
 }
 
-// The two kernels behind a direct all-gather and reduce-scatter, each on every case of the matrix: the LL
-// kernel (NOTE [LL all-gather and reduce-scatter]) up to the LL buffer's capacity on a grid of 3 blocks (every
-// thread runs several batches, and partial ones), plus blocks at that capacity and just below; then the
-// direct kernels with LL off. (The two tests above run the defaults: LL for the small counts only.)
-TEST(GpuCollectives, AllGatherAndReduceScatterLLAndDirect) {
+// The two kernels behind a direct all-gather, reduce-scatter and all-to-all, each on every case of the
+// matrix: the LL kernel (NOTE [LL all-gather and reduce-scatter]) up to the LL buffer's capacity on a grid of
+// 3 blocks (every thread runs several batches, and partial ones), plus blocks at that capacity and just below;
+// then the direct kernels with LL off. (The tests of each collective run the defaults: LL for small counts.)
+TEST(GpuCollectives, GatherScatterAllToAllLLAndDirect) {
   const int n = gpus();
   testing::expect_success(n, [n](RankEnv& env) {
     std::vector<Case> cases = reduction_cases(Collective::kReduceScatter, {Algorithm::kDirect});
-    const std::vector<Case> ag = move_cases(Collective::kAllGather, n, Algorithm::kDirect);
-    cases.insert(cases.end(), ag.begin(), ag.end());
+    for (Collective k : {Collective::kAllGather, Collective::kAllToAll}) {
+      const std::vector<Case> moves = move_cases(k, n, Algorithm::kDirect);
+      cases.insert(cases.end(), moves.begin(), moves.end());
+    }
     std::vector<Case> edge;  // the LL buffer holds 1 MB - 8 bytes per block (cuda::all_reduce_ll_max_bytes)
     for (bool ip : {false, true}) {
       edge.push_back(
@@ -278,6 +280,8 @@ TEST(GpuCollectives, AllGatherAndReduceScatterLLAndDirect) {
           {Collective::kAllGather, DataType::kUInt8, ReduceOp::kSum, (1 << 20) - 8, ip, 0, Algorithm::kDirect});
       edge.push_back(
           {Collective::kAllGather, DataType::kFloat16, ReduceOp::kSum, (1 << 19) - 5, ip, 2, Algorithm::kDirect});
+      edge.push_back(
+          {Collective::kAllToAll, DataType::kInt32, ReduceOp::kSum, (1 << 18) - 2, ip, 4, Algorithm::kDirect});
     }
     cases.insert(cases.end(), edge.begin(), edge.end());
     sweep(env, cases, [](Config& c) {
