@@ -162,7 +162,7 @@ TEST(Select, HostNonAllReduceCollectivesAreDirect) {
 
 TEST(Select, CudaTable) {
   using enum Algorithm;
-  // These rows leave the small non-reducing collectives to symcomm (CudaSmallDirectCollectivesGoToNccl
+  // These rows leave the small non-reducing collectives to symcomm (CudaSmallDirectCollectivesGoToNcclWhenTuned
   // covers that threshold).
   const Tuning t{.cuda_direct_nccl_max_bytes = 0};
   // one-shot up to 1 KiB, two-shot up to 4 KiB, NCCL beyond.
