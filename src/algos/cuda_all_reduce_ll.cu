@@ -1,4 +1,4 @@
-// LL one-shot all-reduce, and LL all-gather and reduce-scatter.
+// LL one-shot all-reduce, and LL all-gather, reduce-scatter and all-to-all.
 //
 // NOTE [LL lines] A line is 16 bytes {data lo, seq, data hi, seq}, stored with one 16-byte volatile store
 // into slot `rank` of every peer's LL buffer. The reader polls its own buffer with 16-byte volatile loads
@@ -388,7 +388,7 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   if (p.kind == LLKind::kAllGather || p.kind == LLKind::kAllToAll) {  // bytes only: count in bytes
     AllReduceLLParams q = p;
     q.count = p.count * dtype_size(p.dtype);
-    auto run = [&](auto r) {
+    dispatch_ranks(p.comm.world_size, [&](auto r) {
       constexpr int kR = decltype(r)::value;
       if (p.kind == LLKind::kAllGather) {
         launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllGather>, blocks,
@@ -397,12 +397,7 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
         launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllToAll>, blocks,
                       static_cast<int>(threads), stream, p.pdl, q);
       }
-    };
-    if (p.comm.world_size == 2) {
-      run(RankTag<2>{});
-    } else {
-      run(RankTag<device::kMaxDeviceRanks>{});
-    }
+    });
     SYMCOMM_CUDA_CHECK(cudaGetLastError());
     return;
   }

@@ -371,19 +371,23 @@ void dispatch_type_op(DataType dtype, ReduceOp op, F&& f) {
   }
 }
 
+/// World size as a template argument: 2 (the common NVLink pair) gets its own instance with a 2-source
+/// register footprint; every other size runs the kMaxDeviceRanks instance. f(RankTag<kR>).
+template <class F>
+void dispatch_ranks(int world_size, F&& f) {
+  if (world_size == 2) {
+    f(RankTag<2>{});
+  } else {
+    f(RankTag<device::kMaxDeviceRanks>{});
+  }
+}
+
 /// The one place where (dtype, op, world size) become template arguments: float32/float16/bfloat16 get one
-/// instance per op; the other dtypes share one instance per type with the op switched at run time. World
-/// size 2 (the common NVLink pair) gets its own instance with a 2-source register footprint; every other
-/// size runs the kMaxDeviceRanks instance. f(TypeTag<T>, OpTag<op>, RankTag<kR>).
+/// instance per op; the other dtypes share one instance per type with the op switched at run time; the world
+/// size as dispatch_ranks() makes it. f(TypeTag<T>, OpTag<op>, RankTag<kR>).
 template <class F>
 void dispatch_reduce(DataType dtype, ReduceOp op, int world_size, F&& f) {
-  dispatch_type_op(dtype, op, [&](auto t, auto o) {
-    if (world_size == 2) {
-      f(t, o, RankTag<2>{});
-    } else {
-      f(t, o, RankTag<device::kMaxDeviceRanks>{});
-    }
-  });
+  dispatch_type_op(dtype, op, [&](auto t, auto o) { dispatch_ranks(world_size, [&](auto r) { f(t, o, r); }); });
 }
 
 }  // namespace symcomm::detail::cuda

@@ -444,7 +444,8 @@ size_t free_gpu_memory() {
 // ncclCommInitRank held them for ever). Eagerly (NCCL made with the communicator): the creation fails and
 // leaves the GPU's free memory where it was (what it had made is freed, NCCL's half-made communicator
 // aborted); lazily: the first NCCL collective fails. The memory check counts symcomm's own: what NCCL's
-// abort keeps (32 MiB on 2 x H200 with NCCL 2.28.9) is printed, not counted (g_nccl_memory).
+// abort keeps is printed, not counted (g_nccl_memory). Before that split, 2 x H200 with NCCL 2.28.9 showed
+// 32 MiB less free after the failed creation in both modes; whose they are has not been measured yet.
 void peer_dies_inside_nccl_creation(NcclInit mode) {
   SKIP_WITHOUT_NCCL();
   with_last_rank_dying([mode](RankEnv& env, int n) {
