@@ -21,6 +21,7 @@
 #include "algos/half.h"
 #include "bench.h"
 #include "cuda_util.h"
+#include "group_bench.h"
 
 namespace symcomm::bench {
 namespace {
@@ -79,7 +80,8 @@ class CudaBench {
   std::vector<Collective> collectives() const;
   size_t count_for(Collective c, size_t bytes) const;
   long long verify(Impl& impl, Collective c, size_t count, cudaStream_t s);
-  double time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s);
+  /// Per-op GPU time (median over batches); `cpu_us`: the issuing thread's CPU time per op (median).
+  double time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s, double* cpu_us);
   double time_graph(Impl& impl, Collective c, size_t count, cudaStream_t s);
   void print_summary();
 
@@ -88,6 +90,7 @@ class CudaBench {
   Reporter& rep_;
   ncclComm_t nccl_ = nullptr;
   int n_ = 1, me_ = 0;
+  std::map<std::tuple<std::string, size_t, std::string>, double> eager_cpu_us_;  ///< (collective, bytes, impl)
 };
 
 std::vector<Collective> CudaBench::collectives() const {
@@ -140,15 +143,17 @@ long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t
   return wrong;
 }
 
-double CudaBench::time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s) {
+double CudaBench::time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s, double* cpu_us) {
   cudaEvent_t a, b;
   BENCH_CUDA(cudaEventCreate(&a));
   BENCH_CUDA(cudaEventCreate(&b));
   for (int i = 0; i < o_.warmup; ++i) impl.op(c, count, s);
-  std::vector<double> per_op;
+  std::vector<double> per_op, cpu_per_op;
   for (int k = 0; k < o_.batches; ++k) {
     BENCH_CUDA(cudaEventRecord(a, s));
+    const double c0 = group::thread_cpu_us();
     for (int i = 0; i < o_.iters; ++i) impl.op(c, count, s);
+    cpu_per_op.push_back((group::thread_cpu_us() - c0) / o_.iters);
     BENCH_CUDA(cudaEventRecord(b, s));
     BENCH_CUDA(cudaEventSynchronize(b));
     float ms = 0;
@@ -157,6 +162,7 @@ double CudaBench::time_eager(Impl& impl, Collective c, size_t count, cudaStream_
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  *cpu_us = median(cpu_per_op);
   return median(per_op);
 }
 
@@ -250,7 +256,8 @@ long long CudaBench::run() {
         for (const std::string& mode : modes) {
           comm_.barrier({.stream = s});
           BENCH_CUDA(cudaStreamSynchronize(s));
-          double us = mode == "graph" ? time_graph(impl, c, count, s) : time_eager(impl, c, count, s);
+          double cpu_us = -1;
+          double us = mode == "graph" ? time_graph(impl, c, count, s) : time_eager(impl, c, count, s, &cpu_us);
           Measurement m;
           m.collective = std::string(to_string(c));
           m.backend = "cuda";
@@ -264,6 +271,10 @@ long long CudaBench::run() {
           m.world_size = n_;
           m.time_us = us;
           m.wrong = wrong;
+          if (cpu_us >= 0) {
+            m.extra_json = "\"cpu_us\": " + std::to_string(cpu_us);
+            eager_cpu_us_[{m.collective, bytes, impl.name}] = cpu_us;
+          }
           fill_bandwidth(m, c);
           rep_.add(m);
         }
@@ -317,6 +328,20 @@ void CudaBench::print_summary() {
       double busbw = sg > 0 ? static_cast<double>(b) / (sg * 1e3) * bus_factor(c, n_) : 0;
       std::printf("%-15s %10zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.3f %8.3f %8.3f %8.1f\n", cs.c_str(), b, se, sg,
                   ne, ng, ye, yg, be > 0 ? se / be : 0, bg > 0 ? sg / bg : 0, ball > 0 ? sbest / ball : 0, busbw);
+    }
+  }
+  // The issuing thread's CPU time per eager call: where it exceeds the GPU time per op, eager mode is bound by
+  // the host (launch path), not by the kernels.
+  std::printf("\n# host CPU per eager call (us): symcomm, nccl, nccl_symmetric\n");
+  for (Collective c : collectives()) {
+    std::string cs(to_string(c));
+    for (size_t b : size_sweep(o_, 16 * n_)) {
+      std::printf("%-15s %10zu", cs.c_str(), b);
+      for (const char* impl : {"symcomm", "nccl", "nccl_symmetric"}) {
+        auto it = eager_cpu_us_.find({cs, b, impl});
+        std::printf(" %9.2f", it == eager_cpu_us_.end() ? -1.0 : it->second);
+      }
+      std::printf("\n");
     }
   }
   std::printf("\n# all_reduce algorithm sweep (us): one_shot eager/graph, two_shot eager/graph\n");

@@ -88,6 +88,10 @@ case_def gpu failed-communicator src/algos/cuda_common.cuh \
 case_def gpu ll-gather-store src/algos/cuda_all_reduce_ll.cu \
   "store8(dst, i, bytes, aligned8(dst), vals[q].v);" "store8(dst, i, bytes, aligned8(dst), make_uint2(0, 0));" \
   symcomm_gpu_tests "GpuCollectives.AllGather*" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
+case_def gpu ll-broadcast-store src/algos/cuda_all_reduce_ll.cu \
+  "store8(out, i, bytes, out_al, make_uint2(lines[u].x, lines[u].z));" \
+  "store8(out, i, bytes, out_al, make_uint2(lines[u].z, lines[u].x));" \
+  symcomm_gpu_tests "GpuCollectives.Broadcast" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
 
 say() { echo "$*" | tee -a "$REPORT"; }
 build() { ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }

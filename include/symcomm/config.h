@@ -73,12 +73,12 @@ struct Tuning {
   /// one-shot (capped by the LL buffer, 1 MB; NOTE [LL threshold] in src/core/cuda_backend_cuda.h). LL won at
   /// 4 KB-256 KB and lost at 1 MB (10.81 vs 9.25-9.60 us, same sweep as cuda_ll_block_threads).
   size_t cuda_ll_max_bytes = 512 << 10;
-  /// CUDA all-gather, reduce-scatter and all-to-all (direct algorithm): blocks of at most this many bytes use the
-  /// LL kernel (NOTE [LL all-gather and reduce-scatter]; capped by the 1 MB LL buffer), larger ones the
-  /// direct kernels; 0 = never. Not yet measured as such (written 2026-11-24 without a 2-GPU machine): the
-  /// LL all-reduce's range, since the LL kernels send the same 16-byte line per 8 bytes of a block, and the
-  /// direct kernels cost two barriers (5.9-10.3 us in a CUDA graph at 4 KB-1 MB on 2 x H200, 2026-11-24)
-  /// where the LL all-reduce of the same block sizes took 2.8-7.1 us.
+  /// CUDA all-gather, reduce-scatter and all-to-all blocks, and broadcast payloads (direct algorithm), of at
+  /// most this many bytes use the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL broadcast];
+  /// capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Not yet measured as such (written
+  /// 2026-11-24 without a 2-GPU machine): the LL all-reduce's range, since the LL kernels send the same 16-byte line
+  /// per 8 bytes of a block, and the direct kernels cost two barriers (5.9-10.3 us in a CUDA graph at 4 KB-1 MB on 2 x
+  /// H200, 2026-11-24) where the LL all-reduce of the same block sizes took 2.8-7.1 us.
   size_t cuda_ll_gather_max_bytes = 512 << 10;
   /// CUDA staged one-shot all-reduce: payload bytes per block before another block is added, and the most
   /// blocks (at most 128, the signal pad's block slots). Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh,

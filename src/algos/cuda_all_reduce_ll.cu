@@ -1,4 +1,4 @@
-// LL one-shot all-reduce, and LL all-gather, reduce-scatter and all-to-all.
+// LL one-shot all-reduce, and LL all-gather, reduce-scatter, all-to-all and broadcast.
 //
 // NOTE [LL lines] A line is 16 bytes {data lo, seq, data hi, seq}, stored with one 16-byte volatile store
 // into slot `rank` of every peer's LL buffer. The reader polls its own buffer with 16-byte volatile loads
@@ -44,6 +44,11 @@ namespace {
 // measurements in config.h): more blocks with fewer chunks each won at 16-256 KB although the kernel then
 // needs the inter-block counter update from 8 KB on.
 constexpr int kBatch = 4;
+/// The LL kernel's batch for up to kR ranks: its line loads in flight, kBatch x kR 16-byte lines, must stay in
+/// registers. With 4 x 8 lines the 8-rank instance (also the one for 3-7 ranks) spilled 600-1100 bytes per
+/// thread (ptxas -v, sm_90, 512 threads) and took ~11 us for 4 KB at one rank under ncu.
+template <int kR>
+inline constexpr int kLLBatch = kR <= 2 ? kBatch : 1;
 
 template <class T>
 union Pack8 {
@@ -110,12 +115,70 @@ __device__ __forceinline__ uint2 reduce8(const Pack8<T>* vals, int n_ranks, Redu
 
 __device__ __forceinline__ bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
 
+/// Chunks base, base + stride, ... (kN of them, those below nchunks) of `in`, all loads in flight at once.
+template <int kN>
+__device__ __forceinline__ void load_batch(uint2 (&own)[kN], const char* in, size_t base, size_t stride, size_t nchunks,
+                                           size_t bytes, bool aligned) {
+#pragma unroll
+  for (int u = 0; u < kN; ++u) {
+    const size_t i = base + u * stride;
+    if (i < nchunks) own[u] = load8(in, i, bytes, aligned);
+  }
+}
+
+/// One LL op's lines: line `line` of the slot of rank `from` in rank `owner`'s buffer; line 0 carries the
+/// op's header, line i + 1 chunk i.
+struct LLLines {
+  const DeviceComm& c;
+  size_t region;  ///< this op's parity area (NOTE [LL lines])
+  uint32_t seq;
+  uint64_t header;
+
+  __device__ __forceinline__ char* at(int owner, int from, size_t line) const {
+    return c.ll[owner] + region + from * c.ll_slot_bytes + line * 16;
+  }
+  /// Thread 0: this rank's header line to every peer.
+  __device__ __forceinline__ void send_header() const {
+    const uint4 line = make_uint4(static_cast<uint32_t>(header), seq, static_cast<uint32_t>(header >> 32), seq);
+    for (int q = 0; q < c.world_size; ++q) {
+      if (q != c.rank) st_line(at(q, c.rank, 0), line);
+    }
+  }
+  /// Spins until `line` (loaded from `src`, sent by `peer`) carries this op's seq in both words; false, after
+  /// recording the error, if the wait gives up.
+  __device__ __forceinline__ bool wait(const char* src, uint4& line, int peer, uint64_t deadline) const {
+    for (uint32_t spins = 0; line.y != seq || line.w != seq; line = ld_line(src)) {
+      if (++spins % device::kPollInterval == 0 && device::poll_give_up(c, peer, seq, deadline)) return false;
+    }
+    return true;
+  }
+  // NOTE [LL header line] Thread 0 compares the peers' header lines with its own (while its first data lines
+  // are in flight). A peer running another LL op (kind, count, dtype, op, root) at the same seq sends lines
+  // that look valid, so without this the ranks would use each other's bytes silently; with it both get
+  // kMismatch, their outputs undefined. (Threads waiting for chunks a peer with a smaller count never sends
+  // give up at their next poll, once thread 0 has recorded the error.)
+  __device__ __forceinline__ bool headers_match(uint64_t deadline) const {
+    for (int q = 0; q < c.world_size; ++q) {
+      if (q == c.rank) continue;
+      const char* src = at(c.rank, q, 0);
+      uint4 line = ld_line(src);
+      if (!wait(src, line, q, deadline)) return false;
+      if (line.x != static_cast<uint32_t>(header) || line.z != static_cast<uint32_t>(header >> 32)) {
+        device::report_error(c, device::DeviceError::kMismatch, q, seq);
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
 template <class T, int kOp, int kR, LLKind kKind>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLParams p) {
   // kScatter: block q of the input goes to peer q (reduce-scatter, all-to-all); kGather: every rank's block is
   // stored at its place in the output (all-gather, all-to-all); otherwise the blocks are reduced.
   constexpr bool kScatter = kKind == LLKind::kReduceScatter || kKind == LLKind::kAllToAll;
   constexpr bool kGather = kKind == LLKind::kAllGather || kKind == LLKind::kAllToAll;
+  constexpr int kB = kLLBatch<kR>;
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c);
   if (f.failed) return;  // NOTE [failed communicator]
@@ -132,54 +195,21 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   // The own block needs no store when the input already is it (all-gather or all-to-all in place).
   const bool own_in_place = kGather && in == out + me * bytes;
   const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
-  // Line `line` of the slot of rank `from` in rank `owner`'s buffer: line 0 carries the op's header, line
-  // i + 1 chunk i.
-  auto line_at = [&](int owner, int from, size_t line) {
-    return c.ll[owner] + region + from * c.ll_slot_bytes + line * 16;
-  };
-  const uint32_t h_lo = static_cast<uint32_t>(p.header), h_hi = static_cast<uint32_t>(p.header >> 32);
-  if (tid == 0) {
-    for (int q = 0; q < n_ranks; ++q) {
-      if (q != me) st_line(line_at(q, me, 0), make_uint4(h_lo, seq, h_hi, seq));
-    }
-  }
+  const LLLines ll{c, region, seq, p.header};
+  auto line_at = [&](int owner, int from, size_t line) { return ll.at(owner, from, line); };
+  if (tid == 0) ll.send_header();
 
-  // NOTE [LL header line] Thread 0 compares the peers' header lines with its own (while its first data lines
-  // are in flight). A peer running another LL all-reduce (count, dtype, op) at the same seq sends lines that
-  // look valid, so without this the ranks would reduce each other's bytes silently; with it both get
-  // kMismatch, their outputs undefined. (Threads waiting for chunks a peer with a smaller count never sends
-  // give up at their next poll, once thread 0 has recorded the error.)
-  auto headers_match = [&] {
-    for (int q = 0; q < n_ranks; ++q) {
-      if (q == me) continue;
-      const char* src = line_at(me, q, 0);
-      uint4 line = ld_line(src);
-      for (uint32_t spins = 0; line.y != seq || line.w != seq; line = ld_line(src)) {
-        if (++spins % device::kPollInterval == 0 && device::poll_give_up(c, q, seq, f.deadline)) return false;
-      }
-      if (line.x != h_lo || line.z != h_hi) {
-        device::report_error(c, device::DeviceError::kMismatch, q, seq);
-        return false;
-      }
-    }
-    return true;
-  };
-
-  // Per batch of kBatch chunks: load this rank's values (all loads in flight at once), send them to every
+  // Per batch of kB chunks: load this rank's values (all loads in flight at once), send them to every
   // peer, issue the loads of the peers' lines, then wait for and reduce each chunk. The own values stay in
   // registers for the reduction, so one thread pays about one local and one NVLink latency per batch (the
   // earlier send-everything-first loop paid one local load latency per chunk, twice). A thread waits only for
   // lines its peers' threads of the same index send before they wait themselves, so no cycle is possible.
   bool failed = false;
-  for (size_t base = tid; base < nchunks && !failed; base += stride * kBatch) {
-    uint2 own[kBatch];
+  for (size_t base = tid; base < nchunks && !failed; base += stride * kB) {
+    uint2 own[kB];
+    load_batch(own, in, base, stride, nchunks, bytes, in_al);
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const size_t i = base + u * stride;
-      if (i < nchunks) own[u] = load8(in, i, bytes, in_al);
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kB; ++u) {
       const size_t i = base + u * stride;
       if (i >= nchunks) break;
       if constexpr (kScatter) {  // chunk i of block q goes to peer q; all loads first, then the stores
@@ -200,9 +230,9 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
         }
       }
     }
-    uint4 lines[kBatch][kR];
+    uint4 lines[kB][kR];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kB; ++u) {
       const size_t i = base + u * stride;
 #pragma unroll
       for (int q = 0; q < kR; ++q) {
@@ -211,9 +241,9 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
         }
       }
     }
-    if (base == 0) failed = !headers_match();  // thread 0, its loads of its first lines in flight
+    if (base == 0) failed = !ll.headers_match(f.deadline);  // thread 0, its first lines' loads in flight
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kB; ++u) {
       const size_t i = base + u * stride;
       if (i >= nchunks || failed) break;
       Pack8<T> vals[kR];
@@ -224,15 +254,10 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
           vals[q].v = own[u];
           continue;
         }
-        const char* src = line_at(me, q, i + 1);
         uint4 line = lines[u][q];
-        uint32_t spins = 0;
-        while (line.y != seq || line.w != seq) {
-          if (++spins % device::kPollInterval == 0 && device::poll_give_up(c, q, seq, f.deadline)) {
-            failed = true;
-            break;
-          }
-          line = ld_line(src);
+        if (!ll.wait(line_at(me, q, i + 1), line, q, f.deadline)) {
+          failed = true;
+          break;
         }
         vals[q].v = make_uint2(line.x, line.z);
       }
@@ -247,6 +272,64 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
       } else {
         store8(out, i, bytes, out_al, reduce8<T, kOp, kR>(vals, n_ranks, p.op));
       }
+    }
+  }
+  frame_end(c, f, 1, 0);
+}
+
+// NOTE [LL broadcast] The root sends its chunks to every peer (as the all-reduce sends its own) and copies
+// them into its output; the others wait for the root's lines only and store them. Every rank still sends
+// every peer its header line and waits for every peer's (NOTE [LL all-gather and reduce-scatter]), so the
+// buffer-reuse argument of NOTE [LL lines] holds for the root too, which waits for nothing else, and ranks
+// that disagree on the root (it is in the header) get kMismatch. Bytes only: count is in bytes.
+__global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParams p) {
+  const DeviceComm& c = p.comm;
+  const Frame f = frame_begin(c);
+  if (f.failed) return;  // NOTE [failed communicator]
+  const uint32_t seq = f.seq0 + 1;
+  const int n_ranks = c.world_size, me = c.rank, root = p.root;
+  const size_t bytes = p.count, nchunks = div_up(bytes, 8);
+  const LLLines ll{c, (seq & 1) * n_ranks * c.ll_slot_bytes, seq, p.header};
+  const char* in = static_cast<const char*>(p.in);
+  char* out = static_cast<char*>(p.out);
+  const bool in_al = aligned8(in), out_al = aligned8(out);
+  const bool copy_own = me == root && in != out;
+  const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
+  if (tid == 0) ll.send_header();
+  bool failed = false;
+  for (size_t base = tid; base < nchunks && !failed; base += stride * kBatch) {
+    if (me == root) {
+      uint2 own[kBatch];
+      load_batch(own, in, base, stride, nchunks, bytes, in_al);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const size_t i = base + u * stride;
+        if (i >= nchunks) break;
+        const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
+        for (int q = 0; q < n_ranks; ++q) {
+          if (q != me) st_line(ll.at(q, me, i + 1), line);
+        }
+        if (copy_own) store8(out, i, bytes, out_al, own[u]);
+      }
+      if (base == 0) failed = !ll.headers_match(f.deadline);
+      continue;
+    }
+    uint4 lines[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const size_t i = base + u * stride;
+      if (i < nchunks) lines[u] = ld_line(ll.at(me, root, i + 1));
+    }
+    if (base == 0) failed = !ll.headers_match(f.deadline);  // thread 0, its first lines' loads in flight
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const size_t i = base + u * stride;
+      if (i >= nchunks || failed) break;
+      if (!ll.wait(ll.at(me, root, i + 1), lines[u], root, f.deadline)) {
+        failed = true;
+        break;
+      }
+      store8(out, i, bytes, out_al, make_uint2(lines[u].x, lines[u].z));
     }
   }
   frame_end(c, f, 1, 0);
@@ -385,9 +468,14 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
   const size_t threads = std::clamp<size_t>(p.block_threads / 32 * 32, 32, kThreads);
   const size_t b = std::clamp<size_t>(div_up(nchunks, threads * per_thread), 1, max_blocks);
   const int blocks = static_cast<int>(b);
-  if (p.kind == LLKind::kAllGather || p.kind == LLKind::kAllToAll) {  // bytes only: count in bytes
-    AllReduceLLParams q = p;
+  if (p.kind == LLKind::kBroadcast || p.kind == LLKind::kAllGather || p.kind == LLKind::kAllToAll) {
+    AllReduceLLParams q = p;  // bytes only: count in bytes
     q.count = p.count * dtype_size(p.dtype);
+    if (p.kind == LLKind::kBroadcast) {
+      launch_kernel(ll_broadcast_kernel, blocks, static_cast<int>(threads), stream, p.pdl, q);
+      SYMCOMM_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
     dispatch_ranks(p.comm.world_size, [&](auto r) {
       constexpr int kR = decltype(r)::value;
       if (p.kind == LLKind::kAllGather) {

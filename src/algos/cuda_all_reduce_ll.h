@@ -17,8 +17,8 @@ namespace symcomm::detail::cuda {
 /// What an LL kernel computes (NOTE [LL all-gather and reduce-scatter] in cuda_all_reduce_ll.cu). `count` is
 /// always the elements of one rank's block: the all-reduce's whole payload, the all-gather's input (its output
 /// holds world_size blocks), the reduce-scatter's output (its input holds world_size blocks), one block of the
-/// all-to-all (input and output hold world_size blocks).
-enum class LLKind : int { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kAllToAll = 3 };
+/// all-to-all (input and output hold world_size blocks), the broadcast's payload (NOTE [LL broadcast]).
+enum class LLKind : int { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2, kAllToAll = 3, kBroadcast = 4 };
 
 struct AllReduceLLParams {
   device::DeviceComm comm;
@@ -28,6 +28,7 @@ struct AllReduceLLParams {
   DataType dtype;
   ReduceOp op;
   LLKind kind = LLKind::kAllReduce;
+  int root = 0;                  ///< kBroadcast
   uint64_t header;               ///< the op's header, sent in line 0 and compared (NOTE [LL header line])
   size_t chunks_per_thread = 1;  ///< 8-byte chunks per thread before another block is added (Tuning; 1-64)
   size_t max_blocks = 128;       ///< (Tuning; 1-1024)

@@ -371,11 +371,13 @@ void dispatch_type_op(DataType dtype, ReduceOp op, F&& f) {
   }
 }
 
-/// World size as a template argument: 2 (the common NVLink pair) gets its own instance with a 2-source
-/// register footprint; every other size runs the kMaxDeviceRanks instance. f(RankTag<kR>).
+/// World size as a template argument: 1 and 2 (the common NVLink pair) get an instance with a 2-source
+/// register footprint; every other size runs the kMaxDeviceRanks instance. f(RankTag<kR>). Kernels that keep
+/// kR sources in flight per thread must size their unrolling so that the kR = 8 instance does not spill
+/// (tools/spills.sh; kLLBatch in cuda_all_reduce_ll.cu).
 template <class F>
 void dispatch_ranks(int world_size, F&& f) {
-  if (world_size == 2) {
+  if (world_size <= 2) {
     f(RankTag<2>{});
   } else {
     f(RankTag<device::kMaxDeviceRanks>{});

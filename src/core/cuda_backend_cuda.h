@@ -81,8 +81,8 @@ class CudaBackend final : public Backend {
   /// collective), refused while `s` is capturing. No-op once created, and in the other modes.
   void ensure_nccl(cudaStream_t s);
   void launch(const Request& r, Algorithm algo, cudaStream_t s);
-  /// The LL kernel for a small all-gather, reduce-scatter or all-to-all of the direct algorithm; false if not
-  /// taken.
+  /// The LL kernel for a small all-gather, reduce-scatter, all-to-all or broadcast of the direct algorithm;
+  /// false if not taken.
   bool launch_ll_gather(const Request& r, Algorithm algo, cudaStream_t s);
   void launch_nccl(const Request& r, cudaStream_t s);
   Error device_error(uint64_t e) const;

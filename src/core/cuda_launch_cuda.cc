@@ -90,9 +90,9 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
   }
 }
 
-// NOTE [LL all-gather and reduce-scatter] in src/algos/cuda_all_reduce_ll.cu: all-gather, reduce-scatter and
-// all-to-all blocks up to Tuning::cuda_ll_gather_max_bytes (and the LL buffer's capacity) of the direct
-// algorithm.
+// NOTE [LL all-gather and reduce-scatter] and [LL broadcast] in src/algos/cuda_all_reduce_ll.cu: all-gather,
+// reduce-scatter and all-to-all blocks, and broadcast payloads, up to Tuning::cuda_ll_gather_max_bytes (and the
+// LL buffer's capacity) of the direct algorithm.
 bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_t s) {
   const Tuning& t = ctx_.config.tuning;
   const size_t bytes = r.count * r.elem_size();
@@ -101,9 +101,10 @@ bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_
     return false;
   }
   const bool reduce = r.kind == Collective::kReduceScatter;
-  const cuda::LLKind kind = reduce                             ? cuda::LLKind::kReduceScatter
-                            : r.kind == Collective::kAllGather ? cuda::LLKind::kAllGather
-                                                               : cuda::LLKind::kAllToAll;
+  cuda::LLKind kind = cuda::LLKind::kAllToAll;
+  if (reduce) kind = cuda::LLKind::kReduceScatter;
+  if (r.kind == Collective::kAllGather) kind = cuda::LLKind::kAllGather;
+  if (r.kind == Collective::kBroadcast) kind = cuda::LLKind::kBroadcast;
   cuda::launch_all_reduce_ll({.comm = comm_,
                               .in = r.in,
                               .out = r.out,
@@ -111,6 +112,7 @@ bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_
                               .dtype = r.dtype,
                               .op = reduce ? r.op : ReduceOp::kSum,
                               .kind = kind,
+                              .root = r.root,
                               .header = op_header(r, 9 + static_cast<int>(kind), false),
                               .chunks_per_thread = t.cuda_ll_chunks_per_thread,
                               .max_blocks = t.cuda_ll_max_blocks,
@@ -236,6 +238,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       return;
     }
     case Collective::kBroadcast: {
+      if (launch_ll_gather(r, algo, s)) return;
       const size_t bytes = r.count * es;
       const bool zc = symmetric(r.out, bytes);
       cuda::BroadcastParams p{.comm = comm_,

@@ -43,6 +43,17 @@ CaseElems case_elems(const Case& c, size_t n) {
           .out = c.kind == Collective::kAllGather || a2a ? n * c.count : c.count};
 }
 
+/// The bytes of one element, most significant first (little-endian memory), as hex digits.
+std::string hex_bytes(const uint8_t* p, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  for (size_t k = n; k-- > 0;) {
+    s += kDigits[p[k] >> 4];
+    s += kDigits[p[k] & 15];
+  }
+  return s;
+}
+
 class Runner {
  public:
   Runner(Communicator& comm, BufKind kind, size_t capacity)
@@ -123,8 +134,8 @@ class Runner {
     }
     for (size_t i = 0; i < out_elems; ++i) {
       if (std::memcmp(got.data() + i * es, want.data() + i * es, es) != 0) {
-        return "element " + std::to_string(i) + " of " + std::to_string(out_elems) + " differs (byte " +
-               std::to_string(got[i * es]) + " vs " + std::to_string(want[i * es]) + ")";
+        return "element " + std::to_string(i) + " of " + std::to_string(out_elems) + " differs (got 0x" +
+               hex_bytes(got.data() + i * es, es) + ", want 0x" + hex_bytes(want.data() + i * es, es) + ")";
       }
     }
     return "";
@@ -258,15 +269,16 @@ TEST(GpuCollectives, AllGather) {
   testing::expect_success(n, [n](RankEnv& env) { sweep(env, move_cases(Collective::kAllGather, n)); });
 }
 
-// The two kernels behind a direct all-gather, reduce-scatter and all-to-all, each on every case of the
-// matrix: the LL kernel (NOTE [LL all-gather and reduce-scatter]) up to the LL buffer's capacity on a grid of
-// 3 blocks (every thread runs several batches, and partial ones), plus blocks at that capacity and just below;
-// then the direct kernels with LL off. (The tests of each collective run the defaults: LL for small counts.)
-TEST(GpuCollectives, GatherScatterAllToAllLLAndDirect) {
+// The two kernels behind a direct all-gather, reduce-scatter, all-to-all and broadcast, each on every case of
+// the matrix: the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL broadcast]) up to the LL
+// buffer's capacity on a grid of 3 blocks (every thread runs several batches, and partial ones), plus blocks
+// at that capacity and just below; then the direct kernels with LL off. (The tests of each collective run the
+// defaults: LL for small counts.)
+TEST(GpuCollectives, MovesAndReduceScatterLLAndDirect) {
   const int n = gpus();
   testing::expect_success(n, [n](RankEnv& env) {
     std::vector<Case> cases = reduction_cases(Collective::kReduceScatter, {Algorithm::kDirect});
-    for (Collective k : {Collective::kAllGather, Collective::kAllToAll}) {
+    for (Collective k : {Collective::kAllGather, Collective::kAllToAll, Collective::kBroadcast}) {
       const std::vector<Case> moves = move_cases(k, n, Algorithm::kDirect);
       cases.insert(cases.end(), moves.begin(), moves.end());
     }
@@ -282,6 +294,10 @@ TEST(GpuCollectives, GatherScatterAllToAllLLAndDirect) {
           {Collective::kAllGather, DataType::kFloat16, ReduceOp::kSum, (1 << 19) - 5, ip, 2, Algorithm::kDirect});
       edge.push_back(
           {Collective::kAllToAll, DataType::kInt32, ReduceOp::kSum, (1 << 18) - 2, ip, 4, Algorithm::kDirect});
+      edge.push_back(
+          {Collective::kBroadcast, DataType::kUInt8, ReduceOp::kSum, (1 << 20) - 8, ip, 0, Algorithm::kDirect, n - 1});
+      edge.push_back({Collective::kBroadcast, DataType::kFloat64, ReduceOp::kSum, (1 << 17) - 1, ip, 8,
+                      Algorithm::kDirect, n / 2});
     }
     cases.insert(cases.end(), edge.begin(), edge.end());
     sweep(env, cases, [](Config& c) {

@@ -189,6 +189,11 @@ std::vector<MismatchCase> cases() {
        .normal = Outcome::kTimeout,
        .field = "collective"},
       {.name = "root", .rank0 = {bc(kMB, 0)}, .rank1 = {bc(kMB, 1)}, .field = "root"},
+      {.name = "root_ll",  // a small broadcast runs its LL kernel (NOTE [LL broadcast]); outputs undefined
+       .rank0 = {bc(kLL, 0)},
+       .rank1 = {bc(kLL, 1)},
+       .field = "root",
+       .output_kept = false},
       {.name = "root_heap", .rank0 = {bc(kMB, 0)}, .rank1 = {bc(kMB, 1)}, .buf = BufKind::kSymmetric, .field = "root"},
       // Rank 1 skips the second of three all-reduces of different sizes (a gradient sequence): its third meets
       // rank 0's second. (A skipped call with the same arguments as the next one is invisible to any check.)
