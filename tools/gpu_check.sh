@@ -213,8 +213,17 @@ done
 # tests/harness/rank_harness.h): under the tools, host waits around collective set-up took more than the 3 s
 # default (2026-11-23: GpuBucketer/GpuGroupMulti random tests failed with "no message from rank 0 before the
 # deadline", with 0 memcheck errors and 0 racecheck hazards).
+# First the positive control (tests/gpu/sanitizer_probe_test.cc): memcheck must report the out-of-bounds store
+# of every forked rank, or its clean reports below would prove nothing.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if has sanitize && [ -x "$SANITIZER" ] && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
+  t0=$(date +%s)
+  SYMCOMM_TEST_TIMEOUT_SCALE=${SANITIZE_TIMEOUT_SCALE:-20} timeout 120 "$SANITIZER" --tool memcheck --target-processes all \
+    --error-exitcode 9 --report-api-errors no "$BUILD/tests/symcomm_gpu_tests" --gtest_also_run_disabled_tests \
+    --gtest_filter='GpuSanitizerProbe.*' >"$OUT/sanitizer_probe.log" 2>&1
+  rc=$?
+  found=$(grep -c "Invalid __global__ write of size 1" "$OUT/sanitizer_probe.log")
+  note "compute-sanitizer probe (one byte stored past a buffer in every rank): rc=$rc in $(($(date +%s) - t0)) s, $found of ${NRANKS:-2} ranks' stores reported$([ "$rc" = 9 ] && [ "$found" -ge "${NRANKS:-2}" ] && echo " (the tool sees the ranks)" || echo " -- PROBE NOT SEEN: the runs below check nothing")"
   for tool in memcheck racecheck; do
     t0=$(date +%s)
     SAN=${SANITIZE_FILTER:-GpuCollectives.AllReduce:GpuCollectives.AllGather:GpuCollectives.Broadcast}

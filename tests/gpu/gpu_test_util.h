@@ -69,6 +69,9 @@ class GuardedBuffer {
 /// Device fill of count elements with input_value(dt, op, seed, rank, i) (test_kernels.cu), on a stream.
 void fill_input_async(void* dst, DataType dt, ReduceOp op, uint64_t seed, int rank, size_t count, cudaStream_t s);
 
+/// A kernel storing one byte at p + offset (test_kernels.cu): the sanitizer probe's out-of-bounds store.
+void store_byte_async(void* p, size_t offset, cudaStream_t s);
+
 /// After a failure the context must still run kernels and copies (gtest assertions).
 void expect_gpu_usable();
 
