@@ -36,7 +36,9 @@ bool copy_engine_capable(Collective c) {
 // 12.7 vs 7.9); two-shot beats plain NCCL up to 16 MB (88.5 vs 97.3) but not from 64 MB (326.6 vs 320.3;
 // 1266 vs 1182 at 256 MB). Fields left at their 2-rank default take these values for 3 or more ranks (8
 // ranks were not measured: 4-rank values are the closest evidence). The push-to-output two-shot was measured
-// on 2 ranks only: off for more until it is.
+// on 2 ranks only: off for more until it is. Those one-shot numbers came from the LL kernel's 8-rank instance
+// while it spilled 600-1100 bytes per thread (fixed 2026-11-24, kLLBatch in cuda_all_reduce_ll.cu): at 1 rank
+// the fix took 16 KB from 5.24 to 2.30 us, so the 4 KB threshold is likely too low; re-measure on 4 GPUs.
 Tuning measured_cuda_tuning(const Tuning& t, int world_size) {
   if (world_size <= 2) return t;
   const Tuning defaults;
