@@ -70,8 +70,9 @@ fi
 
 # What the prebuilt archive is checked against: every source the three binaries are built from.
 source_stamp() {
+  # LC_ALL=C: the GPU machine's locale sorted the paths differently, so its stamp never matched (2026-11-24).
   (cd "$ROOT" && find CMakeLists.txt cmake include src tests bench tools -type f ! -name '.*' -print0 |
-    sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+    LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
 PREBUILT=$ROOT/.gpu-prebuilt.tgz
 PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench tools/symcomm-run)

@@ -75,10 +75,11 @@ struct Tuning {
   size_t cuda_ll_max_bytes = 512 << 10;
   /// CUDA all-gather, reduce-scatter and all-to-all blocks, and broadcast payloads (direct algorithm), of at
   /// most this many bytes use the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL broadcast];
-  /// capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Not yet measured as such (written
-  /// 2026-11-24 without a 2-GPU machine): the LL all-reduce's range, since the LL kernels send the same 16-byte line
-  /// per 8 bytes of a block, and the direct kernels cost two barriers (5.9-10.3 us in a CUDA graph at 4 KB-1 MB on 2 x
-  /// H200, 2026-11-24) where the LL all-reduce of the same block sizes took 2.8-7.1 us.
+  /// capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Measured 2026-11-24 on 2 x H200
+  /// (tools/gpu_sweep.sh, bf16, CUDA graph, bench sizes 4 KB-1 MB, i.e. blocks of 2-512 KB): LL all-gather
+  /// 2.73-6.50 us against the direct kernels' 5.95-9.28 us, reduce-scatter 2.75-6.46 against 6.38-10.29,
+  /// broadcast 2.77-4.05 against 5.88-8.70 (4-256 KB payloads); blocks between 512 KB and the LL capacity were
+  /// not in the sweep (written first, without a 2-GPU machine, as the LL all-reduce's range).
   size_t cuda_ll_gather_max_bytes = 512 << 10;
   /// CUDA staged one-shot all-reduce: payload bytes per block before another block is added, and the most
   /// blocks (at most 128, the signal pad's block slots). Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh,
