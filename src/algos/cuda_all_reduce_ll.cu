@@ -196,7 +196,6 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   const bool own_in_place = kGather && in == out + me * bytes;
   const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
   const LLLines ll{c, region, seq, p.header};
-  auto line_at = [&](int owner, int from, size_t line) { return ll.at(owner, from, line); };
   if (tid == 0) ll.send_header();
 
   // Per batch of kB chunks: load this rank's values (all loads in flight at once), send them to every
@@ -221,12 +220,12 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
         }
 #pragma unroll
         for (int q = 0; q < kR; ++q) {
-          if (q < n_ranks && q != me) st_line(line_at(q, me, i + 1), make_uint4(block[q].x, seq, block[q].y, seq));
+          if (q < n_ranks && q != me) st_line(ll.at(q, me, i + 1), make_uint4(block[q].x, seq, block[q].y, seq));
         }
       } else {
         const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
         for (int q = 0; q < n_ranks; ++q) {
-          if (q != me) st_line(line_at(q, me, i + 1), line);
+          if (q != me) st_line(ll.at(q, me, i + 1), line);
         }
       }
     }
@@ -237,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
 #pragma unroll
       for (int q = 0; q < kR; ++q) {
         if (i < nchunks && q < n_ranks && q != me) {
-          lines[u][q] = ld_line(line_at(me, q, i + 1));
+          lines[u][q] = ld_line(ll.at(me, q, i + 1));
         }
       }
     }
@@ -255,7 +254,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
           continue;
         }
         uint4 line = lines[u][q];
-        if (!ll.wait(line_at(me, q, i + 1), line, q, f.deadline)) {
+        if (!ll.wait(ll.at(me, q, i + 1), line, q, f.deadline)) {
           failed = true;
           break;
         }

@@ -102,9 +102,12 @@ bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_
   }
   const bool reduce = r.kind == Collective::kReduceScatter;
   cuda::LLKind kind = cuda::LLKind::kAllToAll;
-  if (reduce) kind = cuda::LLKind::kReduceScatter;
-  if (r.kind == Collective::kAllGather) kind = cuda::LLKind::kAllGather;
-  if (r.kind == Collective::kBroadcast) kind = cuda::LLKind::kBroadcast;
+  switch (r.kind) {
+    case Collective::kReduceScatter: kind = cuda::LLKind::kReduceScatter; break;
+    case Collective::kAllGather: kind = cuda::LLKind::kAllGather; break;
+    case Collective::kBroadcast: kind = cuda::LLKind::kBroadcast; break;
+    default: break;
+  }
   cuda::launch_all_reduce_ll({.comm = comm_,
                               .in = r.in,
                               .out = r.out,
