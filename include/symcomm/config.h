@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace symcomm {
 
@@ -47,6 +49,9 @@ struct Tuning {
   /// Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
   /// push): 4 MB 19.26 / 19.62, 16 MB 58.07 / 56.36, 64 MB 207.75 / 200.15, 256 MB 803.19 / 766.64.
   size_t cuda_two_shot_push_min_bytes = 8 << 20;
+  /// CUDA two-shot all-reduce: most blocks (1-256; 512 threads each, one per SM at its register use). 128
+  /// (measured 2026-11-22: 64 -> 128 took 256 MB from 322 to 334-338 GB/s); an H200 has 132 SMs.
+  size_t cuda_two_shot_max_blocks = 128;
   /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
   /// 2 x H200, 2026-11-22, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
   size_t cuda_nccl_min_bytes = SIZE_MAX;
@@ -136,6 +141,9 @@ struct Config {
   static Config from_env();
   /// One line per variable: name, current default, meaning.
   static std::string env_help();
+  /// Every variable's name and this configuration's value of it, as the environment would spell it, in the
+  /// table's order.
+  std::vector<std::pair<std::string, std::string>> settings() const;
 };
 
 }  // namespace symcomm

@@ -24,6 +24,8 @@
 // because that kernel spills more registers (ptxas -v, bf16 sum at 2 ranks: 268 bytes of spill stores per
 // thread against 36 here) and ran 1-3% slower at 16-256 MB (2 x H200, 2026-11-23, runs 3 and 5 in
 // docs/benchmarks.md).
+#include <algorithm>
+
 #include "algos/cuda_all_reduce_two_shot.h"
 #include "algos/cuda_common.cuh"
 #include "core/cuda_check.h"
@@ -31,12 +33,10 @@
 namespace symcomm::detail::cuda {
 namespace {
 
-// Tunables. FIELD-NOTES: 32 blocks x 1024 threads reach ~360 GB/s of NVLink copy, 8 blocks ~120 (pull).
-// Cap 64 -> 128 blocks of 512 threads raised the zero-copy all-reduce from 322 to 334-338 GB/s bus bandwidth
-// at 256 MB (measured 2026-11-22 on 2 x H200 (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench), runs 1
-// vs 2/3). Small inputs use fewer blocks (bytes per block, not tuned).
+// Grid: one block per kBytesPerBlock (small inputs use fewer blocks; not tuned), at most
+// Tuning::cuda_two_shot_max_blocks. FIELD-NOTES: 32 blocks x 1024 threads reach ~360 GB/s of NVLink copy, 8
+// blocks ~120 (pull).
 constexpr size_t kBytesPerBlock = 64 << 10;
-constexpr int kMaxBlocks = 128;
 
 template <class T, int kOp, int kR>
 __device__ void zero_copy(const AllReduceTwoShotParams& p, const Frame& f) {
@@ -146,15 +146,19 @@ __device__ __forceinline__ uint32_t staged_rounds(const AllReduceTwoShotParams& 
   return static_cast<uint32_t>(div_up(p.count, round_elems));
 }
 
-template <class T, int kOp, int kR>
+// One kernel instance per path: in one kernel the three paths' register footprints add up (the 8-rank bf16
+// instance spilled 136 bytes per thread, each path alone 0-16; the 2-rank one 44, each path alone 0-36).
+enum class Path { kPush, kZeroCopy, kStaged };
+
+template <class T, int kOp, int kR, Path kPath>
 __global__ void __launch_bounds__(kThreads) all_reduce_two_shot_kernel(AllReduceTwoShotParams p) {
   const Frame f = frame_begin(p.comm);
   if (f.failed) return;  // NOTE [failed communicator]
-  if (p.push_out) {
+  if constexpr (kPath == Path::kPush) {
     const uint32_t rounds = staged_rounds(p, 1, sizeof(T));
     push_out<T, kOp, kR>(p, f, rounds);
     frame_end(p.comm, f, rounds + 1, rounds);
-  } else if (p.zero_copy) {
+  } else if constexpr (kPath == Path::kZeroCopy) {
     zero_copy<T, kOp, kR>(p, f);
     frame_end(p.comm, f, 2, 0);
   } else {
@@ -166,16 +170,23 @@ __global__ void __launch_bounds__(kThreads) all_reduce_two_shot_kernel(AllReduce
 
 }  // namespace
 
-int all_reduce_two_shot_blocks(size_t bytes) {
-  size_t b = div_up(bytes, kBytesPerBlock);
-  return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+int all_reduce_two_shot_blocks(size_t bytes, size_t max_blocks) {
+  const size_t cap = std::clamp<size_t>(max_blocks, 1, device::kMaxBlocks);
+  return static_cast<int>(std::clamp<size_t>(div_up(bytes, kBytesPerBlock), 1, cap));
 }
 
 void launch_all_reduce_two_shot(const AllReduceTwoShotParams& p, cudaStream_t stream) {
-  const int blocks = all_reduce_two_shot_blocks(p.count * dtype_size(p.dtype));
+  const int blocks = all_reduce_two_shot_blocks(p.count * dtype_size(p.dtype), p.max_blocks);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    all_reduce_two_shot_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+    constexpr int kO = decltype(o)::value, kR = decltype(r)::value;
+    if (p.push_out) {
+      all_reduce_two_shot_kernel<T, kO, kR, Path::kPush><<<blocks, kThreads, 0, stream>>>(p);
+    } else if (p.zero_copy) {
+      all_reduce_two_shot_kernel<T, kO, kR, Path::kZeroCopy><<<blocks, kThreads, 0, stream>>>(p);
+    } else {
+      all_reduce_two_shot_kernel<T, kO, kR, Path::kStaged><<<blocks, kThreads, 0, stream>>>(p);
+    }
   });
   SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }

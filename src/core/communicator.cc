@@ -4,10 +4,16 @@
 #include "symcomm/communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <random>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/comm_core.h"
@@ -32,6 +38,79 @@ void validate_rank_info(const RankInfo& r) {
                     r.local_world_size, r.world_size);
   SYMCOMM_CHECK_ARG(r.local_rank == r.rank, "local_rank ({}) must equal rank ({}) within one node", r.local_rank,
                     r.rank);
+}
+
+// NOTE [configuration agreement] Selection and kernels read the configuration on each rank independently.
+// Ranks whose SYMCOMM_* settings differ (a variable exported in one rank's shell, a Config built per rank)
+// would choose different algorithms, grids or staging layouts for the same call: a mismatch caught later at
+// best, a hang or silently wrong elements at worst (a two-shot all-reduce with another block count slices the
+// staging differently, and every block's barrier still passes). So at creation every rank sends its settings
+// to every other, and each rank fails with kMismatch naming the settings that differ and the ranks whose
+// values differ from its own; all ranks see the same settings, so all fail alike. Settings that only concern
+// the rank itself may differ: log level, operations remembered, timeout. The memory sizes are left to the heap
+// exchanges, which compare them with a message of their own (and whose failure paths the lifecycle tests
+// exercise through them).
+constexpr uint32_t kTagConfig = 3;
+
+void check_same_config(CommContext& ctx) {
+  const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
+  if (n == 1) return;
+  static const std::set<std::string> kPerRank = {"SYMCOMM_LOG", "SYMCOMM_OP_HISTORY", "SYMCOMM_TIMEOUT_MS"};
+  static const std::set<std::string> kByHeap = {"SYMCOMM_HEAP_BYTES", "SYMCOMM_SCRATCH_BYTES",
+                                                "SYMCOMM_CUDA_SCRATCH_BYTES"};
+  std::string mine;
+  for (const auto& [name, value] : ctx.config.settings()) {
+    if (!kPerRank.contains(name) && !kByHeap.contains(name)) mine += name + "=" + value + "\n";
+  }
+  const std::vector<uint8_t> bytes(mine.begin(), mine.end());
+  for (int p = 0; p < n; ++p) {
+    if (p != me) ctx.mesh->send(p, kTagConfig, bytes);
+  }
+  // name -> value -> ranks holding it
+  std::map<std::string, std::map<std::string, std::vector<int>>> seen;
+  std::vector<std::string> order;
+  for (int p = 0; p < n; ++p) {
+    std::string text = mine;
+    if (p != me) {
+      const auto payload = ctx.mesh->receive(p, kTagConfig, ctx.deadline(), &ctx.aborted).payload;
+      text.assign(payload.begin(), payload.end());
+    }
+    for (size_t at = 0; at < text.size();) {
+      const size_t eol = std::min(text.find('\n', at), text.size());
+      const std::string line = text.substr(at, eol - at);
+      const size_t eq = line.find('=');
+      const std::string name = line.substr(0, eq), value = eq == std::string::npos ? "" : line.substr(eq + 1);
+      if (!seen.contains(name)) order.push_back(name);
+      seen[name][value].push_back(p);
+      at = eol + 1;
+    }
+  }
+  std::string diffs;
+  std::set<int> others;  // ranks whose value of some setting is not this rank's
+  for (const std::string& name : order) {
+    auto values = seen[name];
+    std::vector<int> absent;  // a rank of another build that lacks the setting altogether
+    for (int p = 0; p < n; ++p) {
+      bool has = false;
+      for (const auto& [value, ranks] : values) has = has || std::find(ranks.begin(), ranks.end(), p) != ranks.end();
+      if (!has) absent.push_back(p);
+    }
+    if (!absent.empty()) values["(absent)"] = absent;
+    if (values.size() == 1) continue;
+    std::string what;
+    for (const auto& [value, ranks] : values) {
+      what += fmt::format("{}{} on rank{} {}", what.empty() ? "" : ", ", value, ranks.size() > 1 ? "s" : "",
+                          fmt::join(ranks, ","));
+      if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) others.insert(ranks.begin(), ranks.end());
+    }
+    diffs += fmt::format("{}{}: {}", diffs.empty() ? "" : "; ", name, what);
+  }
+  if (diffs.empty()) return;
+  throw Error(ErrorCode::kMismatch,
+              fmt::format("rank {}: the ranks' configurations differ (every rank must use the same SYMCOMM_* "
+                          "settings, except {}): {}",
+                          me, fmt::join(kPerRank, ", "), diffs),
+              __FILE__, __LINE__, std::vector<int>(others.begin(), others.end()));
 }
 
 std::string random_hex(size_t n) {
@@ -85,6 +164,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     throw;
   }
   if (ranks.rank == 0) ctx->store->remove(nonce_key);  // every rank read it before connecting to rank 0
+  check_same_config(*ctx);                             // NOTE [configuration agreement]
 
   auto core = std::make_unique<CommCore>(std::move(ctx), options.backend, options.device);
   SYMCOMM_LOG_INFO("communicator {} ready: rank {}/{}, backend {}", core->ctx().prefix, ranks.rank, ranks.world_size,

@@ -173,8 +173,10 @@ const std::vector<EnvVar>& env_table() {
                  &Tuning::cuda_ll_gather_max_bytes),
       tuning_var("SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES", "CUDA staged one-shot all-reduce: payload bytes per block",
                  &Tuning::cuda_one_shot_block_bytes),
-      tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS", "CUDA staged one-shot all-reduce: most blocks (1-128)",
+      tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS", "CUDA staged one-shot all-reduce: most blocks (1-256)",
                  &Tuning::cuda_one_shot_max_blocks),
+      tuning_var("SYMCOMM_CUDA_TWO_SHOT_MAX_BLOCKS", "CUDA two-shot all-reduce: most blocks (1-256)",
+                 &Tuning::cuda_two_shot_max_blocks),
       tuning_var("SYMCOMM_CUDA_LL128_MAX_BYTES",
                  "CUDA one-shot all-reduce: LL128 kernel above the LL range up to this size (at most 4M)",
                  &Tuning::cuda_ll128_max_bytes),
@@ -199,6 +201,12 @@ Config Config::from_env() {
     }
   }
   return c;
+}
+
+std::vector<std::pair<std::string, std::string>> Config::settings() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const EnvVar& var : env_table()) out.emplace_back(var.name, var.show(*this));
+  return out;
 }
 
 std::string Config::env_help() {

@@ -337,6 +337,45 @@ TEST(Faults, CrossRankMismatchIsReportedNotAHang) {
   }
 }
 
+// NOTE [configuration agreement]: ranks whose settings differ fail at creation with kMismatch naming the
+// setting and the ranks with other values; the settings that only concern a rank (log level, timeout, operations
+// remembered) may differ.
+TEST(Faults, RanksWithDifferentSettingsFailAtCreationNamingThem) {
+  expect_success(3, [&](RankEnv& env) {
+    const int me = env.info.rank;
+    {
+      Config c = env.config;
+      if (me == 2) c.tuning.host_one_shot_max_bytes += 16;
+      if (me == 0) c.debug_checks = !c.debug_checks;
+      Error e = expect_error(ErrorCode::kMismatch, [&] { env.make_comm({.name = "differ", .config = c}); });
+      const std::string what = e.what();
+      EXPECT_NE(what.find("SYMCOMM_HOST_ONE_SHOT_MAX_BYTES"), std::string::npos) << what;
+      EXPECT_NE(what.find("SYMCOMM_DEBUG_CHECKS"), std::string::npos) << what;
+      EXPECT_EQ(what.find("SYMCOMM_HEAP_BYTES"), std::string::npos) << what;  // equal everywhere
+      // Rank 0 differs from both others (debug checks), rank 1 from both, rank 2 from both (one-shot size).
+      std::vector<int> want;
+      for (int p = 0; p < env.info.world_size; ++p) {
+        if (p != me) want.push_back(p);
+      }
+      EXPECT_EQ(e.ranks(), want) << what;
+    }
+    {
+      Config c = env.config;
+      if (me == 1) c.tuning.host_one_shot_max_bytes += 16;
+      Error e = expect_error(ErrorCode::kMismatch, [&] { env.make_comm({.name = "one-differs", .config = c}); });
+      EXPECT_EQ(e.ranks(), me == 1 ? std::vector<int>({0, 2}) : std::vector<int>({1})) << e.what();
+    }
+    Config c = env.config;
+    c.log_level = me == 0 ? LogLevel::kOff : LogLevel::kError;
+    c.timeout = env.config.timeout + me * 100ms;
+    c.op_history = 8 + me;
+    auto comm = env.make_comm({.name = "per-rank", .config = c});
+    int32_t x = me + 1, y = 0;
+    comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(y, 6);
+  });
+}
+
 TEST(Faults, StoreServerDeathDuringRendezvousFailsFast) {
   HarnessOptions opts;
   opts.config.timeout = 30s;
@@ -527,6 +566,11 @@ TEST(Lifecycle, FailedCreationsLeakNothing) {
       Config c = env.config;
       c.heap_bytes = (me + 1) * (size_t{1} << 20);
       expect_error(ErrorCode::kMismatch, [&] { env.make_comm({.name = fmt::format("heap{}", i), .config = c}); });
+    }
+    for (int i = 0; i < 50; ++i) {  // NOTE [configuration agreement]: fails after the mesh, before the heap
+      Config c = env.config;
+      c.tuning.host_one_shot_max_bytes += me;
+      expect_error(ErrorCode::kMismatch, [&] { env.make_comm({.name = fmt::format("tuning{}", i), .config = c}); });
     }
     EXPECT_LE(env.store->num_keys(), keys_before + 4) << "failed creations left store keys";
     for (int i = 0; i < 20; ++i) {

@@ -72,6 +72,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_TWO_SHOT_PUSH_MIN_BYTES",
+    "SYMCOMM_CUDA_TWO_SHOT_MAX_BLOCKS",
     "SYMCOMM_CUDA_NCCL_MIN_BYTES",
     "SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
     "SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD",
@@ -142,6 +143,30 @@ TEST(ConfigFromEnv, EveryVariableIsInTheHelpAndTheTestList) {
   for (const std::string& name : kConfigVars) EXPECT_NE(help.find(name), std::string::npos) << name;
   // The help has one line per variable: a variable added to the table must be added to kConfigVars.
   EXPECT_EQ(static_cast<size_t>(std::count(help.begin(), help.end(), '\n')), kConfigVars.size()) << help;
+}
+
+// Config::settings() is what ranks compare at creation (NOTE [configuration agreement]): one entry per
+// variable, spelled as the environment would be, so that reading the settings back gives the same Config.
+TEST(ConfigFromEnv, SettingsNameEveryVariableAndReadBack) {
+  Config c;
+  c.tuning.cuda_two_shot_max_blocks = 132;
+  c.debug_checks = true;
+  c.log_level = LogLevel::kDebug;
+  const auto settings = c.settings();
+  ASSERT_EQ(settings.size(), kConfigVars.size());
+  std::vector<std::pair<std::string, std::string>> as_env;
+  for (size_t i = 0; i < settings.size(); ++i) {
+    EXPECT_NE(std::find(kConfigVars.begin(), kConfigVars.end(), settings[i].first), kConfigVars.end())
+        << settings[i].first;
+    as_env.emplace_back(settings[i].first, settings[i].second);
+  }
+  auto env = config_env(as_env);
+  const Config back = Config::from_env();
+  EXPECT_EQ(back.settings(), settings);
+  EXPECT_EQ(back.tuning.cuda_two_shot_max_blocks, 132u);
+  EXPECT_TRUE(back.debug_checks);
+  EXPECT_EQ(back.log_level, LogLevel::kDebug);
+  EXPECT_NE(Config().settings(), settings);
 }
 
 TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {

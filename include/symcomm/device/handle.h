@@ -12,7 +12,8 @@ namespace symcomm::device {
 /// The most ranks a symcomm kernel handles (one NVLink node). Larger communicators use NCCL.
 inline constexpr int kMaxDeviceRanks = 8;
 /// Signal slots per (rank, source rank): one per block index, so a block only ever waits on its own slots.
-inline constexpr int kMaxBlocks = 128;
+/// 256: room for one block per SM of a 132-SM H100/H200 and more (Tuning::cuda_two_shot_max_blocks).
+inline constexpr int kMaxBlocks = 256;
 /// uint32 slots in one rank's signal pad: [block][source rank].
 inline constexpr int kSignalSlots = kMaxBlocks * kMaxDeviceRanks;
 /// After the signals, each pad holds 64-bit op headers [parity][block][source rank]: a kernel's first
