@@ -49,9 +49,9 @@ struct Tuning {
   /// Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
   /// push): 4 MB 19.26 / 19.62, 16 MB 58.07 / 56.36, 64 MB 207.75 / 200.15, 256 MB 803.19 / 766.64.
   size_t cuda_two_shot_push_min_bytes = 8 << 20;
-  /// CUDA two-shot all-reduce: most blocks (1-256; 512 threads each, one per SM at its register use). 128
-  /// (measured 2026-11-22: 64 -> 128 took 256 MB from 322 to 334-338 GB/s); an H200 has 132 SMs.
-  size_t cuda_two_shot_max_blocks = 128;
+  /// CUDA two-shot all-reduce: most blocks (1-256; 512 threads each, one SM each at its register use); 0 =
+  /// one per SM of the ranks' smallest GPU (132 on an H100/H200). It was 128 until 2026-11-24.
+  size_t cuda_two_shot_max_blocks = 0;
   /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
   /// 2 x H200, 2026-11-22, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
   size_t cuda_nccl_min_bytes = SIZE_MAX;

@@ -175,7 +175,7 @@ const std::vector<EnvVar>& env_table() {
                  &Tuning::cuda_one_shot_block_bytes),
       tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS", "CUDA staged one-shot all-reduce: most blocks (1-256)",
                  &Tuning::cuda_one_shot_max_blocks),
-      tuning_var("SYMCOMM_CUDA_TWO_SHOT_MAX_BLOCKS", "CUDA two-shot all-reduce: most blocks (1-256)",
+      tuning_var("SYMCOMM_CUDA_TWO_SHOT_MAX_BLOCKS", "CUDA two-shot all-reduce: most blocks (1-256; 0 = one per SM)",
                  &Tuning::cuda_two_shot_max_blocks),
       tuning_var("SYMCOMM_CUDA_LL128_MAX_BYTES",
                  "CUDA one-shot all-reduce: LL128 kernel above the LL range up to this size (at most 4M)",

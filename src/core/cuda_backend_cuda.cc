@@ -20,6 +20,8 @@
 namespace symcomm::detail {
 namespace {
 
+constexpr uint32_t kTagSmCount = 35;  // mesh tag of the SM-count exchange (setup)
+
 using device::DeviceError;
 
 uint64_t read_error(const ControlBlock& c) {
@@ -162,6 +164,18 @@ void CudaBackend::setup() {
                      probe.detail, p2p ? "ok" : "failed");
   }
   caps_.full_nvlink = agree_all(ctx_, mine);
+  // Grids of one block per SM use the ranks' smallest SM count, so that every rank slices alike (NOTE
+  // [configuration agreement]).
+  int sms = 0;
+  SYMCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+  const auto* sms_bytes = reinterpret_cast<const uint8_t*>(&sms);
+  fewest_sms_ = sms;
+  for (const auto& v : mesh_all_gather(ctx_, kTagSmCount, std::vector<uint8_t>(sms_bytes, sms_bytes + sizeof(sms)))) {
+    int theirs = 0;
+    SYMCOMM_CHECK(v.size() == sizeof(theirs), kInternal, "bad SM-count message ({} bytes)", v.size());
+    std::memcpy(&theirs, v.data(), sizeof(theirs));
+    fewest_sms_ = std::min(fewest_sms_, theirs);
+  }
   // Copy-engine collectives need the same peer mappings as the kernels (and the pads zeroed everywhere,
   // which the functional P2P check's exchange has ordered before any peer's first signal).
   caps_.copy_engine = caps_.full_nvlink;

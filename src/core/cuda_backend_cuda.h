@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
 
   CommContext& ctx_;
   int device_;
+  int fewest_sms_ = 1;  ///< the smallest SM count of the ranks' GPUs (agreed at creation)
   Capabilities caps_;
   std::unique_ptr<CudaHeap> heap_;
   void* pad_ = nullptr;

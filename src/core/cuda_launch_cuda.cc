@@ -198,7 +198,8 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                      .peer_out = {},
                                      .zero_copy = zc,
                                      .push_out = push,
-                                     .max_blocks = t.cuda_two_shot_max_blocks};
+                                     .max_blocks = t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks
+                                                                                   : static_cast<size_t>(fewest_sms_)};
       for (int q = 0; (zc || push) && q < n; ++q) {
         if (zc) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
         p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
