@@ -34,6 +34,9 @@ struct CommContext {
   /// store->get(key), waiting no longer than `deadline` (kTimeout naming the key): the store's own timeout,
   /// which bounds a plain get(), may be longer than this communicator's.
   Bytes store_get(const std::string& key, const Deadline& deadline) const;
+  /// Exchanges `mine` with every rank over the mesh (collective, bounded by the deadline and abort());
+  /// result[r] is rank r's payload.
+  std::vector<std::vector<uint8_t>> mesh_all_gather(uint32_t tag, const std::vector<uint8_t>& mine);
 
   /// Records the first fatal error (peer death, timeout, abort); later operations rethrow it.
   void set_sticky(const Error& e);

@@ -38,6 +38,19 @@ Bytes CommContext::store_get(const std::string& key, const Deadline& deadline) c
   return store->get(key);
 }
 
+std::vector<std::vector<uint8_t>> CommContext::mesh_all_gather(uint32_t tag, const std::vector<uint8_t>& mine) {
+  const int n = ranks.world_size, me = ranks.rank;
+  std::vector<std::vector<uint8_t>> all(n);
+  all[me] = mine;
+  for (int p = 0; p < n; ++p) {
+    if (p != me) mesh->send(p, tag, mine);
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p != me) all[p] = mesh->receive(p, tag, deadline(), &aborted).payload;
+  }
+  return all;
+}
+
 void CommContext::throw_if_failed() const {
   if (auto e = sticky()) throw *e;
   if (aborted.load(std::memory_order_acquire)) {

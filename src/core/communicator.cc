@@ -62,43 +62,33 @@ void check_same_config(CommContext& ctx) {
   for (const auto& [name, value] : ctx.config.settings()) {
     if (!kPerRank.contains(name) && !kByHeap.contains(name)) mine += name + "=" + value + "\n";
   }
-  const std::vector<uint8_t> bytes(mine.begin(), mine.end());
-  for (int p = 0; p < n; ++p) {
-    if (p != me) ctx.mesh->send(p, kTagConfig, bytes);
-  }
-  // name -> value -> ranks holding it
-  std::map<std::string, std::map<std::string, std::vector<int>>> seen;
+  // Each rank's settings by name; `order` lists every name any rank sent, in the order first seen.
+  std::vector<std::map<std::string, std::string>> by_rank(n);
   std::vector<std::string> order;
+  const auto all = ctx.mesh_all_gather(kTagConfig, std::vector<uint8_t>(mine.begin(), mine.end()));
   for (int p = 0; p < n; ++p) {
-    std::string text = mine;
-    if (p != me) {
-      const auto payload = ctx.mesh->receive(p, kTagConfig, ctx.deadline(), &ctx.aborted).payload;
-      text.assign(payload.begin(), payload.end());
-    }
+    const std::string text(all[p].begin(), all[p].end());
     for (size_t at = 0; at < text.size();) {
       const size_t eol = std::min(text.find('\n', at), text.size());
       const std::string line = text.substr(at, eol - at);
       const size_t eq = line.find('=');
-      const std::string name = line.substr(0, eq), value = eq == std::string::npos ? "" : line.substr(eq + 1);
-      if (!seen.contains(name)) order.push_back(name);
-      seen[name][value].push_back(p);
+      const std::string name = line.substr(0, eq);
+      if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+      by_rank[p][name] = eq == std::string::npos ? "" : line.substr(eq + 1);
       at = eol + 1;
     }
   }
   std::string diffs;
   std::set<int> others;  // ranks whose value of some setting is not this rank's
   for (const std::string& name : order) {
-    auto values = seen[name];
-    std::vector<int> absent;  // a rank of another build that lacks the setting altogether
+    std::map<std::string, std::vector<int>> ranks_by_value;  // "(absent)": a rank of another build lacks it
     for (int p = 0; p < n; ++p) {
-      bool has = false;
-      for (const auto& [value, ranks] : values) has = has || std::find(ranks.begin(), ranks.end(), p) != ranks.end();
-      if (!has) absent.push_back(p);
+      const auto it = by_rank[p].find(name);
+      ranks_by_value[it == by_rank[p].end() ? "(absent)" : it->second].push_back(p);
     }
-    if (!absent.empty()) values["(absent)"] = absent;
-    if (values.size() == 1) continue;
+    if (ranks_by_value.size() == 1) continue;
     std::string what;
-    for (const auto& [value, ranks] : values) {
+    for (const auto& [value, ranks] : ranks_by_value) {
       what += fmt::format("{}{} on rank{} {}", what.empty() ? "" : ", ", value, ranks.size() > 1 ? "s" : "",
                           fmt::join(ranks, ","));
       if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) others.insert(ranks.begin(), ranks.end());

@@ -170,7 +170,7 @@ void CudaBackend::setup() {
   SYMCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
   const auto* sms_bytes = reinterpret_cast<const uint8_t*>(&sms);
   fewest_sms_ = sms;
-  for (const auto& v : mesh_all_gather(ctx_, kTagSmCount, std::vector<uint8_t>(sms_bytes, sms_bytes + sizeof(sms)))) {
+  for (const auto& v : ctx_.mesh_all_gather(kTagSmCount, std::vector<uint8_t>(sms_bytes, sms_bytes + sizeof(sms)))) {
     int theirs = 0;
     SYMCOMM_CHECK(v.size() == sizeof(theirs), kInternal, "bad SM-count message ({} bytes)", v.size());
     std::memcpy(&theirs, v.data(), sizeof(theirs));

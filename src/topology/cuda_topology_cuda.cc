@@ -88,26 +88,13 @@ std::vector<uint8_t> to_bytes(const void* p, size_t n) {
 
 }  // namespace
 
-std::vector<std::vector<uint8_t>> mesh_all_gather(CommContext& ctx, uint32_t tag, const std::vector<uint8_t>& mine) {
-  const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
-  std::vector<std::vector<uint8_t>> all(n);
-  all[me] = mine;
-  for (int p = 0; p < n; ++p) {
-    if (p != me) ctx.mesh->send(p, tag, mine);
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p != me) all[p] = ctx.mesh->receive(p, tag, ctx.deadline(), &ctx.aborted).payload;
-  }
-  return all;
-}
-
 LocalProbe probe_topology(CommContext& ctx, int device) {
   LocalProbe out;
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
   char bus[64] = {0};
   SYMCOMM_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), device));
   PciAddress mine = parse_pci(bus);
-  auto all = mesh_all_gather(ctx, kTagTopology, to_bytes(&mine, sizeof(mine)));
+  auto all = ctx.mesh_all_gather(kTagTopology, to_bytes(&mine, sizeof(mine)));
   std::vector<PciAddress> addr(n);
   for (int p = 0; p < n; ++p) {
     SYMCOMM_CHECK(all[p].size() == sizeof(PciAddress), kInternal, "bad topology message from rank {}", p);
@@ -221,7 +208,7 @@ bool functional_p2p_check(CommContext& ctx, char* const* peer_areas, uint64_t sa
 }
 
 bool agree_all(CommContext& ctx, bool mine) {
-  auto all = mesh_all_gather(ctx, kTagAgree, std::vector<uint8_t>{static_cast<uint8_t>(mine ? 1 : 0)});
+  auto all = ctx.mesh_all_gather(kTagAgree, std::vector<uint8_t>{static_cast<uint8_t>(mine ? 1 : 0)});
   bool ok = true;
   for (auto& v : all) ok = ok && v.size() == 1 && v[0] == 1;
   return ok;

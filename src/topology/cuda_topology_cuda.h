@@ -28,9 +28,6 @@ struct LocalProbe {
   std::string detail;  ///< human-readable reason of a false
 };
 
-/// Exchanges `mine` with every local rank over the mesh (collective); result[r] is rank r's payload.
-std::vector<std::vector<uint8_t>> mesh_all_gather(CommContext& ctx, uint32_t tag, const std::vector<uint8_t>& mine);
-
 /// Probes peer access and NVLink from this rank's device to the peers' devices (collective: exchanges PCI
 /// addresses).
 LocalProbe probe_topology(CommContext& ctx, int device);
