@@ -9,6 +9,12 @@
 #   BUILD=build-gpu CASES=gpu tools/sabotage.sh     # GPU machine, after gpu_check.sh's build step
 #   ONLY="ce-mismatch ce-watchdog" BUILD=build-gpu CASES=gpu tools/sabotage.sh   # some cases only
 #
+# Broken binaries built ahead (the GPU machine's time is scarce; a case's rebuild of the kernels takes minutes):
+#   PACK=dir BUILD=build-cuda CASES=gpu ONLY="ll-give-up" tools/sabotage.sh      # here: builds, runs nothing
+#   PREBUILT=dir BUILD=build-gpu CASES=gpu ONLY="ll-give-up" tools/sabotage.sh   # there: runs, builds nothing
+# PACK writes each case's broken test binary to dir/<case>.<binary> (xz-compressed); PREBUILT runs the
+# baseline with $BUILD's binary (unpacked from gpu_check.sh's prebuilt archive) and the case with dir's.
+#
 # Prints one line per case (also to $OUT/sabotage.txt when OUT is set; logs in $OUT or /tmp). Exit status:
 # 0 all caught, 1 a case was not caught or its baseline failed, 2 a case could not be applied.
 set -uo pipefail
@@ -76,6 +82,15 @@ case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
 case_def gpu nccl-blocking-creation src/core/cuda_backend_cuda.cc \
   "config.blocking = 0;" "config.blocking = 1;" \
   symcomm_gpu_tests "GpuFailure.PeerDiesInside*NcclCreation" 90
+# The LL and LL128 kernels poll their peers' lines in loops of their own (not signal.h's block_barrier): each
+# loop must give up on abort(), a dead peer and the deadline; GpuKernelFaults meets each path with each fault
+# (broken, each of the three cases fails at its 20 s job limit).
+case_def gpu ll-give-up src/algos/cuda_all_reduce_ll.cu \
+  "device::poll_give_up(c, peer, seq, deadline)" "false" \
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll_*" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+case_def gpu ll128-give-up src/algos/cuda_all_reduce_ll.cu \
+  "device::poll_give_up(c, q, seq, f.deadline)" "false" \
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   "      if (line.x != h_lo || line.z != h_hi) {" "      if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120
@@ -97,14 +112,34 @@ case_def gpu ll-broadcast-store src/algos/cuda_all_reduce_ll.cu \
   symcomm_gpu_tests "GpuCollectives.Broadcast" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
 
 say() { echo "$*" | tee -a "$REPORT"; }
-build() { ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }
-run_tests() {  # binary filter limit log [VAR=value ...] -> exit status of the tests (124: time limit)
-  env ${5:-} timeout "$3" "$BUILD/tests/$1" --gtest_filter="$2" >"$4" 2>&1
+build() { [ -n "${PREBUILT:-}" ] || ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }
+run_tests() {  # binary-path filter limit log [VAR=value ...] -> exit status of the tests (124: time limit)
+  env ${5:-} timeout "$3" "$1" --gtest_filter="$2" >"$4" 2>&1
   local rc=$?
   # Rank processes are forks of the test binary; when the time limit ends their parent, nothing else would
   # end them (a rank spinning in a wait with no deadline would spin on, on the CPU or the GPU).
-  pkill -9 -f "$BUILD/tests/$1" 2>/dev/null
+  pkill -9 -f "$1" 2>/dev/null
   return $rc
+}
+[ -n "${PACK:-}" ] && mkdir -p "$PACK"
+if [ -n "${PREBUILT:-}" ]; then
+  # xz -T0: the binaries are packed one per case; unpacked next to the archive.
+  for f in "$PREBUILT"/*.xz; do [ -e "$f" ] && xz -dkf "$f" && chmod +x "${f%.xz}"; done
+fi
+
+# The current case's tests on its broken binary ($1; $2 is added to the report): caught if they fail or hang.
+run_broken() {
+  local t0 rc why
+  t0=$(date +%s)
+  run_tests "$1" "$filter" "$limit" "$LOGS/$name.log" "$envs"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    say "$name: NOT CAUGHT — $filter passed with $file broken$2"
+    status=1
+  else
+    why=$([ $rc -eq 124 ] && echo "hung until the ${limit} s limit" || echo "failed (rc $rc)")
+    say "$name: caught — $filter $why in $(($(date +%s) - t0)) s ($file: '$from' -> '$to'$2)"
+  fi
 }
 
 status=0
@@ -113,9 +148,21 @@ for i in "${!NAMES[@]}"; do
   limit=${LIMITS[$i]} envs=${ENVS[$i]}
   [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
   path=$ROOT/$file
-  if ! build "$binary" || ! run_tests "$binary" "$filter" "$limit" "$LOGS/$name.baseline.log" "$envs"; then
+  if [ -n "${PREBUILT:-}" ]; then
+    broken=$PREBUILT/$name.$binary
+    if [ ! -x "$broken" ]; then
+      say "$name: NOT APPLIED (no $broken)"
+      status=2
+      continue
+    fi
+  fi
+  if [ -z "${PACK:-}" ] && { ! build "$binary" || ! run_tests "$BUILD/tests/$binary" "$filter" "$limit" "$LOGS/$name.baseline.log" "$envs"; }; then
     say "$name: BASELINE FAILED ($filter on the unbroken build; log $name.baseline.log)"
     status=1
+    continue
+  fi
+  if [ -n "${PREBUILT:-}" ]; then
+    run_broken "$broken" ", prebuilt"
     continue
   fi
   text=$(<"$path")
@@ -126,24 +173,20 @@ for i in "${!NAMES[@]}"; do
   fi
   cp "$path" "$path.sabotage-orig"
   printf '%s\n' "${text/"$from"/"$to"}" >"$path"
-  t0=$(date +%s)
-  if ! build "$binary"; then
+  if ! ninja -C "$BUILD" "tests/$binary" >>"$LOGS/build.log" 2>&1; then
     say "$name: BUILD FAILED with the change (see build.log)"
     status=2
+  elif [ -n "${PACK:-}" ]; then
+    xz -T2 -c "$BUILD/tests/$binary" >"$PACK/$name.$binary.xz"
+    say "$name: packed $PACK/$name.$binary.xz ($file: '$from' -> '$to')"
   else
-    run_tests "$binary" "$filter" "$limit" "$LOGS/$name.log" "$envs"
-    rc=$?
-    if [ $rc -eq 0 ]; then
-      say "$name: NOT CAUGHT — $filter passed with $file broken"
-      status=1
-    else
-      why=$([ $rc -eq 124 ] && echo "hung until the ${limit} s limit" || echo "failed (rc $rc)")
-      say "$name: caught — $filter $why in $(($(date +%s) - t0)) s ($file: '$from' -> '$to')"
-    fi
+    run_broken "$BUILD/tests/$binary" ""
   fi
   mv "$path.sabotage-orig" "$path"
   touch "$path"  # newer than the objects built from the broken text
 done
 # Back to the unbroken build (the restored files are newer than the objects built from the broken ones).
-ninja -C "$BUILD" >>"$LOGS/build.log" 2>&1 || { say "rebuild of the unbroken tree FAILED"; status=2; }
+if [ -z "${PREBUILT:-}" ]; then
+  ninja -C "$BUILD" >>"$LOGS/build.log" 2>&1 || { say "rebuild of the unbroken tree FAILED"; status=2; }
+fi
 exit $status

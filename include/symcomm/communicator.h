@@ -74,7 +74,9 @@ struct CollOptions {
 /// Options of a communicator.
 struct CommOptions {
   BackendKind backend = BackendKind::kHost;
-  /// CUDA backend: device ordinal; -1 means the local rank.
+  /// CUDA backend: device ordinal; -1 means the local rank. Creation makes it the creating thread's current
+  /// device (as torch.cuda.set_device would); later calls run on it whatever device the calling thread has
+  /// current, and leave the caller's current device as they found it.
   int device = -1;
   /// Store key prefix; must be equal on all ranks. Empty: "c<n>" where n counts the communicators this
   /// process created (so ranks that create communicators in the same order agree).

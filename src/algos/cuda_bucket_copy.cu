@@ -67,8 +67,10 @@ void launch_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_
 }  // namespace
 }  // namespace cuda
 
-void cuda_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows, Stream stream) {
+void cuda_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows, int device,
+                      Stream stream) {
   if (rows <= 0) return;
+  DeviceScope on_device(device);
   auto s = reinterpret_cast<cudaStream_t>(stream);
   for (size_t first = 0; first < n; first += kBucketCopySegments) {
     const size_t m = std::min(kBucketCopySegments, n - first);

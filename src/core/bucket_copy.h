@@ -43,7 +43,9 @@ void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t
                       int skip_row = -1);
 /// CUDA: enqueues the copies on `stream`, one kernel launch per kBucketCopySegments segments; the list is
 /// passed by value (kernel parameters), so nothing has to outlive the call (also under graph capture).
+/// Launched on `device` (the communicator's), whatever device the caller has current (NOTE [caller's device]).
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).
-void cuda_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows, Stream stream);
+void cuda_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows, int device,
+                      Stream stream);
 
 }  // namespace symcomm::detail

@@ -201,7 +201,7 @@ struct ReduceScatterBucketer::Impl {
                                           .options = b.options};
     if (!core.reduce_scatter_gathered(g)) {
       if (comm.backend() == BackendKind::kCuda) {
-        detail::cuda_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, b.options.stream);
+        detail::cuda_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, comm.device(), b.options.stream);
       } else {
         detail::host_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n);
       }

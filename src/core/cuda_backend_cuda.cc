@@ -296,6 +296,7 @@ void CudaBackend::nccl_run(ncclResult_t r, const char* expr, const char* file, i
 CudaBackend::~CudaBackend() { release(); }
 
 void CudaBackend::release() {
+  DeviceScope on_device(device_);  // the synchronisations below are of this device
   bool failed = ctx_.sticky().has_value() || ctx_.aborted.load();
   if (!failed) cudaDeviceSynchronize();  // let enqueued kernels finish before their memory goes
   // ncclCommAbort also on a clean shutdown: it never waits for peers (which may already be gone or busy),
@@ -328,8 +329,12 @@ void CudaBackend::release() {
   heap_.reset();
 }
 
-void* CudaBackend::alloc(size_t bytes) { return heap_->alloc(bytes); }
+void* CudaBackend::alloc(size_t bytes) {
+  DeviceScope on_device(device_);
+  return heap_->alloc(bytes);
+}
 void CudaBackend::free(void* ptr) {
+  DeviceScope on_device(device_);
   if (ptr) cudaDeviceSynchronize();  // no kernel of ours may still use it
   heap_->free(ptr);
 }
@@ -427,8 +432,7 @@ void CudaBackend::abort() {
 void CudaBackend::run(const Request& r, Algorithm algo) {
   poll_errors();
   if (r.count == 0 && r.kind != Collective::kBarrier) return;  // every rank has count 0: nothing to move
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  DeviceScope on_device(device_);
   cudaStream_t s = reinterpret_cast<cudaStream_t>(r.options.stream);
   if (algo == Algorithm::kNccl) {
     launch_nccl(r, s);
@@ -443,6 +447,7 @@ std::shared_ptr<Work> CudaBackend::run_async(const Request& r, Algorithm algo) {
   SYMCOMM_CHECK_ARG(!stream_capturing(s),
                     "asynchronous collectives cannot be captured into a CUDA graph; use the "
                     "blocking form (it only enqueues on the stream)");
+  DeviceScope on_device(device_);  // the event too
   run(r, algo);
   return record_work(s);
 }

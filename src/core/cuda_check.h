@@ -12,6 +12,24 @@ namespace symcomm::detail {
 [[noreturn]] void throw_nccl_error(int res, const char* expr, const char* file, int line);
 /// True while `s` is being captured into a CUDA graph (false, with the error cleared, if the query fails).
 bool stream_capturing(cudaStream_t s);
+
+/// NOTE [caller's device] Makes `device` the calling thread's current device for the scope and gives the
+/// thread its own device back at the end. Every entry point of the CUDA backend that makes CUDA calls holds
+/// one: a caller whose current device is another GPU (a second thread, which starts on device 0; a process
+/// driving GPUs in turn) gets its kernels, events and syncs on the communicator's device, and its own current
+/// device unchanged afterwards (NCCL's calls leave it unchanged too). Only creation leaves the communicator's
+/// device current (Communicator::create documents it). Cheap where the device is already current (one
+/// cudaGetDevice).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  ///< the device to give back; -1: nothing to give back
+};
 }  // namespace symcomm::detail
 
 /// Throws Error(kCuda) if a CUDA runtime call does not return cudaSuccess.

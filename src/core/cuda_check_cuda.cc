@@ -32,4 +32,19 @@ bool stream_capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
+DeviceScope::DeviceScope(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == device) return;
+  SYMCOMM_CUDA_CHECK(cudaSetDevice(device));
+  previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) cudaGetLastError();
+}
+
 }  // namespace symcomm::detail

@@ -52,6 +52,7 @@ uint64_t multi_header(const cuda::MultiParams& p) {
 
 void CudaBackend::run_group(const Ops& ops) {
   poll_errors();
+  DeviceScope on_device(device_);
   for (size_t i = 0; i < ops.size();) {
     const size_t end = group_run_end(ops, i);
     if (end - i >= 2) {
@@ -75,6 +76,7 @@ std::shared_ptr<Work> CudaBackend::run_group_async(const Ops& ops) {
     SYMCOMM_CHECK_ARG(st == cudaStreamCaptureStatusNone,
                       "group_end_async cannot be captured into a CUDA graph; use group_end (it only enqueues)");
   }
+  DeviceScope on_device(device_);  // the events too
   run_group(ops);
   std::vector<std::shared_ptr<Work>> parts;
   for (cudaStream_t s : streams) parts.push_back(record_work(s));
@@ -83,8 +85,7 @@ std::shared_ptr<Work> CudaBackend::run_group_async(const Ops& ops) {
 
 void CudaBackend::reduce_scatter_gathered(const GatheredReduceScatter& g) {
   poll_errors();
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  DeviceScope on_device(device_);
   cuda::launch_gathered_reduce_scatter(
       {.comm = comm_, .out = static_cast<char*>(g.out), .count = g.count, .dtype = g.dtype, .op = g.op}, g.segs, g.nseg,
       reinterpret_cast<cudaStream_t>(g.options.stream));
@@ -103,8 +104,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
                                                         .forced = Algorithm::kAuto,
                                                         .contention = a.options.contention},
                                           caps_, ctx_.config.tuning);
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  DeviceScope on_device(device_);
   auto s = reinterpret_cast<cudaStream_t>(a.options.stream);
   if (algo == Algorithm::kNccl) {
     ensure_nccl(s);  // before the group: NCCL defers a communicator created inside one to its end

@@ -17,7 +17,7 @@ namespace {
 class CudaLanes final : public LaneResources {
  public:
   explicit CudaLanes(int device) : device_(device) {
-    SYMCOMM_CUDA_CHECK(cudaSetDevice(device));
+    DeviceScope on_device(device);
     SYMCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     for (auto& e : events) SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
@@ -41,10 +41,7 @@ class CudaLanes final : public LaneResources {
 class CudaEngine final : public Engine {
  public:
   CudaEngine(Communicator& comm, cudaStream_t main, CudaLanes* lanes)
-      : device_(comm.device()), main_(main), lanes_(lanes) {
-    int current = -1;
-    if (cudaGetDevice(&current) != cudaSuccess || current != device_) SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
-  }
+      : device_(comm.device()), on_device_(device_), main_(main), lanes_(lanes) {}
   ~CudaEngine() override { release(); }
 
   void gemm(const Gemm& g, Lane lane) override { cublaslt_gemm(g, device_, stream(lane)); }
@@ -111,6 +108,7 @@ class CudaEngine final : public Engine {
   cudaStream_t stream(Lane lane) const { return lanes_ && lane == Lane::kSide ? lanes_->side : main_; }
 
   int device_;
+  DeviceScope on_device_;  ///< the engine lives for one fused operation (NOTE [caller's device])
   cudaStream_t main_;
   CudaLanes* lanes_;  ///< null: unfused, one stream
   struct Temp {

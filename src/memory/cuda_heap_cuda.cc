@@ -75,7 +75,7 @@ void* CudaHeap::alloc(size_t bytes) {
   SYMCOMM_CHECK_ARG(used_ + stride <= capacity_,
                     "symmetric heap exhausted: {} bytes in use, {} requested, capacity {} (Config::heap_bytes)", used_,
                     stride, capacity_);
-  SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
+  DeviceScope on_device(device_);
   Mapping m;
   m.stride = stride;
   m.requested = bytes;

@@ -1,0 +1,338 @@
+// Every device-side wait gives up, on every path: issue 3 promises that "every device wait checks an abort word
+// and a deadline and exits with an error that the host turns into an exception naming the rank", and issue 7
+// that a peer's death is reported within about a second. GpuFailure's tests show it for one kernel each (the
+// barrier for the deadline, the LL all-reduce for abort() and a killed peer; the copy-engine all-gather). Here
+// each path that waits for peers, the SM kernels' (staged, zero-copy, push, LL, LL128, multi-tensor, gathered
+// bucket flush) and the copy engine's, meets each of three faults while it waits for rank 1:
+//   - missing: rank 1 never issues the call; the others get kTimeout naming rank 1 at the op deadline;
+//   - killed:  rank 1 SIGKILLs itself 300 ms after the others issued; they get kPeerDead naming rank 1 well
+//              before the deadline (20 s here, so that it cannot be what ends the wait);
+//   - abort:   rank 0 alone issues the call and calls abort() from another thread 200 ms later: kAborted.
+// Every time the stream drains without a CUDA error (the kernel returned, nothing trapped), the error is
+// sticky, no byte around the output was written, and the GPU runs fresh work. Before the fault every rank runs
+// the same call once, matched, so the path is known to work and the fault comes mid-stream.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "harness/rank_harness.h"
+#include "symcomm/bucketer.h"
+
+namespace symcomm::gputest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using testing::RankEnv;
+
+enum class Fault { kMissing, kKilled, kAbort };
+enum class Shape { kSingle, kGroup, kBucket };
+
+/// One path: a call (float32 sum; `count` is the all-reduce / broadcast count, or the per-rank block of
+/// all-gather, reduce-scatter and all-to-all) with its buffers' kind pinning the path.
+struct Path {
+  std::string name;
+  Collective kind = Collective::kAllReduce;
+  size_t count = 0;
+  Algorithm algo = Algorithm::kAuto;
+  bool sym_in = false, sym_out = false;  ///< buffers in the symmetric heap (zero-copy and push paths)
+  Shape shape = Shape::kSingle;          ///< group: two such calls in one group; bucket: two inputs, one flush
+};
+
+constexpr size_t kKB = 256, kMB = 1024 * kKB;  // float32 elements
+constexpr int kRoot = 1;                       // broadcasts wait for the missing (or dead) rank's data
+
+std::vector<Path> paths() {
+  const auto ar = [](std::string n, size_t count, bool sym_in = false, bool sym_out = false) {
+    return Path{
+        .name = std::move(n), .kind = Collective::kAllReduce, .count = count, .sym_in = sym_in, .sym_out = sym_out};
+  };
+  const auto direct = [](std::string n, Collective k, size_t count, bool sym_in = false, bool sym_out = false) {
+    return Path{.name = std::move(n),
+                .kind = k,
+                .count = count,
+                .algo = Algorithm::kDirect,
+                .sym_in = sym_in,
+                .sym_out = sym_out};
+  };
+  const auto ce = [](std::string n, Collective k) {
+    return Path{.name = std::move(n), .kind = k, .count = 256 * kKB, .algo = Algorithm::kCopyEngine};
+  };
+  const auto group = [](std::string n, Collective k) {
+    return Path{.name = std::move(n), .kind = k, .count = 256 * kKB, .shape = Shape::kGroup};
+  };
+  using C = Collective;
+  return {
+      Path{.name = "barrier", .kind = C::kBarrier},
+      // All-reduce (the path table is pinned by kernel_fault_config()).
+      ar("all_reduce_ll", 1 * kKB),
+      ar("all_reduce_ll128", 1 * kMB),
+      ar("all_reduce_one_shot", 3 * kMB),
+      ar("all_reduce_two_shot", 16 * kMB),
+      ar("all_reduce_two_shot_push", 16 * kMB, true, true),
+      ar("all_reduce_two_shot_zero_copy", 6 * kMB, true, true),
+      // Gather-style kernels: LL up to 512 KB blocks, then the staged and the zero-copy exchange.
+      direct("reduce_scatter_ll", C::kReduceScatter, 16 * kKB),
+      direct("reduce_scatter", C::kReduceScatter, 512 * kKB),
+      direct("reduce_scatter_zero_copy", C::kReduceScatter, 512 * kKB, true, false),
+      direct("all_gather_ll", C::kAllGather, 16 * kKB),
+      direct("all_gather", C::kAllGather, 512 * kKB),
+      direct("all_gather_zero_copy", C::kAllGather, 512 * kKB, false, true),
+      direct("all_to_all_ll", C::kAllToAll, 16 * kKB),
+      direct("all_to_all", C::kAllToAll, 512 * kKB),
+      direct("all_to_all_zero_copy", C::kAllToAll, 512 * kKB, false, true),
+      direct("broadcast_ll", C::kBroadcast, 16 * kKB),
+      direct("broadcast", C::kBroadcast, 2 * kMB),
+      direct("broadcast_zero_copy", C::kBroadcast, 2 * kMB, false, true),
+      // Multi-tensor kernels of a group (NOTE [cuda group fusion]).
+      group("group_all_reduce", C::kAllReduce),
+      group("group_reduce_scatter", C::kReduceScatter),
+      group("group_all_gather", C::kAllGather),
+      // The bucketer's gathered reduce-scatter (one kernel reading the inputs where they are).
+      Path{.name = "bucket_flush", .kind = C::kReduceScatter, .count = 16 * kKB, .shape = Shape::kBucket},
+      // Copy engine: stream memory waits released by the backend's watchdog.
+      ce("copy_engine_all_gather", C::kAllGather),
+      ce("copy_engine_reduce_scatter", C::kReduceScatter),
+      ce("copy_engine_all_to_all", C::kAllToAll),
+      ce("copy_engine_broadcast", C::kBroadcast),
+  };
+}
+
+size_t in_elems(const Path& p, int world) {
+  switch (p.kind) {
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return p.count * world;
+    default: return p.count;
+  }
+}
+size_t out_elems(const Path& p, int world) {
+  switch (p.kind) {
+    case Collective::kAllGather:
+    case Collective::kAllToAll: return p.count * world;
+    default: return p.count;
+  }
+}
+
+/// The op deadline of the missing-rank cases: short, scaled only for slow tools (SYMCOMM_TEST_TIMEOUT_SCALE
+/// 20 where ranks share a GPU gives 2 s: the matched call before the fault runs with both ranks time-sliced).
+std::chrono::milliseconds deadline() { return std::chrono::seconds(1) * std::max(1, testing::timeout_scale() / 10); }
+
+/// The test config with the all-reduce path table pinned as in mismatch_test.cc (LL up to 512 KB, LL128 up to
+/// 2 MB, staged one-shot up to 4 MB, two-shot pushing to heap outputs from 8 MB), 16 bytes off the defaults so
+/// that measured_cuda_tuning keeps them at every world size.
+Config kernel_fault_config(Fault f) {
+  Config c = testing::HarnessOptions::default_test_config();
+  c.timeout = f == Fault::kMissing ? deadline() : std::chrono::seconds(20) * testing::timeout_scale();
+  c.tuning.cuda_ll_max_bytes = size_t{512} << 10;
+  c.tuning.cuda_ll_gather_max_bytes = size_t{512} << 10;
+  c.tuning.cuda_ll128_max_bytes = size_t{2} << 20;
+  c.tuning.cuda_one_shot_max_bytes = (size_t{4} << 20) - 16;
+  c.tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;
+  return c;
+}
+
+/// Buffers of one case and the calls on them (the same on every rank: heap allocations are collective).
+class Calls {
+ public:
+  Calls(Communicator& comm, const Path& p, cudaStream_t s)
+      : comm_(comm),
+        p_(p),
+        s_(s),
+        world_(comm.world_size()),
+        reps_(p.shape == Shape::kSingle ? 1 : 2),
+        in_(comm, p.sym_in ? BufKind::kSymmetric : BufKind::kDevice, bytes(in_elems(p, world_)) + 2 * kGuard),
+        out_(comm, p.sym_out ? BufKind::kSymmetric : BufKind::kDevice, bytes(out_elems(p, world_)) + 2 * kGuard) {
+    if (p.shape == Shape::kBucket)
+      bucketer_ = std::make_unique<ReduceScatterBucketer>(comm, BucketOptions{.bucket_cap_mb = 1.0});
+  }
+
+  bool allocated() const { return in_.base() != nullptr && out_.base() != nullptr; }
+
+  /// Fills the input, poisons the output, and issues the path's call(s); returns what covers them (null for a
+  /// bucket flush, which reports through the communicator).
+  std::shared_ptr<Work> issue() {
+    in_ptr_ = in_.prepare(0, bytes(in_elems(p_, world_)), 0);
+    fill_input_async(in_ptr_, DataType::kFloat32, ReduceOp::kSum, 5, comm_.rank(), reps_ * in_elems(p_, world_), s_);
+    out_ptr_ = out_.prepare(0, bytes(out_elems(p_, world_)), kPoisonByte);
+    const CollOptions o{.stream = s_, .algorithm = p_.algo};
+    const size_t in_step = in_elems(p_, world_) * 4, out_step = out_elems(p_, world_) * 4;
+    if (p_.shape == Shape::kBucket) {
+      for (int k = 0; k < reps_; ++k) {
+        bucketer_->reduce_scatter_async(
+            in_ptr_ + k * in_step, p_.count, DataType::kFloat32, ReduceOp::kSum,
+            [this](const void*, size_t n) { delivered_ += n; }, o);
+      }
+      bucketer_->flush();
+      return nullptr;
+    }
+    if (p_.shape == Shape::kGroup) comm_.group_start();
+    std::shared_ptr<Work> w;
+    for (int k = 0; k < reps_; ++k) w = one(in_ptr_ + k * in_step, out_ptr_ + k * out_step, o);
+    return p_.shape == Shape::kGroup ? comm_.group_end_async() : w;
+  }
+
+  /// The guards around everything the calls may write.
+  bool guards_intact() {
+    bool ok = false;
+    out_.read(out_ptr_, bytes(out_elems(p_, world_)), &ok);
+    return ok;
+  }
+  size_t delivered() const { return delivered_; }
+
+ private:
+  size_t bytes(size_t elems) const { return reps_ * elems * 4; }
+
+  std::shared_ptr<Work> one(const char* in, char* out, const CollOptions& o) {
+    constexpr DataType f = DataType::kFloat32;
+    switch (p_.kind) {
+      case Collective::kBarrier: return comm_.barrier_async(o);
+      case Collective::kAllReduce: return comm_.all_reduce_async(in, out, p_.count, f, ReduceOp::kSum, o);
+      case Collective::kReduceScatter: return comm_.reduce_scatter_async(in, out, p_.count, f, ReduceOp::kSum, o);
+      case Collective::kAllGather: return comm_.all_gather_async(in, out, p_.count, f, o);
+      case Collective::kAllToAll: return comm_.all_to_all_async(in, out, p_.count, f, o);
+      case Collective::kBroadcast: return comm_.broadcast_async(in, out, p_.count, f, kRoot, o);
+    }
+    return nullptr;
+  }
+
+  Communicator& comm_;
+  const Path& p_;
+  cudaStream_t s_;
+  int world_;
+  int reps_;
+  GuardedBuffer in_, out_;
+  char* in_ptr_ = nullptr;
+  char* out_ptr_ = nullptr;
+  std::unique_ptr<ReduceScatterBucketer> bucketer_;
+  size_t delivered_ = 0;
+};
+
+bool issues(Fault f, int rank) { return f == Fault::kAbort ? rank == 0 : rank != 1; }
+
+/// The faulted call on a rank that issues it, and every check of what it got.
+void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t s) {
+  const int me = comm.rank();
+  const auto t0 = Clock::now();
+  std::thread aborter;
+  if (fault == Fault::kAbort) {
+    aborter = std::thread([&comm] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      comm.abort();
+    });
+  }
+  std::optional<Error> err;
+  try {
+    if (auto w = calls.issue()) w->wait();
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
+    comm.check();  // a bucket flush reports here
+  } catch (const Error& e) {
+    err = e;
+  }
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (aborter.joinable()) aborter.join();
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
+  ASSERT_TRUE(err.has_value()) << "rank " << me << ": the call completed without rank 1";
+  SCOPED_TRACE(fmt::format("rank {} after {:.3f} s: {}", me, took, err->what()));
+  const double limit = std::chrono::duration<double>(deadline()).count();
+  switch (fault) {
+    case Fault::kMissing:
+      EXPECT_EQ(err->code(), ErrorCode::kTimeout);
+      EXPECT_EQ(err->ranks(), std::vector<int>{1});
+      EXPECT_GE(took, 0.9 * limit) << "a timeout before the deadline";
+      EXPECT_LT(took, limit + 1.5);
+      break;
+    case Fault::kKilled:
+      EXPECT_EQ(err->code(), ErrorCode::kPeerDead);
+      EXPECT_EQ(err->ranks(), std::vector<int>{1});
+      EXPECT_LT(took, 0.3 + 1.5);
+      break;
+    case Fault::kAbort:
+      EXPECT_EQ(err->code(), ErrorCode::kAborted);
+      EXPECT_LT(took, 0.2 + 1.3);
+      break;
+  }
+  EXPECT_THROW(comm.check(), Error) << "the error is not sticky";
+  EXPECT_TRUE(calls.guards_intact()) << "bytes around the output were written";
+  expect_gpu_usable();
+}
+
+void run_case(RankEnv& env, const Path& path, Fault fault) {
+  auto comm = env.make_comm(cuda_comm_options());
+  const int me = comm->rank(), world = comm->world_size();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  {
+    Calls calls(*comm, path, s);
+    ASSERT_TRUE(calls.allocated());
+    // The matched call: the path works on this communicator.
+    if (auto w = calls.issue()) w->wait();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    comm->check();
+    if (path.shape == Shape::kBucket) {
+      ASSERT_EQ(calls.delivered(), 2 * path.count) << "the matched flush";
+    }
+    testing::store_barrier(*env.store, "kernel_faults/armed", world);
+
+    if (issues(fault, me)) {
+      fail_and_check(*comm, calls, fault, s);
+      env.store->set(fmt::format("kernel_faults/done/{}", me), "1");
+    } else if (fault == Fault::kKilled) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ::kill(::getpid(), SIGKILL);
+    }
+    // No rank leaves (destroying its communicator, which its peers would see as a departure) before every rank
+    // that issued the call has checked its error.
+    for (int r = 0; r < world; ++r) {
+      if (issues(fault, r)) env.store->get(fmt::format("kernel_faults/done/{}", r));
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
+using Param = std::tuple<Path, Fault>;
+
+const char* fault_name(Fault f) {
+  switch (f) {
+    case Fault::kMissing: return "missing";
+    case Fault::kKilled: return "killed";
+    case Fault::kAbort: return "abort";
+  }
+  return "?";
+}
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  return std::get<0>(info.param).name + "_" + fault_name(std::get<1>(info.param));
+}
+void PrintTo(const Path& p, std::ostream* os) { *os << p.name; }
+void PrintTo(Fault f, std::ostream* os) { *os << fault_name(f); }
+
+class GpuKernelFaults : public ::testing::TestWithParam<Param> {};
+
+TEST_P(GpuKernelFaults, EveryWaitGivesUpNamingTheRank) {
+  const auto& [path, fault] = GetParam();
+  testing::HarnessOptions opt;
+  opt.config = kernel_fault_config(fault);
+  // A case takes seconds; a wait that never gives up fails its case at this limit instead of stalling the rest.
+  opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
+  if (fault == Fault::kKilled) opt.may_fail.push_back(1);
+  testing::expect_success(
+      testing::gpu_test_world(), [&](RankEnv& env) { run_case(env, path, fault); }, opt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GpuKernelFaults,
+                         ::testing::Combine(::testing::ValuesIn(paths()),
+                                            ::testing::Values(Fault::kMissing, Fault::kKilled, Fault::kAbort)),
+                         param_name);
+
+}  // namespace
+}  // namespace symcomm::gputest
