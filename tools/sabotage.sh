@@ -61,6 +61,9 @@ case_def host creation-store-deadline src/core/communicator.cc \
 case_def host config-agreement src/core/communicator.cc \
   "  check_same_config(*ctx);" "  // check_same_config(*ctx);" \
   symcomm_rank_tests Faults.RanksWithDifferentSettingsFailAtCreationNamingThem 60
+case_def host split-store-server src/core/communicator.cc \
+  "  comm->core_->ctx().server = ctx.server;" "" \
+  symcomm_rank_tests Split.ChildKeepsTheParentsStoreServerAlive 60
 case_def gpu device-deadline include/symcomm/device/signal.h \
   "if (globaltimer_ns() > deadline_ns) {" "if (false) {" \
   symcomm_gpu_tests GpuFailure.DeviceDeadlineNamesTheMissingRank 60

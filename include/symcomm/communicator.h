@@ -125,6 +125,18 @@ class CollectiveGroup {
   bool active_ = true;
 };
 
+/// Color of a rank that joins none of the communicators made by Communicator::split().
+inline constexpr int kSplitNoColor = -1;
+
+/// Options of Communicator::split().
+struct SplitOptions {
+  /// The new communicator's configuration; nullopt: the parent's.
+  std::optional<Config> config;
+  /// Store key prefix of the new communicator (equal on all its ranks); empty: "<parent's>/split<n>/<color>",
+  /// n counting the parent's splits.
+  std::string name;
+};
+
 class Communicator {
  public:
   /// Creates a communicator over an existing store connection (collective over all ranks).
@@ -135,6 +147,15 @@ class Communicator {
   static std::unique_ptr<Communicator> create(const Rendezvous& rendezvous, const CommOptions& options = {});
   /// create(Rendezvous::from_env(), options).
   static std::unique_ptr<Communicator> create_from_env(const CommOptions& options = {});
+
+  /// Sub-communicators, like ncclCommSplit: collective over every rank of this communicator. The ranks that
+  /// pass the same color (>= 0) form a new communicator, ranked by key, ties by their rank here; a rank that
+  /// passes kSplitNoColor takes part and gets null. The new communicators use this one's backend, device and
+  /// store (and keep the store server of create(Rendezvous) alive while they live), and are independent of it
+  /// afterwards: either may be destroyed first, and both may be used, one at a time per stream like any two
+  /// communicators. Every rank must call split() in the same order relative to this communicator's other calls.
+  /// Throws Error(kInvalidArgument) for a color below kSplitNoColor or inside a group.
+  std::unique_ptr<Communicator> split(int color, int key, const SplitOptions& options = {});
 
   ~Communicator();
   Communicator(const Communicator&) = delete;

@@ -25,7 +25,9 @@ struct CommContext {
   std::string prefix;  ///< store key prefix of this communicator
   std::string token;
   std::shared_ptr<Store> store;
-  std::unique_ptr<StoreServer> server;  ///< rank 0 of Communicator::create(Rendezvous) owns the server
+  /// Rank 0 of Communicator::create(Rendezvous) owns the server, shared with the communicators split from it.
+  std::shared_ptr<StoreServer> server;
+  uint32_t splits = 0;  ///< Communicator::split() calls so far (names the new communicators)
   std::unique_ptr<PeerMesh> mesh;
   std::atomic<bool> aborted{false};
   OpHistory history;

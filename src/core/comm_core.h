@@ -38,6 +38,8 @@ class CommCore {
   /// Ends the group; the outermost end runs it (async: returns its Work; sync: returns nullptr when done).
   std::shared_ptr<Work> group_end(bool async);
   void group_cancel();
+  /// True if the calling thread has a group open (then enqueue() records instead of running).
+  bool in_group() const;
 
  private:
   Algorithm select(const Request& r) const;
@@ -53,9 +55,6 @@ class CommCore {
     std::vector<uint64_t> seqs;
     std::shared_ptr<GroupWork> work;  ///< what *_async calls inside the group return
   };
-  /// True if the calling thread has a group open (then enqueue() records instead of running).
-  bool in_group() const;
-
   std::unique_ptr<CommContext> ctx_;
   mutable std::mutex group_mu_;
   Group group_;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -51,6 +52,7 @@ void validate_rank_info(const RankInfo& r) {
 // exchanges, which compare them with a message of their own (and whose failure paths the lifecycle tests
 // exercise through them).
 constexpr uint32_t kTagConfig = 3;
+constexpr uint32_t kTagSplit = 4;
 
 void check_same_config(CommContext& ctx) {
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
@@ -185,6 +187,52 @@ std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const C
 
 std::unique_ptr<Communicator> Communicator::create_from_env(const CommOptions& options) {
   return create(Rendezvous::from_env(), options);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const SplitOptions& options) {
+  CommContext& ctx = core_->ctx();
+  SYMCOMM_CHECK_ARG(color >= kSplitNoColor, "split color {} is below kSplitNoColor ({})", color, kSplitNoColor);
+  SYMCOMM_CHECK_ARG(!core_->in_group(), "split() inside a group");
+  ctx.throw_if_failed();
+  const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
+  const uint32_t index = ctx.splits++;
+  // Every rank's (color, key), over the mesh; then this rank's group, ordered by (key, rank).
+  const int32_t mine[2] = {color, key};
+  const auto* raw = reinterpret_cast<const uint8_t*>(mine);
+  const auto all = ctx.mesh_all_gather(kTagSplit, std::vector<uint8_t>(raw, raw + sizeof(mine)));
+  std::vector<std::pair<int32_t, int>> members;  // (key, rank here) of the ranks with this color
+  for (int p = 0; p < n; ++p) {
+    SYMCOMM_CHECK(all[p].size() == sizeof(mine), kInternal, "rank {}: bad split message from rank {}", me, p);
+    int32_t theirs[2];
+    std::memcpy(theirs, all[p].data(), sizeof(theirs));
+    if (color != kSplitNoColor && theirs[0] == color) members.emplace_back(theirs[1], p);
+  }
+  if (color == kSplitNoColor) return nullptr;
+  std::sort(members.begin(), members.end());
+  const int new_rank = static_cast<int>(
+      std::find_if(members.begin(), members.end(), [me](const auto& m) { return m.second == me; }) - members.begin());
+  const int new_size = static_cast<int>(members.size());
+  CommOptions child;
+  child.backend = backend();
+  child.device = backend() == BackendKind::kCuda ? device() : -1;
+  child.config = options.config ? *options.config : ctx.config;
+  child.name = !options.name.empty()
+                   ? options.name
+                   : fmt::format("{}/split{}/{}", ctx.prefix.substr(std::string("symcomm/").size()), index, color);
+  const RankInfo ranks{.rank = new_rank, .world_size = new_size, .local_rank = new_rank, .local_world_size = new_size};
+  const int log_as = detail::log_rank();  // the process keeps logging as the rank it was (create() sets it)
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = create(ctx.store, ranks, child);
+  } catch (...) {
+    detail::set_log_rank(log_as);
+    throw;
+  }
+  detail::set_log_rank(log_as);
+  comm->core_->ctx().server = ctx.server;
+  SYMCOMM_LOG_INFO("rank {}: split {} color {} key {}: rank {} of {} in {}", me, index, color, key, new_rank, new_size,
+                   comm->core_->ctx().prefix);
+  return comm;
 }
 
 int Communicator::rank() const { return core_->ctx().ranks.rank; }

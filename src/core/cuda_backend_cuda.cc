@@ -296,7 +296,7 @@ void CudaBackend::nccl_run(ncclResult_t r, const char* expr, const char* file, i
 CudaBackend::~CudaBackend() { release(); }
 
 void CudaBackend::release() {
-  DeviceScope on_device(device_);  // the synchronisations below are of this device
+  DeviceScope on_device(device_, std::nothrow);  // the synchronisations below are of this device
   bool failed = ctx_.sticky().has_value() || ctx_.aborted.load();
   if (!failed) cudaDeviceSynchronize();  // let enqueued kernels finish before their memory goes
   // ncclCommAbort also on a clean shutdown: it never waits for peers (which may already be gone or busy),

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <new>
+
 namespace symcomm::detail {
 [[noreturn]] void throw_cuda_error(int err, const char* expr, const char* file, int line);
 [[noreturn]] void throw_driver_error(int res, const char* expr, const char* file, int line);
@@ -23,6 +25,8 @@ bool stream_capturing(cudaStream_t s);
 class DeviceScope {
  public:
   explicit DeviceScope(int device);
+  /// For destructors: a device that cannot be made current is logged, not thrown.
+  DeviceScope(int device, std::nothrow_t);
   ~DeviceScope();
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;

@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/driver_api_cuda.h"
+#include "core/logging.h"
 
 namespace symcomm::detail {
 
@@ -40,6 +41,23 @@ DeviceScope::DeviceScope(int device) {
   }
   if (current == device) return;
   SYMCOMM_CUDA_CHECK(cudaSetDevice(device));
+  previous_ = current;
+}
+
+DeviceScope::DeviceScope(int device, std::nothrow_t) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == device) return;
+  const cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    SYMCOMM_LOG_WARN("cannot make device {} current ({}); going on with device {}", device, cudaGetErrorString(err),
+                     current);
+    return;
+  }
   previous_ = current;
 }
 

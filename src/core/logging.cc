@@ -42,6 +42,7 @@ void set_log_level(LogLevel level) {
 }
 
 void set_log_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
+int log_rank() { return g_rank.load(std::memory_order_relaxed); }
 
 void log_write(LogLevel level, std::string_view message) {
   std::string line = fmt::format("[symcomm {} pid {} rank {}] {}\n", level_name(level), getpid(),

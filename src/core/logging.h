@@ -14,6 +14,8 @@ LogLevel log_level();
 void set_log_level(LogLevel level);
 /// Rank shown in log lines of this process (-1: unknown).
 void set_log_rank(int rank);
+/// The rank set by set_log_rank (-1 before).
+int log_rank();
 void log_write(LogLevel level, std::string_view message);
 
 template <class... Args>
