@@ -176,6 +176,35 @@ TEST(GpuThreads, TwoThreadsTakeTurnsOnOneCommunicator) {
   });
 }
 
+// Two communicators over the same ranks, each driven by its own thread on its own stream, with no order between
+// the threads: their kernels run at the same time and interleave differently on every rank. Each communicator
+// has its own signal pads and staging, so every result is exact. LL sizes only: kernels of two communicators
+// must be able to run side by side (CollOptions), which grids of one block per SM cannot.
+TEST(GpuThreads, TwoCommunicatorsFromTwoThreadsAtOnce) {
+  testing::expect_success(testing::gpu_test_world(), [](RankEnv& env) {
+    auto a = env.make_comm(cuda_comm_options());
+    auto b = env.make_comm(cuda_comm_options());
+    const int device = a->device();
+    auto body = [device](Communicator& comm, uint64_t seed0) {
+      cudaSetDevice(device);
+      Lane lane(device);
+      const CollOptions o{.stream = lane.stream};
+      for (int it = 0; it < 150; ++it) {
+        const size_t count = it % 2 ? 1031 : 16384;
+        const uint64_t seed = seed0 + it;
+        fill_input_async(lane.a, DataType::kFloat32, ReduceOp::kSum, seed, comm.rank(), count, lane.stream);
+        comm.all_reduce(lane.a, lane.b, count, DataType::kFloat32, ReduceOp::kSum, o);
+        ASSERT_EQ(cudaStreamSynchronize(lane.stream), cudaSuccess);
+        ASSERT_EQ(count_wrong_sum(lane.b, count, seed, comm.world_size()), 0u) << "iteration " << it;
+      }
+      comm.check();
+    };
+    std::thread other([&] { body(*b, 50000); });
+    body(*a, 0);
+    other.join();
+  });
+}
+
 // Every kind of call made while another GPU is current: the symmetric heap (alloc, free), an eager and an
 // asynchronous all-reduce, a barrier, a group and a bucket flush. Each runs on the communicator's GPU (exact
 // results) and leaves the other GPU current. Needs 2 visible GPUs.
