@@ -136,8 +136,8 @@ inline constexpr int kSplitNoColor = -1;
 struct SplitOptions {
   /// The new communicator's configuration; nullopt: the parent's.
   std::optional<Config> config;
-  /// Store key prefix of the new communicator (equal on all its ranks); empty: "<parent's>/split<n>/<color>",
-  /// n counting the parent's splits.
+  /// Store key prefix of the new communicators, followed by "/<color>" (equal on all ranks); empty:
+  /// "<parent's>/split<n>", n counting the parent's splits.
   std::string name;
 };
 

@@ -216,9 +216,11 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   child.backend = backend();
   child.device = backend() == BackendKind::kCuda ? device() : -1;
   child.config = options.config ? *options.config : ctx.config;
-  child.name = !options.name.empty()
-                   ? options.name
-                   : fmt::format("{}/split{}/{}", ctx.prefix.substr(std::string("symcomm/").size()), index, color);
+  // The color is always part of the name: every group publishes its mesh under its own keys.
+  const std::string base = !options.name.empty()
+                               ? options.name
+                               : fmt::format("{}/split{}", ctx.prefix.substr(std::string("symcomm/").size()), index);
+  child.name = fmt::format("{}/{}", base, color);
   const RankInfo ranks{.rank = new_rank, .world_size = new_size, .local_rank = new_rank, .local_world_size = new_size};
   const int log_as = detail::log_rank();  // the process keeps logging as the rank it was (create() sets it)
   std::unique_ptr<Communicator> comm;

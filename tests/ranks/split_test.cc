@@ -106,7 +106,7 @@ TEST(Split, ChildKeepsTheParentsStoreServerAlive) {
 }
 
 // A color below kSplitNoColor and a split inside a group: kInvalidArgument, no message sent, the parent still
-// in step (its next collective is exact).
+// in step (its next collective is exact). Then valid splits: one group; two groups under one given name.
 TEST(Split, BadUseIsRejectedWithoutSideEffects) {
   expect_success(3, [](RankEnv& env) {
     auto comm = env.make_comm();
@@ -129,6 +129,16 @@ TEST(Split, BadUseIsRejectedWithoutSideEffects) {
     ASSERT_NE(all, nullptr);
     EXPECT_EQ(all->rank(), comm->rank());
     expect_sum(*all, {4, 5, 6}, "a split into one group");
+    // One name for every group: each group still gets keys of its own (the color follows the name).
+    auto named = comm->split(comm->rank() == 2 ? 1 : 0, 0, SplitOptions{.config = {}, .name = "tp"});
+    ASSERT_NE(named, nullptr);
+    if (comm->rank() == 2) {
+      EXPECT_EQ(named->world_size(), 1);
+      expect_sum(*named, {9}, "the one-rank group named tp");
+    } else {
+      EXPECT_EQ(named->world_size(), 2);
+      expect_sum(*named, {7, 8}, "the two-rank group named tp");
+    }
   });
 }
 
