@@ -90,10 +90,10 @@ case_def gpu nccl-blocking-creation src/core/cuda_backend_cuda.cc \
 # (broken, each of the three cases fails at its 20 s job limit).
 case_def gpu ll-give-up src/algos/cuda_all_reduce_ll.cu \
   "device::poll_give_up(c, peer, seq, deadline)" "false" \
-  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll_*" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll128-give-up src/algos/cuda_all_reduce_ll.cu \
   "device::poll_give_up(c, q, seq, f.deadline)" "false" \
-  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   "      if (line.x != h_lo || line.z != h_hi) {" "      if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120

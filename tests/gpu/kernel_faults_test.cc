@@ -10,7 +10,8 @@
 //   - abort:   rank 0 alone issues the call and calls abort() from another thread 200 ms later: kAborted.
 // Every time the stream drains without a CUDA error (the kernel returned, nothing trapped), the error is
 // sticky, no byte around the output was written, and the GPU runs fresh work. Before the fault every rank runs
-// the same call once, matched, so the path is known to work and the fault comes mid-stream.
+// the same call once, matched, so the path is known to work and the fault comes mid-stream. Each case runs
+// eagerly and (suffix _graph) as a replay of a CUDA graph captured once and replayed once matched before.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,12 +161,17 @@ class Calls {
 
   bool allocated() const { return in_.base() != nullptr && out_.base() != nullptr; }
 
-  /// Fills the input, poisons the output, and issues the path's call(s); returns what covers them (null for a
-  /// bucket flush, which reports through the communicator).
-  std::shared_ptr<Work> issue() {
+  /// Fills the input and poisons the output.
+  void prepare() {
     in_ptr_ = in_.prepare(0, bytes(in_elems(p_, world_)), 0);
     fill_input_async(in_ptr_, DataType::kFloat32, ReduceOp::kSum, 5, comm_.rank(), reps_ * in_elems(p_, world_), s_);
     out_ptr_ = out_.prepare(0, bytes(out_elems(p_, world_)), kPoisonByte);
+    cudaStreamSynchronize(s_);
+  }
+
+  /// Issues the path's call(s) on the prepared buffers; returns what covers them (null for a bucket flush, which
+  /// reports through the communicator, and for the blocking forms, which a graph capture records).
+  std::shared_ptr<Work> issue(bool blocking) {
     const CollOptions o{.stream = s_, .algorithm = p_.algo};
     const size_t in_step = in_elems(p_, world_) * 4, out_step = out_elems(p_, world_) * 4;
     if (p_.shape == Shape::kBucket) {
@@ -178,8 +185,12 @@ class Calls {
     }
     if (p_.shape == Shape::kGroup) comm_.group_start();
     std::shared_ptr<Work> w;
-    for (int k = 0; k < reps_; ++k) w = one(in_ptr_ + k * in_step, out_ptr_ + k * out_step, o);
-    return p_.shape == Shape::kGroup ? comm_.group_end_async() : w;
+    for (int k = 0; k < reps_; ++k) w = one(in_ptr_ + k * in_step, out_ptr_ + k * out_step, o, blocking);
+    if (p_.shape == Shape::kGroup) {
+      if (!blocking) return comm_.group_end_async();
+      comm_.group_end();
+    }
+    return w;
   }
 
   /// The guards around everything the calls may write.
@@ -193,8 +204,19 @@ class Calls {
  private:
   size_t bytes(size_t elems) const { return reps_ * elems * 4; }
 
-  std::shared_ptr<Work> one(const char* in, char* out, const CollOptions& o) {
+  std::shared_ptr<Work> one(const char* in, char* out, const CollOptions& o, bool blocking) {
     constexpr DataType f = DataType::kFloat32;
+    if (blocking) {
+      switch (p_.kind) {
+        case Collective::kBarrier: comm_.barrier(o); break;
+        case Collective::kAllReduce: comm_.all_reduce(in, out, p_.count, f, ReduceOp::kSum, o); break;
+        case Collective::kReduceScatter: comm_.reduce_scatter(in, out, p_.count, f, ReduceOp::kSum, o); break;
+        case Collective::kAllGather: comm_.all_gather(in, out, p_.count, f, o); break;
+        case Collective::kAllToAll: comm_.all_to_all(in, out, p_.count, f, o); break;
+        case Collective::kBroadcast: comm_.broadcast(in, out, p_.count, f, kRoot, o); break;
+      }
+      return nullptr;
+    }
     switch (p_.kind) {
       case Collective::kBarrier: return comm_.barrier_async(o);
       case Collective::kAllReduce: return comm_.all_reduce_async(in, out, p_.count, f, ReduceOp::kSum, o);
@@ -220,8 +242,9 @@ class Calls {
 
 bool issues(Fault f, int rank) { return f == Fault::kAbort ? rank == 0 : rank != 1; }
 
-/// The faulted call on a rank that issues it, and every check of what it got.
-void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t s) {
+/// The faulted call (`call`: eager, or a graph replay) on a rank that issues it, and every check of what it got.
+void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t s,
+                    const std::function<std::shared_ptr<Work>()>& call) {
   const int me = comm.rank();
   const auto t0 = Clock::now();
   std::thread aborter;
@@ -233,9 +256,9 @@ void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t 
   }
   std::optional<Error> err;
   try {
-    if (auto w = calls.issue()) w->wait();
+    if (auto w = call()) w->wait();
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
-    comm.check();  // a bucket flush reports here
+    comm.check();  // a bucket flush and a graph replay report here
   } catch (const Error& e) {
     err = e;
   }
@@ -267,25 +290,46 @@ void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t 
   expect_gpu_usable();
 }
 
-void run_case(RankEnv& env, const Path& path, Fault fault) {
+void run_case(RankEnv& env, const Path& path, Fault fault, bool graph) {
   auto comm = env.make_comm(cuda_comm_options());
   const int me = comm->rank(), world = comm->world_size();
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
   {
     Calls calls(*comm, path, s);
     ASSERT_TRUE(calls.allocated());
-    // The matched call: the path works on this communicator.
-    if (auto w = calls.issue()) w->wait();
+    // The matched call: the path works on this communicator (and a bucket exists before any capture).
+    calls.prepare();
+    if (auto w = calls.issue(false)) w->wait();
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     comm->check();
     if (path.shape == Shape::kBucket) {
       ASSERT_EQ(calls.delivered(), 2 * path.count) << "the matched flush";
     }
+    if (graph) {
+      // Captured once, replayed once matched; the fault then meets a replay (device-side sequence numbers and
+      // a deadline taken when the kernel starts, not when it was captured).
+      cudaGraph_t g = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+      calls.issue(true);
+      ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+      cudaGraphDestroy(g);
+      calls.prepare();
+      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      comm->check();
+    }
+    calls.prepare();
     testing::store_barrier(*env.store, "kernel_faults/armed", world);
 
     if (issues(fault, me)) {
-      fail_and_check(*comm, calls, fault, s);
+      fail_and_check(*comm, calls, fault, s, [&]() -> std::shared_ptr<Work> {
+        if (!graph) return calls.issue(false);
+        EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        return nullptr;
+      });
       env.store->set(fmt::format("kernel_faults/done/{}", me), "1");
     } else if (fault == Fault::kKilled) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -297,10 +341,11 @@ void run_case(RankEnv& env, const Path& path, Fault fault) {
       if (issues(fault, r)) env.store->get(fmt::format("kernel_faults/done/{}", r));
     }
   }
+  if (exec) cudaGraphExecDestroy(exec);
   cudaStreamDestroy(s);
 }
 
-using Param = std::tuple<Path, Fault>;
+using Param = std::tuple<Path, Fault, bool>;  ///< path, fault, graph replay
 
 const char* fault_name(Fault f) {
   switch (f) {
@@ -311,7 +356,8 @@ const char* fault_name(Fault f) {
   return "?";
 }
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-  return std::get<0>(info.param).name + "_" + fault_name(std::get<1>(info.param));
+  return std::get<0>(info.param).name + "_" + fault_name(std::get<1>(info.param)) +
+         (std::get<2>(info.param) ? "_graph" : "");
 }
 void PrintTo(const Path& p, std::ostream* os) { *os << p.name; }
 void PrintTo(Fault f, std::ostream* os) { *os << fault_name(f); }
@@ -319,19 +365,20 @@ void PrintTo(Fault f, std::ostream* os) { *os << fault_name(f); }
 class GpuKernelFaults : public ::testing::TestWithParam<Param> {};
 
 TEST_P(GpuKernelFaults, EveryWaitGivesUpNamingTheRank) {
-  const auto& [path, fault] = GetParam();
+  const auto& [path, fault, graph] = GetParam();
   testing::HarnessOptions opt;
   opt.config = kernel_fault_config(fault);
   // A case takes seconds; a wait that never gives up fails its case at this limit instead of stalling the rest.
   opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
   if (fault == Fault::kKilled) opt.may_fail.push_back(1);
   testing::expect_success(
-      testing::gpu_test_world(), [&](RankEnv& env) { run_case(env, path, fault); }, opt);
+      testing::gpu_test_world(), [&](RankEnv& env) { run_case(env, path, fault, graph); }, opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GpuKernelFaults,
                          ::testing::Combine(::testing::ValuesIn(paths()),
-                                            ::testing::Values(Fault::kMissing, Fault::kKilled, Fault::kAbort)),
+                                            ::testing::Values(Fault::kMissing, Fault::kKilled, Fault::kAbort),
+                                            ::testing::Bool()),
                          param_name);
 
 }  // namespace
