@@ -94,6 +94,10 @@ case_def gpu ll-give-up src/algos/cuda_all_reduce_ll.cu \
 case_def gpu ll128-give-up src/algos/cuda_all_reduce_ll.cu \
   "device::poll_give_up(c, q, seq, f.deadline)" "false" \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+# An element offset kept in 32 bits (signed) in the staged two-shot all-reduce: only counts past 2^31 reach it.
+case_def gpu two-shot-int-offset src/algos/cuda_all_reduce_two_shot.cu \
+  "const size_t e0 = j * round_elems," "const size_t e0 = static_cast<int>(j * round_elems)," \
+  symcomm_gpu_tests "GpuLargeCounts.AllReduce*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   "      if (line.x != h_lo || line.z != h_hi) {" "      if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120
