@@ -130,7 +130,7 @@ run_tests() {  # binary-path filter limit log [VAR=value ...] -> exit status of 
 }
 [ -n "${PACK:-}" ] && mkdir -p "$PACK"
 if [ -n "${PREBUILT:-}" ]; then
-  # xz -T0: the binaries are packed one per case; unpacked next to the archive.
+  # One xz archive per case (PACK), unpacked next to itself.
   for f in "$PREBUILT"/*.xz; do [ -e "$f" ] && xz -dkf "$f" && chmod +x "${f%.xz}"; done
 fi
 
@@ -180,7 +180,7 @@ for i in "${!NAMES[@]}"; do
   fi
   cp "$path" "$path.sabotage-orig"
   printf '%s\n' "${text/"$from"/"$to"}" >"$path"
-  if ! ninja -C "$BUILD" "tests/$binary" >>"$LOGS/build.log" 2>&1; then
+  if ! build "$binary"; then
     say "$name: BUILD FAILED with the change (see build.log)"
     status=2
   elif [ -n "${PACK:-}" ]; then

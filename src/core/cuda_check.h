@@ -32,6 +32,8 @@ class DeviceScope {
   DeviceScope& operator=(const DeviceScope&) = delete;
 
  private:
+  /// Makes `device` current, remembering the device to give back; the error of cudaSetDevice (cleared).
+  cudaError_t enter(int device);
   int previous_ = -1;  ///< the device to give back; -1: nothing to give back
 };
 }  // namespace symcomm::detail

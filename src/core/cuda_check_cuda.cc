@@ -33,32 +33,33 @@ bool stream_capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
-DeviceScope::DeviceScope(int device) {
+cudaError_t DeviceScope::enter(int device) {
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess) {
     cudaGetLastError();
     current = -1;
   }
-  if (current == device) return;
-  SYMCOMM_CUDA_CHECK(cudaSetDevice(device));
-  previous_ = current;
-}
-
-DeviceScope::DeviceScope(int device, std::nothrow_t) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
-    current = -1;
-  }
-  if (current == device) return;
+  if (current == device) return cudaSuccess;
   const cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    SYMCOMM_LOG_WARN("cannot make device {} current ({}); going on with device {}", device, cudaGetErrorString(err),
-                     current);
-    return;
+    return err;
   }
   previous_ = current;
+  return cudaSuccess;
+}
+
+DeviceScope::DeviceScope(int device) {
+  const cudaError_t err = enter(device);
+  if (err != cudaSuccess) throw_cuda_error(static_cast<int>(err), "cudaSetDevice(device)", __FILE__, __LINE__);
+}
+
+DeviceScope::DeviceScope(int device, std::nothrow_t) {
+  const cudaError_t err = enter(device);
+  if (err != cudaSuccess) {
+    SYMCOMM_LOG_WARN("cannot make device {} current ({}); going on with the current one", device,
+                     cudaGetErrorString(err));
+  }
 }
 
 DeviceScope::~DeviceScope() {

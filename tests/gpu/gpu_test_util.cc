@@ -169,6 +169,18 @@ void expect_gpu_usable() {
   cudaFree(p);
 }
 
+size_t count_wrong_sum(const float* dev, size_t count, uint64_t seed, int world, size_t first) {
+  std::vector<float> got(count);
+  if (cudaMemcpy(got.data(), dev, count * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return count;
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    float want = 0;
+    expected_reduce(DataType::kFloat32, ReduceOp::kSum, seed, world, first + i, &want);
+    wrong += got[i] != want;
+  }
+  return wrong;
+}
+
 bool ranks_share_gpus() { return Config::from_env().shared_gpu; }
 
 int rank_device(int local_rank) {

@@ -75,6 +75,10 @@ void store_byte_async(void* p, size_t offset, cudaStream_t s);
 /// After a failure the context must still run kernels and copies (gtest assertions).
 void expect_gpu_usable();
 
+/// Elements of the float32 device array `dev` (count elements) that differ from the float32 sum over `world`
+/// ranks of input_value(kFloat32, kSum, seed, rank, first + i); every element on a failed copy.
+size_t count_wrong_sum(const float* dev, size_t count, uint64_t seed, int world, size_t first = 0);
+
 /// True where the test ranks share GPUs (SYMCOMM_SHARED_GPU=1, testing::gpu_test_world()): NCCL, which refuses
 /// two ranks on one GPU, is never created there (Config::shared_gpu).
 bool ranks_share_gpus();

@@ -26,16 +26,10 @@ void expect_all_reduce(Communicator& comm, size_t count, uint64_t seed, bool hea
   }
   fill_input_async(in, DataType::kFloat32, ReduceOp::kSum, seed, comm.rank(), count, nullptr);
   comm.all_reduce(in, out, count, DataType::kFloat32, ReduceOp::kSum);
-  std::vector<float> got(count);
-  ASSERT_EQ(cudaMemcpy(got.data(), out, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   comm.check();
-  size_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    float want = 0;
-    expected_reduce(DataType::kFloat32, ReduceOp::kSum, seed, comm.world_size(), i, &want);
-    wrong += got[i] != want;
-  }
-  EXPECT_EQ(wrong, 0u) << what << ": " << count << " elements on " << comm.world_size() << " ranks";
+  EXPECT_EQ(count_wrong_sum(out, count, seed, comm.world_size()), 0u)
+      << what << ": " << count << " elements on " << comm.world_size() << " ranks";
   cudaFree(in);
   if (heap) {
     comm.free(out);

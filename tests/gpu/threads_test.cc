@@ -29,18 +29,6 @@ int other_device(int device) {
   return (device + 1) % n;
 }
 
-size_t count_wrong_sum(const float* dev, size_t count, uint64_t seed, int world) {
-  std::vector<float> got(count);
-  if (cudaMemcpy(got.data(), dev, count * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return count;
-  size_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    float want = 0;
-    expected_reduce(DataType::kFloat32, ReduceOp::kSum, seed, world, i, &want);
-    wrong += got[i] != want;
-  }
-  return wrong;
-}
-
 size_t count_wrong_gather(const float* dev, size_t count, uint64_t seed, int world) {
   std::vector<float> got(count * world);
   if (cudaMemcpy(got.data(), dev, got.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return got.size();
@@ -276,15 +264,7 @@ TEST(GpuThreads, CallsLeaveTheCallersCurrentDeviceAlone) {
       still_other("the bucket flush");
       ASSERT_EQ(cudaStreamSynchronize(lane.stream), cudaSuccess);
       ASSERT_EQ(result_count, block);
-      std::vector<float> got(block, -1.0f);
-      ASSERT_EQ(cudaMemcpy(got.data(), result, block * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      size_t wrong = 0;
-      for (size_t i = 0; i < block; ++i) {
-        float want = 0;
-        expected_reduce(DataType::kFloat32, ReduceOp::kSum, 5, n, me * block + i, &want);
-        wrong += got[i] != want;
-      }
-      EXPECT_EQ(wrong, 0u) << "bucket flush";
+      EXPECT_EQ(count_wrong_sum(static_cast<const float*>(result), block, 5, n, me * block), 0u) << "bucket flush";
     }
     still_other("the bucketer's teardown");
     comm->free(heap);
