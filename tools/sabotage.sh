@@ -110,6 +110,13 @@ case_def gpu failed-communicator src/algos/cuda_common.cuh \
   "  f.failed = device::comm_failed(c);" "  f.failed = false;" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/skipped*" 300 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=20 GTEST_REPEAT=3"
+# The copy-engine watchdog's stall reading names the first peer holding another op's header before a peer that
+# never came (the order before NOTE [copy-engine stall]): at 3+ ranks the rank that gave up first and went on
+# is then blamed (kMismatch) for the missing rank's timeout.
+case_def gpu ce-stall-mismatch-first src/algos/ce_plan.cc \
+  "    if (p != rank && arrive[p] == 0 && depart[p] == 0) return {CeStall::kMissing, p};" \
+  "    for (int q = 0; q < world_size; ++q) if (q != rank && other(q)) return {CeStall::kMismatch, q}; if (p != rank && arrive[p] == 0 && depart[p] == 0) return {CeStall::kMissing, p};" \
+  symcomm_gpu_tests "GpuCopyEngineFaults.*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=3 SYMCOMM_TEST_TIMEOUT_SCALE=20"
 case_def gpu ll-gather-store src/algos/cuda_all_reduce_ll.cu \
   "store8(dst, i, bytes, aligned8(dst), vals[q].v);" "store8(dst, i, bytes, aligned8(dst), make_uint2(0, 0));" \
   symcomm_gpu_tests "GpuCollectives.AllGather*" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"

@@ -239,17 +239,31 @@ CePlan make_ce_plan(const CePlanInput& in) {
   SYMCOMM_THROW(kInvalidArgument, "{} has no copy-engine algorithm", to_string(in.kind));
 }
 
+// NOTE [copy-engine stall] A stream memory operation cannot test the communicator's error word, so a rank
+// whose watchdog released a failed copy-engine op runs the ops queued behind it, and their barriers write
+// arrivals into the peers' pads (NOTE [copy-engine watchdog]). At more than 2 ranks, when rank m never
+// comes, the rank that reaches its deadline first goes on and its next op's header lands in the slots of
+// peers still waiting in the op it gave up on. Naming the first non-matching header would then blame the
+// rank that went on (kMismatch) for a timeout whose cause is m. So a peer that has written nothing is named
+// first; the one that went on shows this op's header in its depart slot (it passed this op's last barrier
+// without this rank) and is named only when no one else explains the stall.
 CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, int world_size, int rank, uint32_t header) {
-  for (int p = 0; p < world_size; ++p) {
-    if (p == rank) continue;
-    for (uint32_t v : {arrive[p], depart[p]}) {
-      if (v != 0 && v != header) return {CeStall::kMismatch, p};
-    }
-  }
+  auto other = [&](int p) {
+    return (arrive[p] != 0 && arrive[p] != header) || (depart[p] != 0 && depart[p] != header);
+  };
+  // A peer whose depart slot holds this op's header while its arrive slot holds another one left this op and
+  // started the next: it gave up on this op (its watchdog released it) and went on.
+  auto went_on = [&](int p) { return depart[p] == header && arrive[p] != 0 && arrive[p] != header; };
+  CeStall ahead;
   for (int p = 0; p < world_size; ++p) {
     if (p != rank && arrive[p] == 0 && depart[p] == 0) return {CeStall::kMissing, p};
   }
-  return {};
+  for (int p = 0; p < world_size; ++p) {
+    if (p == rank || !other(p)) continue;
+    if (!went_on(p)) return {CeStall::kMismatch, p};
+    if (ahead.peer < 0) ahead = {CeStall::kMismatch, p};
+  }
+  return ahead;
 }
 
 }  // namespace symcomm::detail

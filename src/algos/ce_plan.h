@@ -99,9 +99,9 @@ struct CeStall {
   } kind = kUnknown;
   int peer = -1;
 };
-/// A non-zero slot holding another header names a peer in another op (slots are reset after every wait, and a
-/// peer cannot pass an op this rank is still in unless it failed and went on); otherwise the first peer whose
-/// slots are both 0 is the missing one.
+/// In this order (NOTE [copy-engine stall] in ce_plan.cc): the first peer whose slots are both 0 has not arrived
+/// (kMissing); else the first peer whose slot holds another op's header (kMismatch), preferring one that has not
+/// left this op for a later one.
 CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, int world_size, int rank, uint32_t header);
 
 }  // namespace symcomm::detail

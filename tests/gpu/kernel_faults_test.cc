@@ -381,5 +381,54 @@ INSTANTIATE_TEST_SUITE_P(Paths, GpuKernelFaults,
                                             ::testing::Bool()),
                          param_name);
 
+// Copy-engine calls queued behind a timeout (NOTE [copy-engine stall] in src/algos/ce_plan.cc). Rank 1 never
+// calls; rank 0 issues a copy-engine all-gather and then a reduce-scatter (another op header) at once, the
+// other ranks the same two 300 ms later. Rank 0 reaches its deadline first, and its watchdog releases it into
+// the reduce-scatter, whose arrival lands in the pads of the ranks still waiting in the all-gather. They must
+// still name rank 1 (kTimeout), not rank 0, which only went on. Needs 3 ranks or more.
+void run_queued_copy_engine_case(RankEnv& env) {
+  auto comm = env.make_comm(cuda_comm_options());
+  const int me = comm->rank(), world = comm->world_size();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  {
+    const Path ag{.name = "ag", .kind = Collective::kAllGather, .count = 256 * kKB, .algo = Algorithm::kCopyEngine};
+    const Path rs{.name = "rs", .kind = Collective::kReduceScatter, .count = 256 * kKB, .algo = Algorithm::kCopyEngine};
+    Calls first(*comm, ag, s), second(*comm, rs, s);
+    ASSERT_TRUE(first.allocated() && second.allocated());
+    first.prepare();
+    second.prepare();
+    first.issue(false)->wait();
+    second.issue(false)->wait();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    comm->check();
+    first.prepare();
+    second.prepare();
+    testing::store_barrier(*env.store, "queued_ce/armed", world);
+    if (me != 1) {
+      if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      fail_and_check(*comm, first, Fault::kMissing, s, [&] {
+        first.issue(false);
+        return second.issue(false);
+      });
+      EXPECT_TRUE(second.guards_intact()) << "bytes around the second call's output were written";
+      env.store->set(fmt::format("queued_ce/done/{}", me), "1");
+    }
+    for (int r = 0; r < world; ++r) {
+      if (r != 1) env.store->get(fmt::format("queued_ce/done/{}", r));
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
+TEST(GpuCopyEngineFaults, QueuedCallsBehindATimeoutNameTheMissingRank) {
+  const int world = testing::gpu_test_world();
+  if (world < 3) GTEST_SKIP() << "needs 3 ranks or more (world size " << world << ")";
+  testing::HarnessOptions opt;
+  opt.config = kernel_fault_config(Fault::kMissing);
+  opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
+  testing::expect_success(world, run_queued_copy_engine_case, opt);
+}
+
 }  // namespace
 }  // namespace symcomm::gputest

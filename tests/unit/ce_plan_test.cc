@@ -339,8 +339,13 @@ TEST(CePlan, StallClassificationNamesThePeer) {
   const Row rows[] = {
       {"peer 2 never arrived", {0, h, 0, h}, {0, 0, 0, 0}, CeStall::kMissing, 2},
       {"peer 3 runs another op", {0, h, h, 91}, {0, 0, 0, 0}, CeStall::kMismatch, 3},
-      {"another op's header in a depart slot", {0, h, 0, 0}, {0, 0, 91, 0}, CeStall::kMismatch, 2},
-      {"a mismatch wins over a missing peer", {0, 0, 0, 91}, {0, 0, 0, 0}, CeStall::kMismatch, 3},
+      {"another op's header in a depart slot", {0, h, 0, h}, {0, 0, 91, 0}, CeStall::kMismatch, 2},
+      // Rank 1 never came; peer 3 gave up on this op, left it (its depart slot: 77) and started the next (91).
+      {"a missing peer wins over one that went on", {0, 0, h, 91}, {0, 0, 0, h}, CeStall::kMissing, 1},
+      {"a missing peer wins over another op's header", {0, 0, 0, 91}, {0, 0, 0, 0}, CeStall::kMissing, 1},
+      {"a peer in another op wins over one that went on", {0, 91, h, 92}, {0, 0, 0, h}, CeStall::kMismatch, 1},
+      {"a peer that went on is named when no one else is", {0, 91, h, h}, {0, h, 0, 0}, CeStall::kMismatch, 1},
+      {"stuck in the depart barrier, peer 2 went on", {0, 0, 91, 0}, {0, h, h, 0}, CeStall::kMissing, 3},
       {"everyone arrived", {0, h, h, h}, {0, 0, 0, 0}, CeStall::kUnknown, -1},
       {"this rank's own slots are ignored", {91, h, h, h}, {91, 0, 0, 0}, CeStall::kUnknown, -1},
       {"stuck in the depart barrier, peer 1 gone", {0, 0, 0, 0}, {0, 0, h, h}, CeStall::kMissing, 1},
