@@ -114,9 +114,21 @@ case_def gpu failed-communicator src/algos/cuda_common.cuh \
 # never came (the order before NOTE [copy-engine stall]): at 3+ ranks the rank that gave up first and went on
 # is then blamed (kMismatch) for the missing rank's timeout.
 case_def gpu ce-stall-mismatch-first src/algos/ce_plan.cc \
-  "    if (p != rank && arrive[p] == 0 && depart[p] == 0) return {CeStall::kMissing, p};" \
+  "    if (p != rank && arrive[p] == 0 && depart[p] == 0 && gave_up[p] == 0) return {CeStall::kMissing, p};" \
   "    for (int q = 0; q < world_size; ++q) if (q != rank && other(q)) return {CeStall::kMismatch, q}; if (p != rank && arrive[p] == 0 && depart[p] == 0) return {CeStall::kMissing, p};" \
   symcomm_gpu_tests "GpuCopyEngineFaults.*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=3 SYMCOMM_TEST_TIMEOUT_SCALE=20"
+# Eager copy-engine ops without their instance number in the header (NOTE [copy-engine op instance]): a rank
+# released from a failed op into its next one completes a slower peer's equal-looking call silently.
+case_def gpu ce-instance src/core/cuda_copy_engine_cuda.cc \
+  "  in.instance = capture == cudaStreamCaptureStatusNone ? eager_ops_ + 1 : 0;" "  in.instance = 0;" \
+  symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
+# The watchdog does not write its gave-up word into the peers' pads (NOTE [copy-engine stall]): a rank released
+# through two ops leaves no trace of having gone on, and a slower peer blames it for another rank's skipped
+# call. A race (which rank reaches its deadline first), so at 4 ranks and three times.
+case_def gpu ce-gave-up src/core/cuda_copy_engine_cuda.cc \
+  "    if (p != me) ops.push_back(write_op(pads_[p] + kGaveUp + me, header));" "    (void)p;" \
+  symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*:Cases/GpuMismatch.*/skipped_copy_engine" 300 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=10 GTEST_REPEAT=4"
 case_def gpu ll-gather-store src/algos/cuda_all_reduce_ll.cu \
   "store8(dst, i, bytes, aligned8(dst), vals[q].v);" "store8(dst, i, bytes, aligned8(dst), make_uint2(0, 0));" \
   symcomm_gpu_tests "GpuCollectives.AllGather*" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"

@@ -51,13 +51,20 @@ class Builder {
     if (bytes > 0) r.pre.push_back(copy(dst, src, bytes));
   }
 
+  // NOTE [copy-engine op instance] Eager ops put their instance number (the communicator's count of eager
+  // copy-engine ops, the same on every rank issuing the same calls) into the header, so two eager ops never
+  // share one even with equal arguments. The barriers can then pair only the same instance: a rank whose
+  // watchdog released a failed op runs the ops queued behind it (NOTE [copy-engine stall]), and without the
+  // instance its next op could meet a slower peer's equal-looking op, the one that peer issued in place of
+  // a call it skipped, and complete there silently instead of failing. Captured ops keep instance 0: their
+  // headers are fixed at capture, and ranks need not capture graphs in the same order.
   CePlan finish(uint32_t path) {
     uint64_t h = fnv1a("symcomm-ce");
     for (uint64_t v :
          {static_cast<uint64_t>(in_.kind), static_cast<uint64_t>(in_.dtype),
           static_cast<uint64_t>(in_.kind == Collective::kReduceScatter ? in_.op : ReduceOp::kSum),
           static_cast<uint64_t>(in_.count), static_cast<uint64_t>(in_.kind == Collective::kBroadcast ? in_.root : 0),
-          static_cast<uint64_t>(path), static_cast<uint64_t>(n_)}) {
+          static_cast<uint64_t>(path), static_cast<uint64_t>(n_), in_.instance}) {
       h = fnv1a(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v)), h);
     }
     // 31 bits, never 0 or 1 (the copy engine's in-flight word keeps the top bit and the values 0 and 1).
@@ -241,29 +248,44 @@ CePlan make_ce_plan(const CePlanInput& in) {
 
 // NOTE [copy-engine stall] A stream memory operation cannot test the communicator's error word, so a rank
 // whose watchdog released a failed copy-engine op runs the ops queued behind it, and their barriers write
-// arrivals into the peers' pads (NOTE [copy-engine watchdog]). At more than 2 ranks, when rank m never
-// comes, the rank that reaches its deadline first goes on and its next op's header lands in the slots of
-// peers still waiting in the op it gave up on. Naming the first non-matching header would then blame the
-// rank that went on (kMismatch) for a timeout whose cause is m. So a peer that has written nothing is named
-// first; the one that went on shows this op's header in its depart slot (it passed this op's last barrier
-// without this rank) and is named only when no one else explains the stall.
-CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, int world_size, int rank, uint32_t header) {
+// arrivals into the peers' pads (NOTE [copy-engine watchdog]). When rank m never comes (or runs another op),
+// the ranks that reach their deadline first go on, and their next ops' headers land in the slots of peers
+// still waiting in the op they gave up on. Naming the first non-matching header would then blame a fellow
+// waiter that went on, not m. So the first time a rank gives up, its watchdog writes the header of the op it
+// gave up on into its gave-up word in every peer's pad before it releases its own waits, and the reading
+// names, in this order:
+//   1. a peer that has written nothing and has not given up (kMissing);
+//   2. a peer in another op that has not given up (kMismatch);
+//   3. a peer that gave up on another op (kMismatch: it was not in this one);
+//   4. a fellow waiter of this op that gave up and went on to another (kMismatch), then one that gave up
+//      without a trace in the slots (kMissing): only when no one else explains the stall.
+// A peer whose depart slot holds this op's header while its arrive slot holds another one is a fellow waiter
+// that went on even if its gave-up word has not landed yet (it passed this op's last barrier without this rank).
+CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
+                          int rank, uint32_t header) {
   auto other = [&](int p) {
     return (arrive[p] != 0 && arrive[p] != header) || (depart[p] != 0 && depart[p] != header);
   };
-  // A peer whose depart slot holds this op's header while its arrive slot holds another one left this op and
-  // started the next: it gave up on this op (its watchdog released it) and went on.
-  auto went_on = [&](int p) { return depart[p] == header && arrive[p] != 0 && arrive[p] != header; };
-  CeStall ahead;
+  auto left = [&](int p) { return depart[p] == header && arrive[p] != 0 && arrive[p] != header; };
+  CeStall elsewhere, went_on, gone;
   for (int p = 0; p < world_size; ++p) {
-    if (p != rank && arrive[p] == 0 && depart[p] == 0) return {CeStall::kMissing, p};
+    if (p != rank && arrive[p] == 0 && depart[p] == 0 && gave_up[p] == 0) return {CeStall::kMissing, p};
   }
   for (int p = 0; p < world_size; ++p) {
-    if (p == rank || !other(p)) continue;
-    if (!went_on(p)) return {CeStall::kMismatch, p};
-    if (ahead.peer < 0) ahead = {CeStall::kMismatch, p};
+    if (p == rank) continue;
+    if (gave_up[p] != 0 && gave_up[p] != header) {
+      if (elsewhere.peer < 0) elsewhere = {CeStall::kMismatch, p};
+    } else if (gave_up[p] == header || left(p)) {
+      if (other(p) && went_on.peer < 0) went_on = {CeStall::kMismatch, p};
+      if (!other(p) && gave_up[p] != 0 && gone.peer < 0) gone = {CeStall::kMissing, p};
+    } else if (other(p)) {
+      return {CeStall::kMismatch, p};
+    }
   }
-  return ahead;
+  for (const CeStall& s : {elsewhere, went_on, gone}) {
+    if (s.peer >= 0) return s;
+  }
+  return {};
 }
 
 }  // namespace symcomm::detail

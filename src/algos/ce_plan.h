@@ -83,6 +83,9 @@ struct CePlanInput {
   size_t stage_bytes = 0;        ///< local stage bytes in total (split between lanes)
   int lanes = 2;                 ///< internal copy streams
   size_t chunk_bytes = 8 << 20;  ///< reduce-scatter: bytes per copy+reduce step
+  /// Which eager copy-engine op of the communicator this is (1, 2, ...), 0 inside a stream capture: part of the
+  /// header (NOTE [copy-engine op instance] in ce_plan.cc).
+  uint64_t instance = 0;
 };
 
 /// Builds the plan. Throws Error(kInvalidArgument) for a collective without a copy-engine form (all_reduce,
@@ -90,7 +93,8 @@ struct CePlanInput {
 CePlan make_ce_plan(const CePlanInput& in);
 
 /// Why a copy-engine op is stuck, from this rank's barrier slots (NOTE [copy-engine sync]): arrive[p] and
-/// depart[p] are what peer p last wrote there (0 after this rank consumed it), `header` the stuck op's.
+/// depart[p] are what peer p last wrote there (0 after this rank consumed it), gave_up[p] the header of the op
+/// on which peer p's watchdog first gave up (0: none), `header` is the stuck op's.
 struct CeStall {
   enum Kind : uint8_t {
     kMismatch,  ///< `peer`'s slot holds another op's header: it runs something else
@@ -99,9 +103,10 @@ struct CeStall {
   } kind = kUnknown;
   int peer = -1;
 };
-/// In this order (NOTE [copy-engine stall] in ce_plan.cc): the first peer whose slots are both 0 has not arrived
-/// (kMissing); else the first peer whose slot holds another op's header (kMismatch), preferring one that has not
-/// left this op for a later one.
-CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, int world_size, int rank, uint32_t header);
+/// In this order (NOTE [copy-engine stall] in ce_plan.cc): a peer that has written nothing and not given up
+/// (kMissing); one in another op that has not given up (kMismatch); one that gave up on another op (kMismatch);
+/// a fellow waiter of this op that gave up and went on (kMismatch) or left no trace (kMissing).
+CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
+                          int rank, uint32_t header);
 
 }  // namespace symcomm::detail

@@ -18,7 +18,8 @@ namespace {
 static_assert(kCeMaxRanks == device::kMaxDeviceRanks);
 
 constexpr int kMax = device::kMaxDeviceRanks;
-constexpr size_t kArrive = 0, kDepart = kMax;  // word offsets in a pad
+// Word offsets in a pad: arrive and depart slots, and the gave-up words (NOTE [copy-engine stall]).
+constexpr size_t kArrive = 0, kDepart = kMax, kGaveUp = 2 * kMax;
 // Local stage per lane (reduce-scatter chunks of every peer) and the chunk size: 8 MB chunks keep the copy
 // engine busy for ~20 us per chunk at 390 GB/s, long enough to hide the reduction of the previous one.
 constexpr size_t kStagePerLane = 16 << 20;
@@ -171,6 +172,9 @@ void CopyEngine::run(const Request& r, cudaStream_t s) {
   in.stage_bytes = stage_bytes_;
   in.lanes = kLanes;
   in.chunk_bytes = kChunkBytes;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  SYMCOMM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  in.instance = capture == cudaStreamCaptureStatusNone ? eager_ops_ + 1 : 0;
   const CePlan plan = make_ce_plan(in);
   SYMCOMM_CHECK(plan.stage_bytes_per_lane <= kStagePerLane && plan.lanes <= kLanes, kInternal,
                 "copy-engine plan needs more stage than allocated");
@@ -193,6 +197,7 @@ void CopyEngine::run(const Request& r, cudaStream_t s) {
     cuda::launch_local_reduce(p, blocks, st);
   };
 
+  if (in.instance != 0) eager_ops_ = in.instance;
   {
     std::lock_guard lock(mu_);
     if (!started_) {
@@ -281,13 +286,13 @@ uint64_t CopyEngine::classify(uint32_t header, bool timed_out) {
     }
   }
   if (!timed_out) return 0;
-  uint32_t words[kMax * 2] = {};
+  uint32_t words[kMax * 3] = {};
   if (cudaMemcpyAsync(words, pads_[me], sizeof(words), cudaMemcpyDeviceToHost, release_stream_) != cudaSuccess ||
       cudaStreamSynchronize(release_stream_) != cudaSuccess) {
     cudaGetLastError();
     return device::pack_error(DeviceError::kTimeout, -1, 0);
   }
-  const CeStall stall = classify_ce_stall(words + kArrive, words + kDepart, n, me, header);
+  const CeStall stall = classify_ce_stall(words + kArrive, words + kDepart, words + kGaveUp, n, me, header);
   return device::pack_error(stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout,
                             stall.peer, header);
 }
@@ -312,6 +317,12 @@ void CopyEngine::fail_and_release(uint32_t header, bool timed_out) {
   }
   const int me = ctx_.ranks.rank, n = ctx_.ranks.world_size;
   std::vector<CUstreamBatchMemOpParams> ops;
+  // The first time, tell the peers on which op this rank gives up, before its queued ops can write their
+  // arrivals there (NOTE [copy-engine stall]).
+  for (int p = 0; p < n && !gave_up_; ++p) {
+    if (p != me) ops.push_back(write_op(pads_[p] + kGaveUp + me, header));
+  }
+  gave_up_ = true;
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     ops.push_back(write_op(pads_[me] + kArrive + p, header));

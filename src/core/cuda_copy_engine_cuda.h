@@ -19,9 +19,10 @@
 // with the marker 1; if it still reads 1 a timeout later, no operation has started or ended since, so the
 // one in flight is stuck. On that, on abort() or on a dead peer (HostControl::dead_mask) while an operation
 // is in flight, it records the error in HostControl::error (read by the host like a kernel's error:
-// kTimeout naming the missing rank, kMismatch naming the rank with another header, kPeerDead, kAborted) and
-// writes every wait's value into this rank's own slots from an internal stream, so the stuck stream drains
-// (with garbage data; the communicator is failed) and the CUDA context stays usable.
+// kTimeout naming the missing rank, kMismatch naming the rank with another header, kPeerDead, kAborted),
+// writes its gave-up word into every peer's pad (whom a peer names: NOTE [copy-engine stall] in
+// src/algos/ce_plan.cc) and writes every wait's value into this rank's own slots from an internal stream, so
+// the stuck stream drains (with garbage data; the communicator is failed) and the CUDA context stays usable.
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -45,7 +46,7 @@ class CudaHeap;
 
 class CopyEngine {
  public:
-  /// uint32 words of one rank's copy-engine pad: arrive, depart and header slots per source rank.
+  /// uint32 words of one rank's copy-engine pad: arrive and depart slots and a gave-up word per source rank.
   static constexpr size_t kPadWords = 3 * device::kMaxDeviceRanks;
   static constexpr size_t kPadBytes = kPadWords * sizeof(uint32_t);
   /// Internal copy streams: reduce-scatter alternates chunks over all; all-gather gives the last one to the
@@ -83,6 +84,7 @@ class CopyEngine {
   std::vector<uint32_t*> pads_;
   std::vector<char*> scratch_;
   size_t scratch_bytes_;
+  uint64_t eager_ops_ = 0;  // eager ops run so far (NOTE [copy-engine op instance] in src/algos/ce_plan.cc)
   cudaStream_t lanes_[kLanes] = {};
   cudaEvent_t fork_ = nullptr;
   cudaEvent_t join_[kLanes] = {};
@@ -97,6 +99,7 @@ class CopyEngine {
   bool started_ = false;                   // a first operation was issued: start polling
   cudaStream_t release_stream_ = nullptr;  // the watchdog's own stream (writes into this rank's pad)
   std::thread thread_;
+  bool gave_up_ = false;  // the watchdog has written its gave-up words (only it touches this)
 };
 
 }  // namespace symcomm::detail

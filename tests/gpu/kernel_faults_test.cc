@@ -421,6 +421,72 @@ void run_queued_copy_engine_case(RankEnv& env) {
   cudaStreamDestroy(s);
 }
 
+// A skipped copy-engine call (NOTE [copy-engine op instance] in src/algos/ce_plan.cc). Every rank but 1 issues
+// an all-gather of one size and then one of another; rank 1 skips the first and issues the second 300 ms late.
+// The others fail at their deadline (rank 1 ran something else) and their watchdogs release them into the
+// second all-gather, which has rank 1's arguments: that must not complete rank 1's call. Every rank gets
+// kMismatch at its deadline: the others naming rank 1, rank 1 naming another rank.
+void run_skipped_copy_engine_case(RankEnv& env) {
+  auto comm = env.make_comm(cuda_comm_options());
+  const int me = comm->rank(), world = comm->world_size();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  {
+    const auto ag = [](size_t count) {
+      return Path{.name = "ag", .kind = Collective::kAllGather, .count = count, .algo = Algorithm::kCopyEngine};
+    };
+    const Path first_path = ag(256 * kKB), second_path = ag(128 * kKB);
+    Calls first(*comm, first_path, s), second(*comm, second_path, s);
+    ASSERT_TRUE(first.allocated() && second.allocated());
+    for (Calls* c : {&first, &second}) {  // matched: the path works
+      c->prepare();
+      c->issue(false)->wait();
+    }
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    comm->check();
+    first.prepare();
+    second.prepare();
+    testing::store_barrier(*env.store, "skipped_ce/armed", world);
+    if (me == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto t0 = Clock::now();
+    std::optional<Error> err;
+    try {
+      if (me != 1) first.issue(false);
+      second.issue(false)->wait();
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      comm->check();
+    } catch (const Error& e) {
+      err = e;
+    }
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed calls must leave the stream cleanly";
+    ASSERT_TRUE(err.has_value()) << "rank " << me << ": the calls completed although rank 1 skipped one";
+    SCOPED_TRACE(fmt::format("rank {} after {:.3f} s: {}", me, took, err->what()));
+    EXPECT_EQ(err->code(), ErrorCode::kMismatch);
+    const std::vector<int> named = err->ranks();
+    if (me != 1) {
+      EXPECT_EQ(named, std::vector<int>{1});
+    } else {
+      EXPECT_TRUE(named.size() == 1 && named[0] != 1);
+    }
+    const double limit = std::chrono::duration<double>(deadline()).count();
+    EXPECT_GE(took, 0.9 * limit) << "the watchdog reports at the deadline";
+    EXPECT_LT(took, limit + 1.5);
+    EXPECT_TRUE(first.guards_intact() && second.guards_intact()) << "bytes around an output were written";
+    expect_gpu_usable();
+    env.store->set(fmt::format("skipped_ce/done/{}", me), "1");
+    for (int r = 0; r < world; ++r) env.store->get(fmt::format("skipped_ce/done/{}", r));
+  }
+  cudaStreamDestroy(s);
+}
+
+TEST(GpuCopyEngineFaults, SkippedCallIsNotCompletedByRanksThatWentOn) {
+  testing::HarnessOptions opt;
+  opt.config = kernel_fault_config(Fault::kMissing);
+  opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
+  testing::expect_success(testing::gpu_test_world(), run_skipped_copy_engine_case, opt);
+}
+
 TEST(GpuCopyEngineFaults, QueuedCallsBehindATimeoutNameTheMissingRank) {
   const int world = testing::gpu_test_world();
   if (world < 3) GTEST_SKIP() << "needs 3 ranks or more (world size " << world << ")";

@@ -1,5 +1,6 @@
 // Cross-rank mismatches and a skipped call on the CUDA backend's SM-kernel paths (LL, LL128 and staged
-// one-shot all-reduce; two-shot staged, push and zero-copy; the all-gather and broadcast kernels), at the GPU
+// one-shot all-reduce; two-shot staged, push and zero-copy; the all-gather and broadcast kernels) and on its
+// copy-engine paths (all-gather and broadcast; found by the watchdog at the op deadline), at the GPU
 // suite's world size (testing::gpu_test_world(): the GPUs, or SYMCOMM_TEST_WORLD where ranks share a GPU) with
 // rank 1 the odd one out: every rank gets an Error with the code the path promises, within the op deadline,
 // naming rank 1 (the others) or another rank (rank 1; every other rank in debug mode);
@@ -74,6 +75,9 @@ struct MismatchCase {
   /// Normal mode: the outputs of the mismatched calls keep their poison (but for this rank's own data, see
   /// own_range()); false where the path leaves them undefined (LL).
   bool output_kept = true;
+  /// Normal mode: the error comes at the op deadline, not before (the copy engine's watchdog reads the barrier
+  /// slots only when the op is overdue: NOTE [copy-engine watchdog]).
+  bool at_deadline = false;
 };
 
 size_t in_bytes(const Call& c) { return c.count * dtype_size(c.dt); }
@@ -120,6 +124,12 @@ std::vector<MismatchCase> cases() {
   };
   auto bc = [](size_t count, int root) {
     return Call{.kind = Collective::kBroadcast, .count = count, .root = root, .algo = Algorithm::kDirect};
+  };
+  auto ag_ce = [](size_t count) {
+    return Call{.kind = Collective::kAllGather, .count = count, .algo = Algorithm::kCopyEngine};
+  };
+  auto bc_ce = [](size_t count, int root) {
+    return Call{.kind = Collective::kBroadcast, .count = count, .root = root, .algo = Algorithm::kCopyEngine};
   };
   constexpr size_t kLL = 1 * kKB, kLL128 = 1 * kMB, kStaged = 3 * kMB;  // one size on each one-shot path
   constexpr DataType kI32 = DataType::kInt32;
@@ -207,6 +217,43 @@ std::vector<MismatchCase> cases() {
        .rank1 = {ar(kLL128), ar(2 * kMB)},
        .mismatch_at = 1,
        .field = "count"},
+      // Copy engine: the op header in every barrier slot; the watchdog names the rank whose slot holds another
+      // header when the op is overdue, and releases the stream, whose copies then run on garbage (outputs
+      // undefined). With more than 2 ranks the rank released first goes on to its next call and writes that
+      // call's header into the slower ranks' slots (NOTE [copy-engine stall]): the skipped case checks that
+      // they still name rank 1.
+      {.name = "count_copy_engine",
+       .rank0 = {ag_ce(256 * kKB)},
+       .rank1 = {ag_ce(256 * kKB + 4)},
+       .field = "count",
+       .output_kept = false,
+       .at_deadline = true},
+      {.name = "count_copy_engine_heap",  // zero-copy: the peers' heap buffers are read in place
+       .rank0 = {ag_ce(256 * kKB)},
+       .rank1 = {ag_ce(256 * kKB + 4)},
+       .buf = BufKind::kSymmetric,
+       .field = "count",
+       .output_kept = false,
+       .at_deadline = true},
+      {.name = "collective_copy_engine",
+       .rank0 = {ag_ce(kMB / 2)},
+       .rank1 = {bc_ce(kMB, 0)},
+       .field = "collective",
+       .output_kept = false,
+       .at_deadline = true},
+      {.name = "root_copy_engine",
+       .rank0 = {bc_ce(kMB, 0)},
+       .rank1 = {bc_ce(kMB, 1)},
+       .field = "root",
+       .output_kept = false,
+       .at_deadline = true},
+      {.name = "skipped_copy_engine",
+       .rank0 = {ag_ce(64 * kKB), ag_ce(128 * kKB), ag_ce(192 * kKB)},
+       .rank1 = {ag_ce(64 * kKB), ag_ce(192 * kKB)},
+       .mismatch_at = 1,
+       .field = "count",
+       .output_kept = false,
+       .at_deadline = true},
   };
 }
 
@@ -249,7 +296,16 @@ void check_output(GuardedBuffer& buf, const char* out, const Call& c, const std:
   bool guards = false;
   std::vector<uint8_t> got = buf.read(out, out_bytes(c), &guards);
   EXPECT_TRUE(guards) << what << ": bytes around the output were overwritten";
-  if (matched) {  // the table's matched calls are all-reduces
+  if (matched && c.kind == Collective::kAllGather) {  // block r holds rank r's input
+    size_t wrong = 0;
+    for (int r = 0; r < world(); ++r) {
+      const std::vector<uint8_t> want = make_input(c.dt, c.op, 1, r, 0, c.count);
+      wrong += std::memcmp(got.data() + r * want.size(), want.data(), want.size()) != 0;
+    }
+    EXPECT_EQ(wrong, 0u) << what << ": the matched all-gather before the mismatch is wrong in " << wrong << " blocks";
+    return;
+  }
+  if (matched) {  // the table's other matched calls are all-reduces
     const size_t es = dtype_size(c.dt);
     size_t wrong = 0;
     for (size_t i = 0; i < c.count; ++i) {
@@ -362,7 +418,7 @@ void run_case(RankEnv& env, const MismatchCase& mc, bool debug) {
           << who << ": " << err->what();
     }
     const double limit = std::chrono::duration<double>(deadline()).count();
-    if (err->code() == ErrorCode::kTimeout) {
+    if (err->code() == ErrorCode::kTimeout || (mc.at_deadline && !debug)) {
       EXPECT_GE(elapsed, 0.9 * limit) << who << ": a timeout before the deadline: " << err->what();
       EXPECT_LT(elapsed, limit + 1.5) << who << ": the timeout took " << elapsed << " s";
     } else {

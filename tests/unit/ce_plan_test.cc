@@ -325,33 +325,69 @@ TEST(CePlan, HeaderDependsOnTheArguments) {
   EXPECT_NE(make_ce_plan(a).header, make_ce_plan(b).header);
   EXPECT_NE(make_ce_plan(a).header, make_ce_plan(c).header);
   EXPECT_NE(make_ce_plan(a).header, 0u);
+  // Eager instances of equal calls differ from each other and from a captured one (NOTE [copy-engine op
+  // instance]); equal instances agree.
+  CePlanInput e1 = a, e2 = a;
+  e1.instance = 1;
+  e2.instance = 2;
+  EXPECT_NE(make_ce_plan(e1).header, make_ce_plan(e2).header);
+  EXPECT_NE(make_ce_plan(e1).header, make_ce_plan(a).header);
+  EXPECT_EQ(make_ce_plan(e1).header, make_ce_plan(CePlanInput(e1)).header);
 }
 
-// The watchdog's reading of a stuck op's barrier slots (rank 0 of 4, op header 77).
+// The watchdog's reading of a stuck op's barrier slots (rank 0 of 4, op header 77; NOTE [copy-engine stall]).
 TEST(CePlan, StallClassificationNamesThePeer) {
   constexpr uint32_t h = 77;
   struct Row {
     const char* what;
-    uint32_t arrive[4], depart[4];
+    uint32_t arrive[4], depart[4], gave_up[4];
     CeStall::Kind kind;
     int peer;
   };
+  // gave_up[p]: the header of the op on which peer p gave up (77: this one; a fellow waiter).
   const Row rows[] = {
-      {"peer 2 never arrived", {0, h, 0, h}, {0, 0, 0, 0}, CeStall::kMissing, 2},
-      {"peer 3 runs another op", {0, h, h, 91}, {0, 0, 0, 0}, CeStall::kMismatch, 3},
-      {"another op's header in a depart slot", {0, h, 0, h}, {0, 0, 91, 0}, CeStall::kMismatch, 2},
-      // Rank 1 never came; peer 3 gave up on this op, left it (its depart slot: 77) and started the next (91).
-      {"a missing peer wins over one that went on", {0, 0, h, 91}, {0, 0, 0, h}, CeStall::kMissing, 1},
-      {"a missing peer wins over another op's header", {0, 0, 0, 91}, {0, 0, 0, 0}, CeStall::kMissing, 1},
-      {"a peer in another op wins over one that went on", {0, 91, h, 92}, {0, 0, 0, h}, CeStall::kMismatch, 1},
-      {"a peer that went on is named when no one else is", {0, 91, h, h}, {0, h, 0, 0}, CeStall::kMismatch, 1},
-      {"stuck in the depart barrier, peer 2 went on", {0, 0, 91, 0}, {0, h, h, 0}, CeStall::kMissing, 3},
-      {"everyone arrived", {0, h, h, h}, {0, 0, 0, 0}, CeStall::kUnknown, -1},
-      {"this rank's own slots are ignored", {91, h, h, h}, {91, 0, 0, 0}, CeStall::kUnknown, -1},
-      {"stuck in the depart barrier, peer 1 gone", {0, 0, 0, 0}, {0, 0, h, h}, CeStall::kMissing, 1},
+      {"peer 2 never arrived", {0, h, 0, h}, {}, {}, CeStall::kMissing, 2},
+      {"peer 3 runs another op", {0, h, h, 91}, {}, {}, CeStall::kMismatch, 3},
+      {"another op's header in a depart slot", {0, h, 0, h}, {0, 0, 91, 0}, {}, CeStall::kMismatch, 2},
+      {"a missing peer wins over a fellow that went on",
+       {0, 0, h, 91},
+       {0, 0, 0, 91},
+       {0, 0, 0, h},
+       CeStall::kMissing,
+       1},
+      {"a missing peer wins over another op's header", {0, 0, 0, 91}, {}, {}, CeStall::kMissing, 1},
+      {"a peer in another op wins over a fellow that went on",
+       {0, 91, 92, h},
+       {0, 91, 0, 0},
+       {0, h, 0, 0},
+       CeStall::kMismatch,
+       2},
+      {"one that gave up on another op wins over a fellow that went on",
+       {0, 91, 92, h},
+       {0, 91, 92, 0},
+       {0, h, 92, 0},
+       CeStall::kMismatch,
+       2},
+      {"a fellow that went on is named when no one else is",
+       {0, 91, h, h},
+       {0, 91, 0, 0},
+       {0, h, 0, 0},
+       CeStall::kMismatch,
+       1},
+      {"a fellow that gave up without a trace is missing", {0, 0, h, h}, {}, {0, h, 0, 0}, CeStall::kMissing, 1},
+      {"one that left this op (depart slot 77) is a fellow before its gave-up word lands",
+       {0, 91, 92, h},
+       {0, h, 0, 0},
+       {},
+       CeStall::kMismatch,
+       2},
+      {"stuck in the depart barrier, peer 2 went on", {0, 0, 91, 0}, {0, h, h, 0}, {0, 0, h, 0}, CeStall::kMissing, 3},
+      {"everyone arrived", {0, h, h, h}, {}, {}, CeStall::kUnknown, -1},
+      {"this rank's own slots are ignored", {91, h, h, h}, {91, 0, 0, 0}, {h, 0, 0, 0}, CeStall::kUnknown, -1},
+      {"stuck in the depart barrier, peer 1 gone", {0, 0, 0, 0}, {0, 0, h, h}, {}, CeStall::kMissing, 1},
   };
   for (const Row& r : rows) {
-    const CeStall s = classify_ce_stall(r.arrive, r.depart, 4, 0, h);
+    const CeStall s = classify_ce_stall(r.arrive, r.depart, r.gave_up, 4, 0, h);
     EXPECT_EQ(s.kind, r.kind) << r.what;
     EXPECT_EQ(s.peer, r.peer) << r.what;
   }
