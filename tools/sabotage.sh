@@ -120,7 +120,7 @@ case_def gpu ce-stall-mismatch-first src/algos/ce_plan.cc \
 # Eager copy-engine ops without their instance number in the header (NOTE [copy-engine op instance]): a rank
 # released from a failed op into its next one completes a slower peer's equal-looking call silently.
 case_def gpu ce-instance src/core/cuda_copy_engine_cuda.cc \
-  "  in.instance = capture == cudaStreamCaptureStatusNone ? eager_ops_ + 1 : 0;" "  in.instance = 0;" \
+  "  in.instance = stream_capturing(s) ? 0 : eager_ops_ + 1;" "  in.instance = 0;" \
   symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
 # The watchdog does not write its gave-up word into the peers' pads (NOTE [copy-engine stall]): a rank released
 # through two ops leaves no trace of having gone on, and a slower peer blames it for another rank's skipped

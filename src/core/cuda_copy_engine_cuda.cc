@@ -172,9 +172,7 @@ void CopyEngine::run(const Request& r, cudaStream_t s) {
   in.stage_bytes = stage_bytes_;
   in.lanes = kLanes;
   in.chunk_bytes = kChunkBytes;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  SYMCOMM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-  in.instance = capture == cudaStreamCaptureStatusNone ? eager_ops_ + 1 : 0;
+  in.instance = stream_capturing(s) ? 0 : eager_ops_ + 1;
   const CePlan plan = make_ce_plan(in);
   SYMCOMM_CHECK(plan.stage_bytes_per_lane <= kStagePerLane && plan.lanes <= kLanes, kInternal,
                 "copy-engine plan needs more stage than allocated");
