@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -144,6 +145,15 @@ Config kernel_fault_config(Fault f) {
   return c;
 }
 
+/// The harness options of a fault case: its config, and a limit per case (a case takes seconds; a wait that never
+/// gives up fails its case at this limit instead of stalling the rest).
+testing::HarnessOptions fault_options(Fault f) {
+  testing::HarnessOptions opt;
+  opt.config = kernel_fault_config(f);
+  opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
+  return opt;
+}
+
 /// Buffers of one case and the calls on them (the same on every rank: heap allocations are collective).
 class Calls {
  public:
@@ -242,6 +252,27 @@ class Calls {
 
 bool issues(Fault f, int rank) { return f == Fault::kAbort ? rank == 0 : rank != 1; }
 
+/// No rank leaves (destroying its communicator, which its peers would see as a departure) before every rank for
+/// which `checked(rank)` holds has checked its error: those say so under `key`, and every rank waits for them.
+void wait_until_checked(RankEnv& env, const std::string& key, const std::function<bool(int)>& checked) {
+  const int me = env.info.rank, world = env.info.world_size;
+  if (checked(me)) env.store->set(fmt::format("{}/done/{}", key, me), "1");
+  for (int r = 0; r < world; ++r) {
+    if (checked(r)) env.store->get(fmt::format("{}/done/{}", key, r));
+  }
+}
+
+/// Every rank runs each of `calls` once, matched (the path works on this communicator), then prepares them again.
+void run_matched(Communicator& comm, cudaStream_t s, std::initializer_list<Calls*> calls) {
+  for (Calls* c : calls) {
+    c->prepare();
+    c->issue(false)->wait();
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  comm.check();
+  for (Calls* c : calls) c->prepare();
+}
+
 /// The faulted call (`call`: eager, or a graph replay) on a rank that issues it, and every check of what it got.
 void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t s,
                     const std::function<std::shared_ptr<Work>()>& call) {
@@ -330,16 +361,11 @@ void run_case(RankEnv& env, const Path& path, Fault fault, bool graph) {
         EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
         return nullptr;
       });
-      env.store->set(fmt::format("kernel_faults/done/{}", me), "1");
     } else if (fault == Fault::kKilled) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       ::kill(::getpid(), SIGKILL);
     }
-    // No rank leaves (destroying its communicator, which its peers would see as a departure) before every rank
-    // that issued the call has checked its error.
-    for (int r = 0; r < world; ++r) {
-      if (issues(fault, r)) env.store->get(fmt::format("kernel_faults/done/{}", r));
-    }
+    wait_until_checked(env, "kernel_faults", [fault](int r) { return issues(fault, r); });
   }
   if (exec) cudaGraphExecDestroy(exec);
   cudaStreamDestroy(s);
@@ -366,10 +392,7 @@ class GpuKernelFaults : public ::testing::TestWithParam<Param> {};
 
 TEST_P(GpuKernelFaults, EveryWaitGivesUpNamingTheRank) {
   const auto& [path, fault, graph] = GetParam();
-  testing::HarnessOptions opt;
-  opt.config = kernel_fault_config(fault);
-  // A case takes seconds; a wait that never gives up fails its case at this limit instead of stalling the rest.
-  opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
+  testing::HarnessOptions opt = fault_options(fault);
   if (fault == Fault::kKilled) opt.may_fail.push_back(1);
   testing::expect_success(
       testing::gpu_test_world(), [&](RankEnv& env) { run_case(env, path, fault, graph); }, opt);
@@ -396,14 +419,7 @@ void run_queued_copy_engine_case(RankEnv& env) {
     const Path rs{.name = "rs", .kind = Collective::kReduceScatter, .count = 256 * kKB, .algo = Algorithm::kCopyEngine};
     Calls first(*comm, ag, s), second(*comm, rs, s);
     ASSERT_TRUE(first.allocated() && second.allocated());
-    first.prepare();
-    second.prepare();
-    first.issue(false)->wait();
-    second.issue(false)->wait();
-    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    comm->check();
-    first.prepare();
-    second.prepare();
+    ASSERT_NO_FATAL_FAILURE(run_matched(*comm, s, {&first, &second}));
     testing::store_barrier(*env.store, "queued_ce/armed", world);
     if (me != 1) {
       if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -412,11 +428,8 @@ void run_queued_copy_engine_case(RankEnv& env) {
         return second.issue(false);
       });
       EXPECT_TRUE(second.guards_intact()) << "bytes around the second call's output were written";
-      env.store->set(fmt::format("queued_ce/done/{}", me), "1");
     }
-    for (int r = 0; r < world; ++r) {
-      if (r != 1) env.store->get(fmt::format("queued_ce/done/{}", r));
-    }
+    wait_until_checked(env, "queued_ce", [](int r) { return r != 1; });
   }
   cudaStreamDestroy(s);
 }
@@ -438,14 +451,7 @@ void run_skipped_copy_engine_case(RankEnv& env) {
     const Path first_path = ag(256 * kKB), second_path = ag(128 * kKB);
     Calls first(*comm, first_path, s), second(*comm, second_path, s);
     ASSERT_TRUE(first.allocated() && second.allocated());
-    for (Calls* c : {&first, &second}) {  // matched: the path works
-      c->prepare();
-      c->issue(false)->wait();
-    }
-    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    comm->check();
-    first.prepare();
-    second.prepare();
+    ASSERT_NO_FATAL_FAILURE(run_matched(*comm, s, {&first, &second}));
     testing::store_barrier(*env.store, "skipped_ce/armed", world);
     if (me == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     const auto t0 = Clock::now();
@@ -474,26 +480,19 @@ void run_skipped_copy_engine_case(RankEnv& env) {
     EXPECT_LT(took, limit + 1.5);
     EXPECT_TRUE(first.guards_intact() && second.guards_intact()) << "bytes around an output were written";
     expect_gpu_usable();
-    env.store->set(fmt::format("skipped_ce/done/{}", me), "1");
-    for (int r = 0; r < world; ++r) env.store->get(fmt::format("skipped_ce/done/{}", r));
+    wait_until_checked(env, "skipped_ce", [](int) { return true; });
   }
   cudaStreamDestroy(s);
 }
 
 TEST(GpuCopyEngineFaults, SkippedCallIsNotCompletedByRanksThatWentOn) {
-  testing::HarnessOptions opt;
-  opt.config = kernel_fault_config(Fault::kMissing);
-  opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
-  testing::expect_success(testing::gpu_test_world(), run_skipped_copy_engine_case, opt);
+  testing::expect_success(testing::gpu_test_world(), run_skipped_copy_engine_case, fault_options(Fault::kMissing));
 }
 
 TEST(GpuCopyEngineFaults, QueuedCallsBehindATimeoutNameTheMissingRank) {
   const int world = testing::gpu_test_world();
   if (world < 3) GTEST_SKIP() << "needs 3 ranks or more (world size " << world << ")";
-  testing::HarnessOptions opt;
-  opt.config = kernel_fault_config(Fault::kMissing);
-  opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
-  testing::expect_success(world, run_queued_copy_engine_case, opt);
+  testing::expect_success(world, run_queued_copy_engine_case, fault_options(Fault::kMissing));
 }
 
 }  // namespace
