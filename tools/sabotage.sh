@@ -12,6 +12,7 @@
 # Broken binaries built ahead (the GPU machine's time is scarce; a case's rebuild of the kernels takes minutes):
 #   PACK=dir BUILD=build-cuda CASES=gpu ONLY="ll-give-up" tools/sabotage.sh      # here: builds, runs nothing
 #   PREBUILT=dir BUILD=build-gpu CASES=gpu ONLY="ll-give-up" tools/sabotage.sh   # there: runs, builds nothing
+#   CHECK=1 CASES=all tools/sabotage.sh   # only checks that every case's text occurs once (tools/test.sh runs it)
 # PACK writes each case's broken test binary to dir/<case>.<binary> (xz-compressed); PREBUILT runs the
 # baseline with $BUILD's binary (unpacked from gpu_check.sh's prebuilt archive) and the case with dir's.
 #
@@ -66,19 +67,24 @@ case_def host split-store-server src/core/communicator.cc \
   symcomm_rank_tests Split.ChildKeepsTheParentsStoreServerAlive 60
 case_def gpu device-deadline include/symcomm/device/signal.h \
   "if (globaltimer_ns() > deadline_ns) {" "if (false) {" \
-  symcomm_gpu_tests GpuFailure.DeviceDeadlineNamesTheMissingRank 60
+  symcomm_gpu_tests "GpuFailure.DeviceDeadlineNamesTheMissingRank:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_missing:Paths/GpuKernelFaults.*/bucket_flush_missing:Paths/GpuKernelFaults.*/group_all_reduce_missing" 200 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu device-dead-peer include/symcomm/device/signal.h \
   "  if (dead) {" "  if (false) {" \
-  symcomm_gpu_tests "GpuFailure.PeerKilledMidCollective:GpuFailure.PeerExit0Eager" 90
+  symcomm_gpu_tests "GpuFailure.PeerKilledMidCollective:GpuFailure.PeerExit0Eager:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_killed:Paths/GpuKernelFaults.*/bucket_flush_killed:Paths/GpuKernelFaults.*/group_all_reduce_killed" 200 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu device-abort include/symcomm/device/signal.h \
   "  if (ld_volatile_u32(&c.control->aborted)) {" "  if (false) {" \
-  symcomm_gpu_tests GpuFailure.AbortFromAnotherThread 60
+  symcomm_gpu_tests "GpuFailure.AbortFromAnotherThread:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_abort:Paths/GpuKernelFaults.*/bucket_flush_abort:Paths/GpuKernelFaults.*/group_all_reduce_abort" 200 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ce-watchdog src/core/cuda_copy_engine_cuda.cc \
   "if (v != 0 && (failed || timed_out)) {" "if (false) {" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMissingPeerTimesOut:GpuFailure.CopyEngineAbort" 60
-case_def gpu ce-mismatch src/algos/ce_plan.cc \
-  "if (v != 0 && v != header) return {CeStall::kMismatch, p};" "(void)v;" \
-  symcomm_gpu_tests GpuFailure.CopyEngineMismatchIsReported 60
+# The watchdog never reports kMismatch (every stall becomes kTimeout); NOTE [copy-engine stall].
+case_def gpu ce-mismatch src/core/cuda_copy_engine_cuda.cc \
+  "stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout" "DeviceError::kTimeout" \
+  symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*" 200 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 90
@@ -96,11 +102,13 @@ case_def gpu ll128-give-up src/algos/cuda_all_reduce_ll.cu \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 # An element offset kept in 32 bits (signed) in the staged two-shot all-reduce: only counts past 2^31 reach it.
 case_def gpu two-shot-int-offset src/algos/cuda_all_reduce_two_shot.cu \
-  "const size_t e0 = j * round_elems," "const size_t e0 = static_cast<int>(j * round_elems)," \
+  $'T* out = static_cast<T*>(p.out);\n  for (uint32_t j = 0; j < rounds; ++j) {\n    const size_t e0 = j * round_elems,' \
+  $'T* out = static_cast<T*>(p.out);\n  for (uint32_t j = 0; j < rounds; ++j) {\n    const size_t e0 = static_cast<int>(j * round_elems),' \
   symcomm_gpu_tests "GpuLargeCounts.AllReduce*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
-  "      if (line.x != h_lo || line.z != h_hi) {" "      if (false) {" \
-  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120
+  "      if (line.x != static_cast<uint32_t>(header) || line.z != static_cast<uint32_t>(header >> 32)) {" \
+  "      if (false) {" \
+  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
   "const bool bad = seen && got[u][q].w != p.header;" "const bool bad = false;" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120
@@ -174,6 +182,21 @@ for i in "${!NAMES[@]}"; do
   limit=${LIMITS[$i]} envs=${ENVS[$i]}
   [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
   path=$ROOT/$file
+  if [ -n "${CHECK:-}" ]; then
+    # Only whether the case still applies: its text occurs exactly once in its file.
+    text=$(<"$path")
+    rest=${text#*"$from"}
+    if [[ $text != *"$from"* ]]; then
+      say "$name: STALE (text not found in $file)"
+      status=2
+    elif [[ $rest == *"$from"* ]]; then
+      say "$name: AMBIGUOUS (text found more than once in $file)"
+      status=2
+    else
+      say "$name: applies"
+    fi
+    continue
+  fi
   if [ -n "${PREBUILT:-}" ]; then
     broken=$PREBUILT/$name.$binary
     if [ ! -x "$broken" ]; then
@@ -212,7 +235,7 @@ for i in "${!NAMES[@]}"; do
   touch "$path"  # newer than the objects built from the broken text
 done
 # Back to the unbroken build (the restored files are newer than the objects built from the broken ones).
-if [ -z "${PREBUILT:-}" ]; then
+if [ -z "${PREBUILT:-}" ] && [ -z "${CHECK:-}" ]; then
   ninja -C "$BUILD" >>"$LOGS/build.log" 2>&1 || { say "rebuild of the unbroken tree FAILED"; status=2; }
 fi
 exit $status
