@@ -65,22 +65,25 @@ case_def host config-agreement src/core/communicator.cc \
 case_def host split-store-server src/core/communicator.cc \
   "  comm->core_->ctx().server = ctx.server;" "" \
   symcomm_rank_tests Split.ChildKeepsTheParentsStoreServerAlive 60
+# signal.h's waits (block_barrier and what uses it): each case meets the barrier, the two-shot push all-reduce,
+# the bucket flush and the group all-reduce (the GpuFailure tests that caught these on 2 GPUs hang for the
+# whole-job limit where ranks share a GPU; GpuKernelFaults' cases end at 20 s each).
 case_def gpu device-deadline include/symcomm/device/signal.h \
   "if (globaltimer_ns() > deadline_ns) {" "if (false) {" \
-  symcomm_gpu_tests "GpuFailure.DeviceDeadlineNamesTheMissingRank:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_missing:Paths/GpuKernelFaults.*/bucket_flush_missing:Paths/GpuKernelFaults.*/group_all_reduce_missing" 200 \
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_missing:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_missing:Paths/GpuKernelFaults.*/bucket_flush_missing:Paths/GpuKernelFaults.*/group_all_reduce_missing" 200 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu device-dead-peer include/symcomm/device/signal.h \
   "  if (dead) {" "  if (false) {" \
-  symcomm_gpu_tests "GpuFailure.PeerKilledMidCollective:GpuFailure.PeerExit0Eager:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_killed:Paths/GpuKernelFaults.*/bucket_flush_killed:Paths/GpuKernelFaults.*/group_all_reduce_killed" 200 \
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_killed:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_killed:Paths/GpuKernelFaults.*/bucket_flush_killed:Paths/GpuKernelFaults.*/group_all_reduce_killed" 200 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu device-abort include/symcomm/device/signal.h \
   "  if (ld_volatile_u32(&c.control->aborted)) {" "  if (false) {" \
-  symcomm_gpu_tests "GpuFailure.AbortFromAnotherThread:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_abort:Paths/GpuKernelFaults.*/bucket_flush_abort:Paths/GpuKernelFaults.*/group_all_reduce_abort" 200 \
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_abort:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_abort:Paths/GpuKernelFaults.*/bucket_flush_abort:Paths/GpuKernelFaults.*/group_all_reduce_abort" 200 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ce-watchdog src/core/cuda_copy_engine_cuda.cc \
   "if (v != 0 && (failed || timed_out)) {" "if (false) {" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMissingPeerTimesOut:GpuFailure.CopyEngineAbort" 60
-# The watchdog never reports kMismatch (every stall becomes kTimeout); NOTE [copy-engine stall].
+# The watchdog never reports kMismatch (every stall reading, early or at the deadline, becomes kTimeout).
 case_def gpu ce-mismatch src/core/cuda_copy_engine_cuda.cc \
   "stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout" "DeviceError::kTimeout" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*" 200 \
@@ -137,6 +140,12 @@ case_def gpu ce-gave-up src/core/cuda_copy_engine_cuda.cc \
   "    if (p != me) ops.push_back(write_op(pads_[p] + kGaveUp + me, header));" "    (void)p;" \
   symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*:Cases/GpuMismatch.*/skipped_copy_engine" 300 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=10 GTEST_REPEAT=4"
+# The watchdog never acts on its early readings (NOTE [copy-engine early mismatch]): mismatches are reported at
+# the deadline again, which the tests now refuse.
+case_def gpu ce-early src/core/cuda_copy_engine_cuda.cc \
+  "      if (early.peer >= 0 && early.peer == suspect) fail_and_release(" "      if (false) fail_and_release(" \
+  symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*:GpuCopyEngineFaults.Skipped*" 200 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll-gather-store src/algos/cuda_all_reduce_ll.cu \
   "store8(dst, i, bytes, aligned8(dst), vals[q].v);" "store8(dst, i, bytes, aligned8(dst), make_uint2(0, 0));" \
   symcomm_gpu_tests "GpuCollectives.AllGather*" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"

@@ -288,4 +288,33 @@ CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, const 
   return {};
 }
 
+// NOTE [copy-engine early mismatch] A barrier's wait completes only when every peer's slot holds this op's
+// header, so a peer whose slot holds another header blocks it for good: the op is bound to fail, and waiting
+// for the deadline (minutes by default) only delays the report. While an op is in flight, this rank's slots
+// can legitimately hold, for peer p: 0 (not arrived yet, or consumed), this op's header (arrived, or departed
+// its last barrier), and in p's arrive slot the header of p's next op once p has left this one, while p's
+// depart slot still holds this op's header (this rank resets its depart slots only after its last wait,
+// NOTE [copy-engine sync]). p cannot be in an earlier op (this rank consumed all of p's writes of it) nor in a
+// later one without having departed this one. So p runs another op when neither of its slots holds this
+// header and either
+//   - p has not given up, and one of its slots holds something (another op's header), or
+//   - p gave up on another op (it was not in this one, and its queued ops never are either: a failed
+//     communicator issues nothing more).
+// A peer that gave up on this very op is a fellow waiter (its next op's header is no evidence) and is left to
+// the deadline's reading. Two things could fake the evidence, and the watchdog rules both out
+// (cuda_copy_engine_cuda.cc): the last barrier's reset of the depart slots, after which p's next op shows in
+// its arrive slot alone (so the last batch clears HostControl::ce_active *before* the reset, and a reading
+// counts only if ce_active still shows the op afterwards), and a reading that caught p's next op's arrival but
+// not yet p's gave-up word (a reading counts only if a second one, a few milliseconds later, names the same
+// peer).
+CeStall definite_ce_mismatch(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
+                             int rank, uint32_t header) {
+  for (int p = 0; p < world_size; ++p) {
+    if (p == rank || arrive[p] == header || depart[p] == header) continue;
+    const bool elsewhere = gave_up[p] == 0 ? arrive[p] != 0 || depart[p] != 0 : gave_up[p] != header;
+    if (elsewhere) return {CeStall::kMismatch, p};
+  }
+  return {};
+}
+
 }  // namespace symcomm::detail

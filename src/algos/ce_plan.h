@@ -108,5 +108,9 @@ struct CeStall {
 /// a fellow waiter of this op that gave up and went on (kMismatch) or left no trace (kMissing).
 CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
                           int rank, uint32_t header);
+/// Before the deadline (NOTE [copy-engine early mismatch] in ce_plan.cc): a peer whose slots prove that it runs
+/// another op, so that this one can never complete (kMismatch), or kUnknown. Read while the op is in flight.
+CeStall definite_ce_mismatch(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
+                             int rank, uint32_t header);
 
 }  // namespace symcomm::detail

@@ -31,6 +31,9 @@ constexpr size_t kChunkBytes = 8 << 20;
 // (a few SMs; the rest stay with the compute running beside).
 constexpr size_t kReduceBytesPerBlock = 512 << 10;
 constexpr int kMaxReduceBlocks = 16;
+// The watchdog's readings for an early mismatch: from this long into an op, this often (NOTE [copy-engine
+// watchdog]). Longer than a scheduling time slice of a GPU that ranks share, short against any deadline.
+constexpr int64_t kEarlyAfterNs = 20'000'000, kEarlyEveryNs = 20'000'000;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -54,6 +57,13 @@ CUstreamBatchMemOpParams wait_op(const uint32_t* addr, uint32_t value) {
   op.waitValue.value = value;
   op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
   return op;
+}
+
+// The error word for a stall reading (at the deadline or early): kMismatch or kTimeout naming the peer.
+uint64_t stall_error(const CeStall& stall, uint32_t header) {
+  using device::DeviceError;
+  return device::pack_error(stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout,
+                            stall.peer, header);
 }
 
 void batch(cudaStream_t s, std::vector<CUstreamBatchMemOpParams>& ops) {
@@ -135,10 +145,12 @@ void CopyEngine::barrier(cudaStream_t s, bool arrive, uint32_t header, bool begi
   for (int p = 0; p < n; ++p) {
     if (p != me) ops_.push_back(wait_op(pads_[me] + slot + p, header));
   }
+  // The op's end is visible before the reset: a watchdog reading that still sees the op in flight afterwards
+  // was taken before the reset (NOTE [copy-engine early mismatch] in src/algos/ce_plan.cc).
+  if (end) ops_.push_back(write_op(active_dev_, 0));
   for (int p = 0; p < n; ++p) {
     if (p != me) ops_.push_back(write_op(pads_[me] + slot + p, 0));
   }
-  if (end) ops_.push_back(write_op(active_dev_, 0));
   batch(s, ops_);
 }
 
@@ -239,8 +251,10 @@ void CopyEngine::watchdog() {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
   const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx_.config.timeout).count();
-  uint32_t header = 0;    // of the op in flight, once read
-  int64_t marked_ns = 0;  // when the watchdog last wrote kMarked
+  uint32_t header = 0;          // of the op in flight, once read
+  int64_t marked_ns = 0;        // when the watchdog last wrote kMarked
+  int64_t next_reading_ns = 0;  // of the pad, for an early mismatch
+  int suspect = -1;             // the peer the last reading of this op named
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return started_ || stop_; });
   while (!stop_) {
@@ -257,6 +271,8 @@ void CopyEngine::watchdog() {
         uint32_t expected = v;
         if (__atomic_compare_exchange_n(&h->ce_active, &expected, kMarked, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
           marked_ns = now_ns();
+          next_reading_ns = marked_ns + kEarlyAfterNs;
+          suspect = -1;
         }
       }
       failed = v != 0 && (h->aborted || h->dead_mask || h->error);
@@ -266,6 +282,13 @@ void CopyEngine::watchdog() {
       lock.unlock();
       fail_and_release(header, timed_out);
       lock.lock();
+    } else if (v == kMarked && now_ns() >= next_reading_ns) {
+      lock.unlock();
+      const CeStall early = early_reading(header);
+      if (early.peer >= 0 && early.peer == suspect) fail_and_release(header, false, stall_error(early, header));
+      lock.lock();
+      suspect = early.peer;
+      next_reading_ns = now_ns() + kEarlyEveryNs;
     }
     cv_.wait_for(lock, std::chrono::milliseconds(v == 0 ? 5 : 1));
   }
@@ -284,25 +307,44 @@ uint64_t CopyEngine::classify(uint32_t header, bool timed_out) {
     }
   }
   if (!timed_out) return 0;
-  uint32_t words[kMax * 3] = {};
-  if (cudaMemcpyAsync(words, pads_[me], sizeof(words), cudaMemcpyDeviceToHost, release_stream_) != cudaSuccess ||
-      cudaStreamSynchronize(release_stream_) != cudaSuccess) {
-    cudaGetLastError();
-    return device::pack_error(DeviceError::kTimeout, -1, 0);
-  }
-  const CeStall stall = classify_ce_stall(words + kArrive, words + kDepart, words + kGaveUp, n, me, header);
-  return device::pack_error(stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout,
-                            stall.peer, header);
+  uint32_t words[kPadWords] = {};
+  if (!read_pad(words)) return device::pack_error(DeviceError::kTimeout, -1, 0);
+  return stall_error(classify_ce_stall(words + kArrive, words + kDepart, words + kGaveUp, n, me, header), header);
 }
 
-void CopyEngine::fail_and_release(uint32_t header, bool timed_out) {
+bool CopyEngine::read_pad(uint32_t* words) {
+  static_assert(kPadWords == 3 * kMax);
+  if (cudaMemcpyAsync(words, pads_[ctx_.ranks.rank], kPadBytes, cudaMemcpyDeviceToHost, release_stream_) !=
+          cudaSuccess ||
+      cudaStreamSynchronize(release_stream_) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+CeStall CopyEngine::early_reading(uint32_t header) {
+  uint32_t words[kPadWords] = {};
+  if (!read_pad(words)) return {};
+  {
+    // Only the watchdog writes kMarked, so this is still the op it marked, and the reading was taken before
+    // the op's last batch cleared the word and then reset the slots (barrier()).
+    std::lock_guard c(control_->mu);
+    const device::HostControl* h = control_->host;
+    if (h == nullptr || __atomic_load_n(&h->ce_active, __ATOMIC_ACQUIRE) != kMarked) return {};
+  }
+  return definite_ce_mismatch(words + kArrive, words + kDepart, words + kGaveUp, ctx_.ranks.world_size, ctx_.ranks.rank,
+                              header);
+}
+
+void CopyEngine::fail_and_release(uint32_t header, bool timed_out, uint64_t known) {
   bool have_error = false;
   {
     std::lock_guard c(control_->mu);
     have_error = control_->host == nullptr || control_->host->error != 0;
   }
   if (!have_error) {
-    uint64_t e = classify(header, timed_out);
+    uint64_t e = known ? known : classify(header, timed_out);
     if (e != 0) {
       std::lock_guard c(control_->mu);
       if (control_->host) {

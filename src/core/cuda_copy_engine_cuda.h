@@ -17,10 +17,12 @@
 // (HostControl::ce_active) and its last batch writes 0, in eager mode and in captured graphs alike (no
 // events, no host nodes). A watchdog thread polls the word every millisecond: it replaces a header it reads
 // with the marker 1; if it still reads 1 a timeout later, no operation has started or ended since, so the
-// one in flight is stuck. On that, on abort() or on a dead peer (HostControl::dead_mask) while an operation
-// is in flight, it records the error in HostControl::error (read by the host like a kernel's error:
-// kTimeout naming the missing rank, kMismatch naming the rank with another header, kPeerDead, kAborted),
-// writes its gave-up word into every peer's pad (whom a peer names: NOTE [copy-engine stall] in
+// one in flight is stuck. From 20 ms into an operation it also reads this rank's pad every 20 ms, and two
+// readings in a row that prove a peer runs another op (NOTE [copy-engine early mismatch] in
+// src/algos/ce_plan.cc) count as a mismatch at once instead of at the deadline. On either, on abort() or on a
+// dead peer (HostControl::dead_mask) while an operation is in flight, it records the error in HostControl::error (read
+// by the host like a kernel's error: kTimeout naming the missing rank, kMismatch naming the rank with another header,
+// kPeerDead, kAborted), writes its gave-up word into every peer's pad (whom a peer names: NOTE [copy-engine stall] in
 // src/algos/ce_plan.cc) and writes every wait's value into this rank's own slots from an internal stream, so
 // the stuck stream drains (with garbage data; the communicator is failed) and the CUDA context stays usable.
 
@@ -72,9 +74,14 @@ class CopyEngine {
   /// One batch: arrive (with header check) or depart barrier; `begin`/`end` add the in-flight word's writes.
   void barrier(cudaStream_t s, bool arrive, uint32_t header, bool begin, bool end);
   void watchdog();
-  /// Called by the watchdog for the operation in flight: reports the error (once) and releases the waits.
-  void fail_and_release(uint32_t header, bool timed_out);
+  /// Called by the watchdog for the operation in flight: reports the error (once; `known` if not 0, else what
+  /// classify() reads) and releases the waits.
+  void fail_and_release(uint32_t header, bool timed_out, uint64_t known = 0);
   uint64_t classify(uint32_t header, bool timed_out);
+  /// This rank's pad (slots and gave-up words) as the device sees it now; false if it cannot be read.
+  bool read_pad(uint32_t* words);
+  /// A peer proven to run another op than the one in flight (NOTE [copy-engine early mismatch]), read now.
+  CeStall early_reading(uint32_t header);
 
   CommContext& ctx_;
   int device_;

@@ -393,6 +393,41 @@ TEST(CePlan, StallClassificationNamesThePeer) {
   }
 }
 
+// NOTE [copy-engine early mismatch]: only slots that prove a peer runs another op name it before the deadline;
+// every state a matched peer can leave while the op is in flight names no one.
+TEST(CePlan, EarlyMismatchOnlyOnProof) {
+  constexpr uint32_t h = 77;
+  struct Row {
+    const char* what;
+    uint32_t arrive[4], depart[4], gave_up[4];
+    int peer;  ///< -1: no one
+  };
+  const Row rows[] = {
+      // What matched peers leave while this op is in flight.
+      {"no one has arrived", {}, {}, {}, -1},
+      {"everyone arrived", {0, h, h, h}, {}, {}, -1},
+      {"peers departed, this rank still waits for one", {0, 0, 0, 0}, {0, h, h, 0}, {}, -1},
+      {"a peer left this op and arrived in its next", {0, 91, 0, 0}, {0, h, 0, 0}, {}, -1},
+      {"a fellow waiter gave up on this op and went on", {0, 91, 0, 0}, {}, {0, h, 0, 0}, -1},
+      {"a fellow waiter gave up on this op without a trace", {}, {}, {0, h, 0, 0}, -1},
+      {"this rank's own slots are ignored", {91, 0, 0, 0}, {92, 0, 0, 0}, {93, 0, 0, 0}, -1},
+      // Proof.
+      {"peer 2 arrived in another op", {0, h, 91, 0}, {}, {}, 2},
+      {"peer 3 departed another op", {0, 0, 0, 0}, {0, 0, 0, 91}, {}, 3},
+      {"peer 1 gave up on another op and left no trace", {}, {}, {0, 91, 0, 0}, 1},
+      {"peer 1 gave up on another op and went on", {0, 92, 0, 0}, {}, {0, 91, 0, 0}, 1},
+      {"the first proven peer is named", {0, 0, 91, 92}, {}, {}, 2},
+      {"a missing peer does not hide a proven one", {0, 0, h, 91}, {}, {}, 3},
+      // Not proof: this op's header in either slot.
+      {"another header in the depart slot after arriving here", {0, h, 0, 0}, {0, 91, 0, 0}, {}, -1},
+  };
+  for (const Row& r : rows) {
+    const CeStall s = definite_ce_mismatch(r.arrive, r.depart, r.gave_up, 4, 0, h);
+    EXPECT_EQ(s.peer, r.peer) << r.what;
+    EXPECT_EQ(s.kind, r.peer >= 0 ? CeStall::kMismatch : CeStall::kUnknown) << r.what;
+  }
+}
+
 TEST(CePlan, RejectsWhatItCannotRun) {
   CePlanInput in;
   in.world_size = 2;
