@@ -126,9 +126,10 @@ fi
 # The suite with SHARED_WORLD ranks sharing the GPUs (SYMCOMM_SHARED_GPU=1; docs/cuda-backend.md): every
 # kernel's protocol and fault path at 2, 4 or 8 ranks where only one GPU is lent (no NCCL, no NVLink, no
 # speed). SHARED_WORLD is a list (default "2"), run in order with SHARED_TIMEOUT seconds each. Contexts on one
-# GPU time-slice, so a collective costs about a time slice per rank: the suite takes ~5 minutes at 2 ranks,
-# and the collective matrix alone ~10 minutes at 4 and ~20 at 8 (docs/benchmarks.md); pick tests with
-# GTEST_ARGS="--gtest_filter=...".
+# GPU time-slice, so a collective costs about a time slice per rank: the suite takes ~10 minutes at 2 ranks
+# (`GpuKernelFaults` alone ~260 s; more than one device call allows: split it with GTEST_TOTAL_SHARDS=2 and
+# GTEST_SHARD_INDEX=0 or 1 in the environment), and the collective matrix alone ~10 minutes at 4 and ~20 at 8
+# (docs/benchmarks.md); pick tests with GTEST_ARGS="--gtest_filter=...".
 if has shared && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   for world in ${SHARED_WORLD:-2}; do
     t0=$(date +%s)
