@@ -82,7 +82,8 @@ case_def gpu device-abort include/symcomm/device/signal.h \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ce-watchdog src/core/cuda_copy_engine_cuda.cc \
   "if (v != 0 && (failed || timed_out)) {" "if (false) {" \
-  symcomm_gpu_tests "GpuFailure.CopyEngineMissingPeerTimesOut:GpuFailure.CopyEngineAbort" 60
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/copy_engine_all_gather_missing:Paths/GpuKernelFaults.*/copy_engine_reduce_scatter_abort:Paths/GpuKernelFaults.*/copy_engine_broadcast_killed" 150 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 # The watchdog never reports kMismatch (every stall reading, early or at the deadline, becomes kTimeout).
 case_def gpu ce-mismatch src/core/cuda_copy_engine_cuda.cc \
   "stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout" "DeviceError::kTimeout" \
@@ -90,7 +91,7 @@ case_def gpu ce-mismatch src/core/cuda_copy_engine_cuda.cc \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
-  symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 90
+  symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=2"
 case_def gpu nccl-blocking-creation src/core/cuda_backend_cuda.cc \
   "config.blocking = 0;" "config.blocking = 1;" \
   symcomm_gpu_tests "GpuFailure.PeerDiesInside*NcclCreation" 90
