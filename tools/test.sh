@@ -2,8 +2,9 @@
 # Installs dependencies, builds everything and runs the whole test suite:
 #   1. the host suite under ASan+UBSan and under TSan (tools/sanitize.sh),
 #   2. the store fuzzer for 60 s (tools/fuzz.sh),
-#   3. lint and a check that every sabotage case still applies to the sources (tools/sabotage.sh), then ctest on the normal build: unit, multi-process (with a 100,000-collective soak), install,
-#      and the GPU tests, which ctest reports as skipped where fewer than 2 GPUs exist.
+#   3. lint and a check that every sabotage case still applies to the sources (tools/sabotage.sh), then
+#      ctest on the normal build: unit, multi-process (with a 100,000-collective soak), install, and the GPU
+#      tests, which ctest reports as skipped where fewer than 2 GPUs exist.
 # Usage: tools/test.sh [--quick] [build-dir]   (--quick: only step 3; default build dir: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -20,11 +20,12 @@
 // one in flight is stuck. From 20 ms into an operation it also reads this rank's pad every 20 ms, and two
 // readings in a row that prove a peer runs another op (NOTE [copy-engine early mismatch] in
 // src/algos/ce_plan.cc) count as a mismatch at once instead of at the deadline. On either, on abort() or on a
-// dead peer (HostControl::dead_mask) while an operation is in flight, it records the error in HostControl::error (read
-// by the host like a kernel's error: kTimeout naming the missing rank, kMismatch naming the rank with another header,
-// kPeerDead, kAborted), writes its gave-up word into every peer's pad (whom a peer names: NOTE [copy-engine stall] in
-// src/algos/ce_plan.cc) and writes every wait's value into this rank's own slots from an internal stream, so
-// the stuck stream drains (with garbage data; the communicator is failed) and the CUDA context stays usable.
+// dead peer (HostControl::dead_mask) while an operation is in flight, it records the error in
+// HostControl::error (read by the host like a kernel's error: kTimeout naming the missing rank, kMismatch
+// naming the rank with another header, kPeerDead, kAborted), writes its gave-up word into every peer's pad
+// (whom a peer names: NOTE [copy-engine stall] in src/algos/ce_plan.cc) and writes every wait's value into
+// this rank's own slots from an internal stream, so the stuck stream drains (with garbage data; the
+// communicator is failed) and the CUDA context stays usable.
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>

@@ -1,9 +1,10 @@
 // Cross-rank mismatches and a skipped call on the CUDA backend's SM-kernel paths (LL, LL128 and staged
 // one-shot all-reduce; two-shot staged, push and zero-copy; the all-gather and broadcast kernels) and on its
-// copy-engine paths (all-gather and broadcast; found by the watchdog at the op deadline), at the GPU
-// suite's world size (testing::gpu_test_world(): the GPUs, or SYMCOMM_TEST_WORLD where ranks share a GPU) with
-// rank 1 the odd one out: every rank gets an Error with the code the path promises, within the op deadline,
-// naming rank 1 (the others) or another rank (rank 1; every other rank in debug mode);
+// copy-engine paths (all-gather and broadcast; found by the watchdog's early readings, NOTE [copy-engine early
+// mismatch]), at the GPU suite's world size (testing::gpu_test_world(): the GPUs, or SYMCOMM_TEST_WORLD where
+// ranks share a GPU) with rank 1 the odd one out: every rank gets an Error with the code the path promises (a
+// mismatch before 0.8 x the op deadline, a timeout at it), naming rank 1 (the others) or another rank (rank 1;
+// every other rank in debug mode);
 // no byte is written outside an output, none into an output that the path promises to leave alone, and the
 // GPU runs fresh work afterwards. Then the same cases with Config::debug_checks (SYMCOMM_DEBUG_CHECKS=1):
 // kMismatch thrown by the mismatched call itself before anything is launched, naming the field and both ranks.
