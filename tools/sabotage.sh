@@ -116,6 +116,12 @@ case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
 case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
   "const bool bad = seen && got[u][q].w != p.header;" "const bool bad = false;" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120
+# Ranks on different paths find each other only through the op announcements (NOTE [op announcements]):
+# broken, those cases wait out their deadline and fail (they must be kMismatch before 0.8 x it).
+case_def gpu op-announce include/symcomm/device/signal.h \
+  "    if (announced_other_op(ld_volatile_u64(a + c.rank), ld_volatile_u64(a + peer))) {" "    if (false) {" \
+  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_vs_*:*across_paths:*collective_ll128" 200 \
+  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 # Needs more than 2 ranks (a rank two collectives ahead of another), so 4 ranks share the GPUs; the overwrite
 # is a race: the tests run three times.
 case_def gpu failed-communicator src/algos/cuda_common.cuh \

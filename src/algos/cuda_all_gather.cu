@@ -20,7 +20,7 @@ constexpr int kMaxBlocks = 128;
 
 __global__ void __launch_bounds__(kThreads) exchange_kernel(ExchangeParams p) {
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
   if (p.zero_copy) {

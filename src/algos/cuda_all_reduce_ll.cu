@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   constexpr bool kGather = kKind == LLKind::kAllGather || kKind == LLKind::kAllToAll;
   constexpr int kB = kLLBatch<kR>;
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank;
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
 // that disagree on the root (it is in the header) get kMismatch. Bytes only: count is in bytes.
 __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParams p) {
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank, root = p.root;
@@ -351,7 +351,7 @@ constexpr unsigned kFullWarp = 0xffffffffu;
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL128Params p) {
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank;

@@ -20,7 +20,7 @@ namespace {
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_one_shot_kernel(AllReduceOneShotParams p) {
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
   const size_t slot = slot_bytes(c, n_ranks);

@@ -152,7 +152,7 @@ enum class Path { kPush, kZeroCopy, kStaged };
 
 template <class T, int kOp, int kR, Path kPath>
 __global__ void __launch_bounds__(kThreads) all_reduce_two_shot_kernel(AllReduceTwoShotParams p) {
-  const Frame f = frame_begin(p.comm);
+  const Frame f = frame_begin(p.comm, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   if constexpr (kPath == Path::kPush) {
     const uint32_t rounds = staged_rounds(p, 1, sizeof(T));

@@ -11,7 +11,7 @@ namespace {
 constexpr int kBarrierThreads = 32;
 
 __global__ void __launch_bounds__(kBarrierThreads) barrier_kernel(BarrierParams p) {
-  const Frame f = frame_begin(p.comm);
+  const Frame f = frame_begin(p.comm, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   device::block_barrier(p.comm, f.seq0 + 1, f.deadline, p.header);
   frame_end(p.comm, f, 1, 0);

@@ -14,7 +14,7 @@ constexpr int kMaxBlocks = 64;
 
 __global__ void __launch_bounds__(kThreads) broadcast_kernel(BroadcastParams p) {
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
   const bool root = me == p.root;

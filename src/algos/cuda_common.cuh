@@ -61,7 +61,9 @@ struct Frame {
 /// griddepcontrol.wait, which returns once the previous grid of the stream has completed and its memory is
 /// visible (a no-op for a kernel launched without the attribute), and reads nothing before it; and every
 /// kernel allows its dependents to launch as soon as it starts (they only wait on an SM slot it leaves free).
-__device__ __forceinline__ Frame frame_begin(const DeviceComm& c) {
+///
+/// A kernel that is not failed also announces its op here (`header`; 0: none), NOTE [op announcements].
+__device__ __forceinline__ Frame frame_begin(const DeviceComm& c, uint64_t header) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   Frame f;
@@ -69,6 +71,7 @@ __device__ __forceinline__ Frame frame_begin(const DeviceComm& c) {
   f.half0 = device::ld_volatile_u32(&c.state->half);
   f.deadline = device::globaltimer_ns() + c.timeout_ns;
   f.failed = device::comm_failed(c);
+  if (!f.failed) device::announce_op(c, f.seq0, header);
   return f;
 }
 

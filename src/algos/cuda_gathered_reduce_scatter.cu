@@ -82,7 +82,7 @@ template <class T, int kOp, int kR, int kCap>
 __global__ void __launch_bounds__(kThreads)
     gathered_reduce_scatter_kernel(const __grid_constant__ GatheredParams<kCap> p) {
   const DeviceComm& c = p.h.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.h.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
   const size_t unit = 16 / sizeof(T);

@@ -14,7 +14,7 @@ namespace {
 
 __global__ void __launch_bounds__(kThreads) multi_all_gather_kernel(const __grid_constant__ MultiParams p) {
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
   if (p.zero_copy) {

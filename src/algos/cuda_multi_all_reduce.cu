@@ -133,7 +133,7 @@ __device__ void push_out(const MultiParams& p, const Frame& f, uint32_t rounds) 
 
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) multi_all_reduce_kernel(const __grid_constant__ MultiParams p) {
-  const Frame f = frame_begin(p.comm);
+  const Frame f = frame_begin(p.comm, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   if (p.push_out) {
     const size_t round_elems = slot_bytes(p.comm, p.comm.world_size) / sizeof(T) * p.comm.world_size;

@@ -21,7 +21,7 @@ constexpr int kMaxBlocks = 128;
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(ReduceScatterParams p) {
   const DeviceComm& c = p.comm;
-  const Frame f = frame_begin(c);
+  const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
   const size_t unit = 16 / sizeof(T);

@@ -18,8 +18,11 @@
 // staged all-gather and broadcast, this rank's own data into its own output, so the all-reduce outputs stay
 // untouched; LL128 stores only lines whose flag matched, so its outputs stay untouched too; LL's other threads
 // reduce the lines they receive while thread 0 compares, so its outputs are undefined (inside their bounds).
-// Ranks on different paths (LL lines, LL128 lines, staging + signals) exchange nothing: all time out, each
-// naming a rank on the other path.
+// Ranks on different paths (LL lines, LL128 lines, staging + signals) exchange nothing; each kernel announces
+// {seq, header} when it starts, and a wait that polls finds the peer's announcement for the same seq with
+// another header (NOTE [op announcements] in device/signal.h): kMismatch too, long before the deadline. Only
+// an SM kernel against a copy-engine op (which announces nothing: its stream cannot know the device seq) still
+// ends at the deadline.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -147,16 +150,15 @@ std::vector<MismatchCase> cases() {
        .mismatch_at = 1,
        .field = "count",
        .output_kept = false},
-      // Different one-shot paths exchange nothing: LL lines, LL128 lines and staging + signals are apart.
-      {.name = "count_ll_vs_ll128",
-       .rank0 = {ar(512 * kKB)},
-       .rank1 = {ar(kLL128)},
-       .normal = Outcome::kTimeout,
-       .field = "count"},
-      {.name = "count_ll128_vs_staged",
-       .rank0 = {ar(2 * kMB)},
-       .rank1 = {ar(kStaged)},
-       .normal = Outcome::kTimeout,
+      // Different one-shot paths exchange nothing (LL lines, LL128 lines and staging + signals are apart): the
+      // op announcements (NOTE [op announcements]). No path stores a line it did not receive from its own path's
+      // peer, so the outputs keep their poison (LL too: it receives nothing here).
+      {.name = "count_ll_vs_ll128", .rank0 = {ar(512 * kKB)}, .rank1 = {ar(kLL128)}, .field = "count"},
+      {.name = "count_ll128_vs_staged", .rank0 = {ar(2 * kMB)}, .rank1 = {ar(kStaged)}, .field = "count"},
+      {.name = "skipped_across_paths",  // the skipping rank's next call is on another path
+       .rank0 = {ar(kLL), ar(kLL128), ar(kStaged)},
+       .rank1 = {ar(kLL), ar(kStaged)},
+       .mismatch_at = 1,
        .field = "count"},
       // LL128: the header in every line's flag.
       {.name = "count_ll128", .rank0 = {ar(kLL128)}, .rank1 = {ar(kLL128 + 4)}, .field = "count"},
@@ -179,7 +181,7 @@ std::vector<MismatchCase> cases() {
        .field = "count"},
       // An all-reduce against an all-gather: the header where both kernels have a barrier or both send LL lines
       // (a small all-gather runs the LL kernel: NOTE [LL all-gather and reduce-scatter]; outputs undefined),
-      // else the deadline.
+      // else the op announcements.
       {.name = "collective", .rank0 = {ar(kStaged)}, .rank1 = {ag(kStaged / 2)}, .field = "collective"},
       {.name = "collective_heap",
        .rank0 = {ar(kStaged)},
@@ -191,11 +193,15 @@ std::vector<MismatchCase> cases() {
        .rank1 = {ag(kLL / 2)},
        .field = "collective",
        .output_kept = false},
-      {.name = "collective_ll128",
-       .rank0 = {ar(kLL128)},
-       .rank1 = {ag(kLL128 / 2)},
+      {.name = "collective_ll128", .rank0 = {ar(kLL128)}, .rank1 = {ag(kLL128 / 2)}, .field = "collective"},
+      // An SM all-gather against a copy-engine one: the copy engine's stream announces nothing and the kernel
+      // writes nothing the watchdog reads, so both wait for their deadline.
+      {.name = "algorithm_sm_vs_copy_engine",
+       .rank0 = {ag(256 * kKB)},
+       .rank1 = {ag_ce(256 * kKB)},
        .normal = Outcome::kTimeout,
-       .field = "collective"},
+       .field = "algorithm",
+       .output_kept = false},
       {.name = "root", .rank0 = {bc(kMB, 0)}, .rank1 = {bc(kMB, 1)}, .field = "root"},
       {.name = "root_ll",  // a small broadcast runs its LL kernel (NOTE [LL broadcast]); outputs undefined
        .rank0 = {bc(kLL, 0)},

@@ -20,8 +20,11 @@ inline constexpr int kSignalSlots = kMaxBlocks * kMaxDeviceRanks;
 /// barrier carries a hash of its arguments so that ranks running different collectives, counts or paths
 /// fail with kMismatch instead of exchanging garbage.
 inline constexpr int kHeaderSlots = 2 * kSignalSlots;
+/// After the headers, 64-bit op announcements [source rank] (NOTE [op announcements] in device/signal.h).
+inline constexpr int kAnnounceSlots = kMaxDeviceRanks;
 /// Bytes of one rank's signal pad.
-inline constexpr size_t kPadBytes = kSignalSlots * sizeof(uint32_t) + kHeaderSlots * sizeof(uint64_t);
+inline constexpr size_t kPadBytes =
+    kSignalSlots * sizeof(uint32_t) + (kHeaderSlots + kAnnounceSlots) * sizeof(uint64_t);
 
 /// Why a kernel gave up (written to DeviceState::error and HostControl::error).
 enum class DeviceError : uint32_t { kNone = 0, kTimeout = 1, kAborted = 2, kPeerDead = 3, kMismatch = 4 };

@@ -56,8 +56,40 @@ __device__ __forceinline__ void report_error(const DeviceComm& c, DeviceError co
 /// True if some block already failed (other blocks stop waiting).
 __device__ __forceinline__ bool comm_failed(const DeviceComm& c) { return ld_volatile_u64(&c.state->error) != 0; }
 
+/// NOTE [op announcements] The header checks (block_barrier's first barrier, the LL header line, the LL128
+/// flags) see a peer only when both ranks run the same path: ranks whose counts put them on different paths
+/// (LL, LL128, staged; an all-reduce against an all-gather on another kernel) write to places the other never
+/// reads, and each would wait for the other until the deadline. So every kernel with a header, when it starts,
+/// also announces {its frame's seq, a 32-bit fold of its header} in one 64-bit word: to every peer's pad and to
+/// its own, slot [its rank] (block 0, one thread per rank, one relaxed store each, nothing waited for). A wait
+/// that polls (poll_give_up) compares its own slot with the awaited peer's: the same seq with another fold
+/// proves that the peer runs another op at this point of the sequence, and the wait gives up with kMismatch
+/// naming it. Nothing else counts as proof: 0 (nothing announced yet), different seqs (one rank is ahead, or a
+/// slot still holds an earlier op: the other blocks of a kernel may poll before block 0 announced), equal
+/// words (matched, or a fold collision: then the deadline decides, as before). Seqs identify an op: every
+/// rank's kernels advance DeviceState::seq alike as long as their ops matched, and every kernel that announces
+/// advances it. Kernels of a failed communicator return before announcing (NOTE [failed communicator]).
+__device__ __forceinline__ uint64_t* announcements(uint32_t* pad) {
+  return reinterpret_cast<uint64_t*>(pad + kSignalSlots) + kHeaderSlots;
+}
+__host__ __device__ constexpr uint64_t announcement(uint32_t seq, uint64_t header) {
+  const uint32_t fold = static_cast<uint32_t>(header) ^ static_cast<uint32_t>(header >> 32);
+  return (uint64_t{seq} << 32) | (fold != 0 ? fold : 1u);
+}
+/// True when the two announcements prove that two ranks run different ops (NOTE [op announcements]).
+__host__ __device__ constexpr bool announced_other_op(uint64_t mine, uint64_t theirs) {
+  return mine != 0 && theirs != 0 && (mine >> 32) == (theirs >> 32) && mine != theirs;
+}
+/// All threads may call it: block 0's threads below the world size announce this kernel (header 0: none).
+__device__ __forceinline__ void announce_op(const DeviceComm& c, uint32_t seq, uint64_t header) {
+  if (header == 0 || blockIdx.x != 0 || threadIdx.x >= static_cast<unsigned>(c.world_size)) return;
+  uint64_t* slot = announcements(c.signals[threadIdx.x]) + c.rank;
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(announcement(seq, header)) : "memory");
+}
+
 /// Called every kPollInterval spins of a wait: true (after recording an error) if the wait must give up
-/// because of abort(), a dead peer, the deadline, or an error another block already recorded.
+/// because of abort(), a dead peer, a peer proven to run another op (NOTE [op announcements]), the deadline,
+/// or an error another block already recorded.
 __device__ inline bool poll_give_up(const DeviceComm& c, int peer, uint32_t target, uint64_t deadline_ns) {
   if (comm_failed(c)) return true;
   if (ld_volatile_u32(&c.control->aborted)) {
@@ -69,6 +101,13 @@ __device__ inline bool poll_give_up(const DeviceComm& c, int peer, uint32_t targ
     int who = (dead >> peer) & 1 ? peer : __ffsll(static_cast<long long>(dead)) - 1;
     report_error(c, DeviceError::kPeerDead, who, target);
     return true;
+  }
+  if (peer >= 0 && peer < c.world_size && peer != c.rank) {
+    const uint64_t* a = announcements(c.signals[c.rank]);
+    if (announced_other_op(ld_volatile_u64(a + c.rank), ld_volatile_u64(a + peer))) {
+      report_error(c, DeviceError::kMismatch, peer, target);
+      return true;
+    }
   }
   if (globaltimer_ns() > deadline_ns) {
     report_error(c, DeviceError::kTimeout, peer, target);
