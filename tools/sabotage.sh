@@ -115,7 +115,7 @@ case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
   "const bool bad = seen && got[u][q].w != p.header;" "const bool bad = false;" \
-  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120
+  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 # Ranks on different paths find each other only through the op announcements (NOTE [op announcements]):
 # broken, those cases wait out their deadline and fail (they must be kMismatch before 0.8 x it).
 case_def gpu op-announce include/symcomm/device/signal.h \

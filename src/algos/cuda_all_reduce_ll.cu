@@ -148,7 +148,9 @@ struct LLLines {
   /// recording the error, if the wait gives up.
   __device__ __forceinline__ bool wait(const char* src, uint4& line, int peer, uint64_t deadline) const {
     for (uint32_t spins = 0; line.y != seq || line.w != seq; line = ld_line(src)) {
-      if (++spins % device::kPollInterval == 0 && device::poll_give_up(c, peer, seq, deadline)) return false;
+      if (++spins % device::kPollInterval == 0 &&
+          device::poll_give_up(c, peer, seq, deadline, device::announcement(seq, header)))
+        return false;
     }
     return true;
   }
@@ -354,6 +356,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
   const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
+  const uint64_t mine = device::announcement(seq, p.header);  // NOTE [op announcements]
   const int n_ranks = c.world_size, me = c.rank;
   const size_t bytes = p.count * sizeof(T);
   const size_t nlines = div_up(bytes, kLL128LineData);
@@ -425,7 +428,8 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
           }
           if (__all_sync(kFullWarp, seen || !valid[u] || !flag_lane)) break;
           if (++spins % device::kPollInterval == 0 &&
-              __any_sync(kFullWarp, lane == 0 && device::poll_give_up(c, q, seq, f.deadline))) {
+              __any_sync(kFullWarp, lane == 0 && device::poll_give_up(c, q, seq, f.deadline,
+                                                                      device::announcement(seq, p.header)))) {
             failed = true;
             break;
           }

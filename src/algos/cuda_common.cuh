@@ -71,7 +71,7 @@ __device__ __forceinline__ Frame frame_begin(const DeviceComm& c, uint64_t heade
   f.half0 = device::ld_volatile_u32(&c.state->half);
   f.deadline = device::globaltimer_ns() + c.timeout_ns;
   f.failed = device::comm_failed(c);
-  if (!f.failed) device::announce_op(c, f.seq0, header);
+  if (!f.failed) device::announce_op(c, f.seq0 + 1, header);
   return f;
 }
 

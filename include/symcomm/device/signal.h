@@ -60,78 +60,80 @@ __device__ __forceinline__ bool comm_failed(const DeviceComm& c) { return ld_vol
 /// flags) see a peer only when both ranks run the same path: ranks whose counts put them on different paths
 /// (LL, LL128, staged; an all-reduce against an all-gather on another kernel) write to places the other never
 /// reads, and each would wait for the other until the deadline. So every kernel with a header, when it starts,
-/// also announces {its frame's seq, a 32-bit fold of its header} in one 64-bit word: to every peer's pad and to
-/// its own, slot [its rank] (block 0, one thread per rank, one relaxed store each, nothing waited for). A wait
-/// that polls (poll_give_up) compares its own slot with the awaited peer's: the same seq with another fold
-/// proves that the peer runs another op at this point of the sequence, and the wait gives up with kMismatch
-/// naming it. Nothing else counts as proof: 0 (nothing announced yet), different seqs (one rank is ahead, or a
-/// slot still holds an earlier op: the other blocks of a kernel may poll before block 0 announced), equal
-/// words (matched, or a fold collision: then the deadline decides, as before). Seqs identify an op: every
-/// rank's kernels advance DeviceState::seq alike as long as their ops matched, and every kernel that announces
-/// advances it. Kernels of a failed communicator return before announcing (NOTE [failed communicator]).
+/// also announces {its first signal value (frame seq + 1), a 32-bit fold of its header} in one 64-bit word to
+/// every peer's pad, slot [its rank] (block 0, one thread per peer, one relaxed store each, nothing waited for).
+/// Its waits pass the same word as `mine` (block_barrier: the first barrier, the one with the header, is at the
+/// first signal value; LL and LL128 wait at it throughout), and a wait that polls (poll_give_up) compares it
+/// with the awaited peer's slot: the same signal value with another fold proves that the peer runs another op
+/// at this point of the sequence, and the wait gives up with kMismatch naming it. Nothing else counts as proof:
+/// 0 (nothing announced yet), another value (one rank is ahead, or the slot still holds an earlier op), the
+/// same word (matched, or a fold collision: then the deadline decides, as before). Signal values identify an
+/// op: every rank's kernels advance DeviceState::seq alike as long as their ops matched, and every kernel that
+/// announces advances it. Kernels of a failed communicator return before announcing (NOTE [failed
+/// communicator]). `mine` is a value, not a load of a slot of one's own: the polling loops must keep no more
+/// addresses live (reading this rank's own announcement from its pad made the 2-rank bf16 LL128 kernel spill
+/// 88-112 bytes per thread, and a call out of line 212; tools/spills.sh).
 __device__ __forceinline__ uint64_t* announcements(uint32_t* pad) {
   return reinterpret_cast<uint64_t*>(pad + kSignalSlots) + kHeaderSlots;
 }
-__host__ __device__ constexpr uint64_t announcement(uint32_t seq, uint64_t header) {
+__host__ __device__ constexpr uint64_t announcement(uint32_t first_seq, uint64_t header) {
   const uint32_t fold = static_cast<uint32_t>(header) ^ static_cast<uint32_t>(header >> 32);
-  return (uint64_t{seq} << 32) | (fold != 0 ? fold : 1u);
+  return header == 0 ? 0 : (uint64_t{first_seq} << 32) | (fold != 0 ? fold : 1u);
 }
 /// True when the two announcements prove that two ranks run different ops (NOTE [op announcements]).
 __host__ __device__ constexpr bool announced_other_op(uint64_t mine, uint64_t theirs) {
   return mine != 0 && theirs != 0 && (mine >> 32) == (theirs >> 32) && mine != theirs;
 }
-/// All threads may call it: block 0's threads below the world size announce this kernel (header 0: none).
-__device__ __forceinline__ void announce_op(const DeviceComm& c, uint32_t seq, uint64_t header) {
-  if (header == 0 || blockIdx.x != 0 || threadIdx.x >= static_cast<unsigned>(c.world_size)) return;
-  uint64_t* slot = announcements(c.signals[threadIdx.x]) + c.rank;
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(announcement(seq, header)) : "memory");
+/// All threads may call it: block 0's threads of the peers' ranks announce this kernel (header 0: none).
+__device__ __forceinline__ void announce_op(const DeviceComm& c, uint32_t first_seq, uint64_t header) {
+  const unsigned t = threadIdx.x;
+  if (header == 0 || blockIdx.x != 0 || t >= static_cast<unsigned>(c.world_size) || t == c.rank) return;
+  uint64_t* slot = announcements(c.signals[t]) + c.rank;
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(slot), "l"(announcement(first_seq, header)) : "memory");
 }
 
 /// Called every kPollInterval spins of a wait: true (after recording an error) if the wait must give up
-/// because of abort(), a dead peer, a peer proven to run another op (NOTE [op announcements]), the deadline,
-/// or an error another block already recorded.
-__device__ inline bool poll_give_up(const DeviceComm& c, int peer, uint32_t target, uint64_t deadline_ns) {
+/// because of abort(), a dead peer, a peer proven to run another op than `mine` (this kernel's announcement,
+/// 0: no check; NOTE [op announcements]), the deadline, or an error another block already recorded.
+__device__ inline bool poll_give_up(const DeviceComm& c, int peer, uint32_t target, uint64_t deadline_ns,
+                                    uint64_t mine = 0) {
   if (comm_failed(c)) return true;
+  // One report_error call site: four inlined copies of it cost registers in the polling loops.
+  DeviceError code = DeviceError::kNone;
+  int who = peer;
+  const uint64_t dead = ld_volatile_u64(&c.control->dead_mask);
   if (ld_volatile_u32(&c.control->aborted)) {
-    report_error(c, DeviceError::kAborted, peer, target);
-    return true;
+    code = DeviceError::kAborted;
+  } else if (dead) {
+    code = DeviceError::kPeerDead;
+    who = (dead >> peer) & 1 ? peer : __ffsll(static_cast<long long>(dead)) - 1;
+  } else if (mine != 0 && announced_other_op(mine, ld_volatile_u64(announcements(c.signals[c.rank]) + peer))) {
+    code = DeviceError::kMismatch;
+  } else if (globaltimer_ns() > deadline_ns) {
+    code = DeviceError::kTimeout;
   }
-  uint64_t dead = ld_volatile_u64(&c.control->dead_mask);
-  if (dead) {
-    int who = (dead >> peer) & 1 ? peer : __ffsll(static_cast<long long>(dead)) - 1;
-    report_error(c, DeviceError::kPeerDead, who, target);
-    return true;
-  }
-  if (peer >= 0 && peer < c.world_size && peer != c.rank) {
-    const uint64_t* a = announcements(c.signals[c.rank]);
-    if (announced_other_op(ld_volatile_u64(a + c.rank), ld_volatile_u64(a + peer))) {
-      report_error(c, DeviceError::kMismatch, peer, target);
-      return true;
-    }
-  }
-  if (globaltimer_ns() > deadline_ns) {
-    report_error(c, DeviceError::kTimeout, peer, target);
-    return true;
-  }
-  return false;
+  if (code == DeviceError::kNone) return false;
+  report_error(c, code, who, target);
+  return true;
 }
 
 /// Waits (one thread) until *slot reaches target. Returns false after recording an error on abort, peer
 /// death, deadline, or when another block already failed.
 __device__ inline bool wait_signal(const DeviceComm& c, const uint32_t* slot, uint32_t target, int peer,
-                                   uint64_t deadline_ns) {
+                                   uint64_t deadline_ns, uint64_t mine = 0) {
   uint32_t spins = 0;
   while (!seq_reached(ld_acquire_sys(slot), target)) {
-    if (++spins % kPollInterval == 0 && poll_give_up(c, peer, target, deadline_ns)) return false;
+    if (++spins % kPollInterval == 0 && poll_give_up(c, peer, target, deadline_ns, mine)) return false;
   }
   return true;
 }
 
 /// Block-wide barrier with every peer's block of the same index: all threads call it. Orders this block's
 /// earlier stores (local and remote) before the peers' later loads, and the peers' earlier stores before
-/// this block's later loads. With header != 0 (a kernel's first barrier) it also sends the header and
-/// compares the peers' with it (kMismatch on a difference). Returns false (in every thread) if a wait or
-/// the comparison failed.
+/// this block's later loads. With header != 0 (a kernel's first barrier, whose `seq` is the kernel's first
+/// signal value) it also sends the header and compares the peers' with it (kMismatch on a difference), and
+/// its waits compare the peers' op announcements with this kernel's (NOTE [op announcements]). Returns false
+/// (in every thread) if a wait or the comparison failed.
 __device__ inline bool block_barrier(const DeviceComm& c, uint32_t seq, uint64_t deadline_ns, uint64_t header = 0) {
   __syncthreads();
   bool ok = true;
@@ -140,7 +142,8 @@ __device__ inline bool block_barrier(const DeviceComm& c, uint32_t seq, uint64_t
     const int hslot = (seq & 1) * kSignalSlots + blockIdx.x * kMaxDeviceRanks;
     if (header) reinterpret_cast<uint64_t*>(c.signals[t] + kSignalSlots)[hslot + c.rank] = header;
     st_release_sys(c.signals[t] + blockIdx.x * kMaxDeviceRanks + c.rank, seq);
-    ok = wait_signal(c, c.signals[c.rank] + blockIdx.x * kMaxDeviceRanks + t, seq, t, deadline_ns);
+    ok = wait_signal(c, c.signals[c.rank] + blockIdx.x * kMaxDeviceRanks + t, seq, t, deadline_ns,
+                     announcement(seq, header));
     if (ok && header) {
       uint64_t theirs =
           ld_volatile_u64(reinterpret_cast<const uint64_t*>(c.signals[c.rank] + kSignalSlots) + hslot + t);
