@@ -73,7 +73,7 @@ case_def gpu device-deadline include/symcomm/device/signal.h \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_missing:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_missing:Paths/GpuKernelFaults.*/bucket_flush_missing:Paths/GpuKernelFaults.*/group_all_reduce_missing" 200 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu device-dead-peer include/symcomm/device/signal.h \
-  "  if (dead) {" "  if (false) {" \
+  "  } else if (dead) {" "  } else if (false) {" \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_killed:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_killed:Paths/GpuKernelFaults.*/bucket_flush_killed:Paths/GpuKernelFaults.*/group_all_reduce_killed" 200 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu device-abort include/symcomm/device/signal.h \
@@ -99,10 +99,10 @@ case_def gpu nccl-blocking-creation src/core/cuda_backend_cuda.cc \
 # loop must give up on abort(), a dead peer and the deadline; GpuKernelFaults meets each path with each fault
 # (broken, each of the three cases fails at its 20 s job limit).
 case_def gpu ll-give-up src/algos/cuda_all_reduce_ll.cu \
-  "device::poll_give_up(c, peer, seq, deadline)" "false" \
+  "device::poll_give_up(c, peer, seq, deadline, device::announcement(seq, header))" "false" \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll128-give-up src/algos/cuda_all_reduce_ll.cu \
-  "device::poll_give_up(c, q, seq, f.deadline)" "false" \
+  "lane == 0 && device::poll_give_up(" "false && device::poll_give_up(" \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 # An element offset kept in 32 bits (signed) in the staged two-shot all-reduce: only counts past 2^31 reach it.
 case_def gpu two-shot-int-offset src/algos/cuda_all_reduce_two_shot.cu \
@@ -119,7 +119,8 @@ case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
 # Ranks on different paths find each other only through the op announcements (NOTE [op announcements]):
 # broken, those cases wait out their deadline and fail (they must be kMismatch before 0.8 x it).
 case_def gpu op-announce include/symcomm/device/signal.h \
-  "    if (announced_other_op(ld_volatile_u64(a + c.rank), ld_volatile_u64(a + peer))) {" "    if (false) {" \
+  "  } else if (mine != 0 && announced_other_op(mine, ld_volatile_u64(announcements(c.signals[c.rank]) + peer))) {" \
+  "  } else if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_vs_*:*across_paths:*collective_ll128" 200 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 # Needs more than 2 ranks (a rank two collectives ahead of another), so 4 ranks share the GPUs; the overwrite

@@ -356,7 +356,6 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
   const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const uint32_t seq = f.seq0 + 1;
-  const uint64_t mine = device::announcement(seq, p.header);  // NOTE [op announcements]
   const int n_ranks = c.world_size, me = c.rank;
   const size_t bytes = p.count * sizeof(T);
   const size_t nlines = div_up(bytes, kLL128LineData);
