@@ -199,7 +199,15 @@ long long CudaBench::run() {
   n_ = comm_.world_size();
   me_ = comm_.rank();
   BENCH_CUDA(cudaSetDevice(comm_.device()));
-  init_nccl();
+  // Ranks sharing one GPU (SYMCOMM_SHARED_GPU=1, docs/cuda-backend.md): NCCL refuses two ranks on one device,
+  // so only symcomm's implementations run there (their kernels' own cost, not NVLink's).
+  const char* shared = std::getenv("SYMCOMM_SHARED_GPU");
+  const bool with_nccl = shared == nullptr || std::string(shared) != "1";
+  if (with_nccl) {
+    init_nccl();
+  } else if (me_ == 0) {
+    std::printf("# NCCL not measured: the ranks share a GPU (SYMCOMM_SHARED_GPU=1)\n");
+  }
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const std::vector<size_t> sizes = size_sweep(o_, 16 * n_);
@@ -215,10 +223,12 @@ long long CudaBench::run() {
   BENCH_CUDA(cudaMalloc(&plain.out, max_bytes));
   Buffers nsym;
   ncclWindow_t win_in = nullptr, win_out = nullptr;
-  BENCH_NCCL(ncclMemAlloc(&nsym.in, max_bytes));
-  BENCH_NCCL(ncclMemAlloc(&nsym.out, max_bytes));
-  BENCH_NCCL(ncclCommWindowRegister(nccl_, nsym.in, max_bytes, &win_in, NCCL_WIN_COLL_SYMMETRIC));
-  BENCH_NCCL(ncclCommWindowRegister(nccl_, nsym.out, max_bytes, &win_out, NCCL_WIN_COLL_SYMMETRIC));
+  if (with_nccl) {
+    BENCH_NCCL(ncclMemAlloc(&nsym.in, max_bytes));
+    BENCH_NCCL(ncclMemAlloc(&nsym.out, max_bytes));
+    BENCH_NCCL(ncclCommWindowRegister(nccl_, nsym.in, max_bytes, &win_in, NCCL_WIN_COLL_SYMMETRIC));
+    BENCH_NCCL(ncclCommWindowRegister(nccl_, nsym.out, max_bytes, &win_out, NCCL_WIN_COLL_SYMMETRIC));
+  }
 
   auto symcomm_op = [&](Buffers b, Algorithm forced) {
     return [this, b, forced, dt, rop](Collective c, size_t count, cudaStream_t st) {
@@ -235,8 +245,10 @@ long long CudaBench::run() {
   std::vector<Impl> impls;
   impls.push_back({"symcomm", sym, symcomm_op(sym, Algorithm::kAuto),
                    [this] { return std::string(to_string(comm_.last_algorithm())); }});
-  impls.push_back({"nccl", plain, nccl_op_fn(plain), [] { return std::string("nccl"); }});
-  impls.push_back({"nccl_symmetric", nsym, nccl_op_fn(nsym), [] { return std::string("nccl"); }});
+  if (with_nccl) {
+    impls.push_back({"nccl", plain, nccl_op_fn(plain), [] { return std::string("nccl"); }});
+    impls.push_back({"nccl_symmetric", nsym, nccl_op_fn(nsym), [] { return std::string("nccl"); }});
+  }
   impls.push_back(
       {"symcomm_one_shot", sym, symcomm_op(sym, Algorithm::kOneShot), [] { return std::string("one_shot"); }});
   impls.push_back(
@@ -285,15 +297,17 @@ long long CudaBench::run() {
   print_summary();
 
   BENCH_CUDA(cudaDeviceSynchronize());
-  ncclCommWindowDeregister(nccl_, win_in);
-  ncclCommWindowDeregister(nccl_, win_out);
-  ncclMemFree(nsym.in);
-  ncclMemFree(nsym.out);
+  if (with_nccl) {
+    ncclCommWindowDeregister(nccl_, win_in);
+    ncclCommWindowDeregister(nccl_, win_out);
+    ncclMemFree(nsym.in);
+    ncclMemFree(nsym.out);
+  }
   cudaFree(plain.in);
   cudaFree(plain.out);
   comm_.free(sym.in);
   comm_.free(sym.out);
-  ncclCommDestroy(nccl_);
+  if (with_nccl) ncclCommDestroy(nccl_);
   cudaStreamDestroy(s);
   return wrong_total;
 }
