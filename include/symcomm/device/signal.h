@@ -84,6 +84,15 @@ __host__ __device__ constexpr uint64_t announcement(uint32_t first_seq, uint64_t
 __host__ __device__ constexpr bool announced_other_op(uint64_t mine, uint64_t theirs) {
   return mine != 0 && theirs != 0 && (mine >> 32) == (theirs >> 32) && mine != theirs;
 }
+// The proof rule, checked at compile time: only the same signal value with another fold counts.
+static_assert(announcement(5, 0) == 0, "a kernel without a header announces nothing");
+static_assert(announcement(7, 0x0000000100000001ull) == ((uint64_t{7} << 32) | 1), "a zero fold still announces");
+static_assert(!announced_other_op(announcement(5, 0x1234), announcement(5, 0x1234)), "matched ops");
+static_assert(announced_other_op(announcement(5, 0x1234), announcement(5, 0x5678)), "another op, same point");
+static_assert(!announced_other_op(announcement(5, 0x1234), announcement(6, 0x5678)), "another point of the sequence");
+static_assert(!announced_other_op(announcement(5, 0x1234), 0) && !announced_other_op(0, announcement(5, 1)),
+              "nothing announced yet");
+
 /// All threads may call it: block 0's threads of the peers' ranks announce this kernel (header 0: none).
 __device__ __forceinline__ void announce_op(const DeviceComm& c, uint32_t first_seq, uint64_t header) {
   const unsigned t = threadIdx.x;
