@@ -36,6 +36,14 @@ case_def() {
   [ "$want" = all ] || [ "$want" = "$1" ] || return 0
   NAMES+=("$2") FILES+=("$3") FROMS+=("$4") TOS+=("$5") BINS+=("$6") FILTERS+=("$7") LIMITS+=("$8") ENVS+=("${9:-}")
 }
+# Two ranks sharing one GPU, deadlines scaled for the time slices (most GPU cases run so).
+SHARED2="SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+# The four GpuKernelFaults paths that wait in signal.h's block_barrier, under one fault (missing|killed|abort).
+barrier_paths() {
+  local p out=
+  for p in barrier all_reduce_two_shot_push bucket_flush group_all_reduce; do out+="${out:+:}Paths/GpuKernelFaults.*/${p}_$1"; done
+  echo "$out"
+}
 case ${CASES:-host} in
   host | gpu | all) ;;
   *) echo "sabotage: CASES must be host, gpu or all" >&2; exit 2 ;;
@@ -70,25 +78,25 @@ case_def host split-store-server src/core/communicator.cc \
 # whole-job limit where ranks share a GPU; GpuKernelFaults' cases end at 20 s each).
 case_def gpu device-deadline include/symcomm/device/signal.h \
   "if (globaltimer_ns() > deadline_ns) {" "if (false) {" \
-  symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_missing:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_missing:Paths/GpuKernelFaults.*/bucket_flush_missing:Paths/GpuKernelFaults.*/group_all_reduce_missing" 200 \
-  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "$(barrier_paths missing)" 200 \
+  "$SHARED2"
 case_def gpu device-dead-peer include/symcomm/device/signal.h \
   "  } else if (dead) {" "  } else if (false) {" \
-  symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_killed:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_killed:Paths/GpuKernelFaults.*/bucket_flush_killed:Paths/GpuKernelFaults.*/group_all_reduce_killed" 200 \
-  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "$(barrier_paths killed)" 200 \
+  "$SHARED2"
 case_def gpu device-abort include/symcomm/device/signal.h \
   "  if (ld_volatile_u32(&c.control->aborted)) {" "  if (false) {" \
-  symcomm_gpu_tests "Paths/GpuKernelFaults.*/barrier_abort:Paths/GpuKernelFaults.*/all_reduce_two_shot_push_abort:Paths/GpuKernelFaults.*/bucket_flush_abort:Paths/GpuKernelFaults.*/group_all_reduce_abort" 200 \
-  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "$(barrier_paths abort)" 200 \
+  "$SHARED2"
 case_def gpu ce-watchdog src/core/cuda_copy_engine_cuda.cc \
   "if (v != 0 && (failed || timed_out)) {" "if (false) {" \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/copy_engine_all_gather_missing:Paths/GpuKernelFaults.*/copy_engine_reduce_scatter_abort:Paths/GpuKernelFaults.*/copy_engine_broadcast_killed" 150 \
-  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  "$SHARED2"
 # The watchdog never reports kMismatch (every stall reading, early or at the deadline, becomes kTimeout).
 case_def gpu ce-mismatch src/core/cuda_copy_engine_cuda.cc \
   "stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout" "DeviceError::kTimeout" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*" 200 \
-  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  "$SHARED2"
 case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=2"
@@ -100,29 +108,29 @@ case_def gpu nccl-blocking-creation src/core/cuda_backend_cuda.cc \
 # (broken, each of the three cases fails at its 20 s job limit).
 case_def gpu ll-give-up src/algos/cuda_all_reduce_ll.cu \
   "device::poll_give_up(c, peer, seq, deadline, device::announcement(seq, header))" "false" \
-  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll_*-*_graph" 100 "$SHARED2"
 case_def gpu ll128-give-up src/algos/cuda_all_reduce_ll.cu \
   "lane == 0 && device::poll_give_up(" "false && device::poll_give_up(" \
-  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*-*_graph" 100 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*-*_graph" 100 "$SHARED2"
 # An element offset kept in 32 bits (signed) in the staged two-shot all-reduce: only counts past 2^31 reach it.
 case_def gpu two-shot-int-offset src/algos/cuda_all_reduce_two_shot.cu \
   $'T* out = static_cast<T*>(p.out);\n  for (uint32_t j = 0; j < rounds; ++j) {\n    const size_t e0 = j * round_elems,' \
   $'T* out = static_cast<T*>(p.out);\n  for (uint32_t j = 0; j < rounds; ++j) {\n    const size_t e0 = static_cast<int>(j * round_elems),' \
-  symcomm_gpu_tests "GpuLargeCounts.AllReduce*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "GpuLargeCounts.AllReduce*" 120 "$SHARED2"
 case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   "      if (line.x != static_cast<uint32_t>(header) || line.z != static_cast<uint32_t>(header >> 32)) {" \
   "      if (false) {" \
-  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120 "$SHARED2"
 case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
   "const bool bad = seen && got[u][q].w != p.header;" "const bool bad = false;" \
-  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120 "$SHARED2"
 # Ranks on different paths find each other only through the op announcements (NOTE [op announcements]):
 # broken, those cases wait out their deadline and fail (they must be kMismatch before 0.8 x it).
 case_def gpu op-announce include/symcomm/device/signal.h \
   "  } else if (mine != 0 && announced_other_op(mine, ld_volatile_u64(announcements(c.signals[c.rank]) + peer))) {" \
   "  } else if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_vs_*:*across_paths:*collective_ll128" 200 \
-  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  "$SHARED2"
 # Needs more than 2 ranks (a rank two collectives ahead of another), so 4 ranks share the GPUs; the overwrite
 # is a race: the tests run three times.
 case_def gpu failed-communicator src/algos/cuda_common.cuh \
@@ -153,7 +161,7 @@ case_def gpu ce-gave-up src/core/cuda_copy_engine_cuda.cc \
 case_def gpu ce-early src/core/cuda_copy_engine_cuda.cc \
   "      if (early.peer >= 0 && early.peer == suspect) fail_and_release(" "      if (false) fail_and_release(" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*:GpuCopyEngineFaults.Skipped*" 200 \
-  "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=10"
+  "$SHARED2"
 case_def gpu ll-gather-store src/algos/cuda_all_reduce_ll.cu \
   "store8(dst, i, bytes, aligned8(dst), vals[q].v);" "store8(dst, i, bytes, aligned8(dst), make_uint2(0, 0));" \
   symcomm_gpu_tests "GpuCollectives.AllGather*" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
