@@ -51,9 +51,35 @@ struct Frame {
 /// rank that failed its second all-reduce on the skipping rank's header ran its third anyway and overwrote
 /// what a slower rank, still in the first (matched) all-reduce, was waiting for: on the LL path that rank
 /// timed out with a wrong result of the matched call; on the staged path it reported a mismatch naming the
-/// rank that was ahead instead of the rank that skipped. The
-/// error word shares its 32-byte line with the counters read here, so its load can travel with theirs (the
-/// latency this adds was not measured: no 2-GPU machine was lent when it was written).
+/// rank that was ahead instead of the rank that skipped. The error word is read with the counters, in the same
+/// load (NOTE [state read]; as a load of its own it cost up to 1 us per kernel).
+
+/// NOTE [state read] Every kernel starts by reading its communicator's sequence counters and error word
+/// (DeviceState, one 32-byte line in device memory). Each warp that reads them sends its own request for that
+/// line, all warps at once; the cost grows with the grid, as if the line's L2 slice served the requests one
+/// after another (the likely cause; not profiled). Measured on 1 x H100 (one rank, one-shot all-reduce of bf16 in a
+/// CUDA graph, 2026-11-25; docs/ benchmarks.md, "Sixteenth session"): the error word's load as a third load per thread
+/// (NOTE [failed communicator], eighth session of 2026-11-23) cost 0.47 us at 256 KB, 0.77 us at 1 MB and 0.98 us at 4
+/// MB; 2 x H200 showed a slowdown of that size at those sizes since (ninth session). Now the three words sit in the
+/// line's first 16 bytes and are read with one vector load, and in grids of more than kStateReadPerThreadMaxBlocks
+/// blocks only thread 0 of each block reads them and hands them on through shared memory (one request per block instead
+/// of one per warp): 2.68 / 3.42 / 4.28 us at 256 KB / 1 MB / 4 MB, against 3.22 / 4.52 / 5.46 with three loads per
+/// thread and 2.65 / 4.03 / 4.44 with two (before the error word). Small grids keep the per-thread read: the barrier
+/// that hands the words on puts the load's latency before every thread's first input load, which cost 0.07 us at 64 KB
+/// (16 blocks). The two paths together cost registers: ptxas spills 36-56 bytes per thread in the 2-rank LL128
+/// instances (64-register cap; none before) and the kernels' spill stores total 16,276 bytes against 13,452, while
+/// either path alone spills nothing in the LL128 instances. The 1 MB LL128 time did not show it (3.42 us, the same as a
+/// block-read-only build). If 2 GPUs show a cost, give the kernels that always run large grids (LL128, staged one-shot,
+/// two-shot) the block read alone.
+inline constexpr unsigned kStateReadPerThreadMaxBlocks = 16;
+
+__device__ __forceinline__ uint4 load_state(const DeviceComm& c) {
+  uint4 s;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(s.x), "=r"(s.y), "=r"(s.z), "=r"(s.w)
+               : "l"(c.state));
+  return s;
+}
 
 /// NOTE [PDL] Latency-bound kernels (the one-shot all-reduces) are launched with programmatic dependent
 /// launch (launch_kernel(pdl = true)): the next kernel of the stream may be scheduled while this one still
@@ -66,11 +92,20 @@ struct Frame {
 __device__ __forceinline__ Frame frame_begin(const DeviceComm& c, uint64_t header) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  uint4 s;  // {seq, half, error (low, high)}: NOTE [state read]
+  if (gridDim.x <= kStateReadPerThreadMaxBlocks) {
+    s = load_state(c);
+  } else {
+    __shared__ uint4 block_state;
+    if (threadIdx.x == 0) block_state = load_state(c);
+    __syncthreads();
+    s = block_state;
+  }
   Frame f;
-  f.seq0 = device::ld_volatile_u32(&c.state->seq);
-  f.half0 = device::ld_volatile_u32(&c.state->half);
+  f.seq0 = s.x;
+  f.half0 = s.y;
   f.deadline = device::globaltimer_ns() + c.timeout_ns;
-  f.failed = device::comm_failed(c);
+  f.failed = (s.z | s.w) != 0;
   if (!f.failed) device::announce_op(c, f.seq0 + 1, header);
   return f;
 }

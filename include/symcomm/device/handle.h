@@ -42,13 +42,16 @@ __host__ __device__ constexpr uint32_t error_seq(uint64_t e) { return static_cas
 
 /// Per-communicator sequencing state in this rank's device memory. Zeroed once at creation, then advanced
 /// only by kernels (never by the host, never baked into a CUDA graph).
-struct DeviceState {
-  uint32_t seq;   ///< last signal value used by every block (advanced per barrier phase)
-  uint32_t half;  ///< staging double-buffer counter (advanced per round)
-  uint32_t done;  ///< blocks of the running kernel that finished (last one advances seq/half)
-  uint32_t reserved;
+/// The first 16 bytes are what every kernel reads when it starts, in one vector load (NOTE [state read]).
+struct alignas(16) DeviceState {
+  uint32_t seq;    ///< last signal value used by every block (advanced per barrier phase)
+  uint32_t half;   ///< staging double-buffer counter (advanced per round)
   uint64_t error;  ///< first device error (pack_error), 0 if none; device-scope atomics only
+  uint32_t done;   ///< blocks of the running kernel that finished (last one advances seq/half)
+  uint32_t reserved;
 };
+static_assert(offsetof(DeviceState, seq) == 0 && offsetof(DeviceState, half) == 4 && offsetof(DeviceState, error) == 8,
+              "frame_begin reads seq, half and error as one 16-byte vector");
 
 /// Host-mapped page-locked words shared by the host and the kernels.
 struct HostControl {
