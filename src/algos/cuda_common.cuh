@@ -68,9 +68,10 @@ struct Frame {
 /// that hands the words on puts the load's latency before every thread's first input load, which cost 0.07 us at 64 KB
 /// (16 blocks). The two paths together cost registers: ptxas spills 36-56 bytes per thread in the 2-rank LL128
 /// instances (64-register cap; none before) and the kernels' spill stores total 16,276 bytes against 13,452, while
-/// either path alone spills nothing in the LL128 instances. The 1 MB LL128 time did not show it (3.42 us, the same as a
-/// block-read-only build). If 2 GPUs show a cost, give the kernels that always run large grids (LL128, staged one-shot,
-/// two-shot) the block read alone.
+/// either path alone spills nothing in the LL128 sum instances. The 1 MB LL128 time did not show it (3.42 us, the same
+/// as a block-read-only build). If 2 GPUs show a cost: the block read alone in every kernel spills 14,180 bytes in all
+/// (LL128: 0, avg 28) and cost 0.05 us at 4-16 KB at one rank; keeping both paths in the LL kernels only does not
+/// help (the LL128 instances in the same file still spill 36).
 inline constexpr unsigned kStateReadPerThreadMaxBlocks = 16;
 
 __device__ __forceinline__ uint4 load_state(const DeviceComm& c) {
