@@ -58,7 +58,7 @@ struct Frame {
 /// (DeviceState, one 32-byte line in device memory). Each warp that reads them sends its own request for that
 /// line, all warps at once; the cost grows with the grid, as if the line's L2 slice served the requests one
 /// after another (the likely cause; not profiled). Measured on 1 x H100 (one rank, one-shot all-reduce of bf16 in a
-/// CUDA graph, 2026-11-25; docs/ benchmarks.md, "Sixteenth session"): the error word's load as a third load per thread
+/// CUDA graph, 2026-11-25; docs/benchmarks.md, "Sixteenth session"): the error word's load as a third load per thread
 /// (NOTE [failed communicator], eighth session of 2026-11-23) cost 0.47 us at 256 KB, 0.77 us at 1 MB and 0.98 us at 4
 /// MB; 2 x H200 showed a slowdown of that size at those sizes since (ninth session). Now the three words sit in the
 /// line's first 16 bytes and are read with one vector load, and in grids of more than kStateReadPerThreadMaxBlocks
