@@ -75,7 +75,7 @@ source_stamp() {
     LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
 PREBUILT=$ROOT/.gpu-prebuilt.tgz
-PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench tools/symcomm-run)
+PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench bench/symcomm-targets tools/symcomm-run)
 
 # The one build configuration (the `build` and `pack` steps); its output goes to the log named.
 configure() {
@@ -250,6 +250,18 @@ elif has sabotage && [ $BUILD_OK = 1 ]; then
   BUILD=$BUILD CASES=gpu OUT=$OUT/sabotage bash "$ROOT/tools/sabotage.sh" >"$OUT/sabotage.console" 2>&1
   note "sabotage: rc=$? in $(($(date +%s) - t0)) s (0 = every case caught; logs: sabotage/)"
   tee -a "$SUMMARY" <"$OUT/sabotage/sabotage.txt"
+fi
+
+# The issues' speed targets judged from whatever JSON the steps above wrote (bench/targets/targets.h; no GPU
+# needed, so the same command works on copies of these files elsewhere).
+JSONS=()
+for f in bench ce_bench contention group bucket; do [ -s "$OUT/$f.json" ] && JSONS+=("$OUT/$f.json"); done
+if [ ${#JSONS[@]} -gt 0 ] && [ -x "$BUILD/bench/symcomm-targets" ]; then
+  TARGETS=$(mktemp)  # not under $OUT: the device returns few files, and the summary holds the table
+  "$BUILD/bench/symcomm-targets" --world "${NRANKS:-2}" "${JSONS[@]}" >"$TARGETS" 2>&1
+  note "targets: rc=$? (0 = every target with data met)"
+  tee -a "$SUMMARY" <"$TARGETS"
+  rm -f "$TARGETS"
 fi
 
 echo "---- summary ($OUT) ----"
