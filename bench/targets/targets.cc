@@ -157,25 +157,26 @@ void issue4(const Table& t, std::vector<Result>& out) {
   };
   for (const Goal& g : {Goal{"all_gather", 1.0}, Goal{"reduce_scatter", 2.0}}) {
     // Every low-contention variant the run measured (out of place, in place), each judged on its own.
-    std::map<std::string, std::pair<Judge, Judge>> per_impl;
+    struct LowJudges {
+      Judge slowdown, overlap;
+    };
+    std::map<std::string, LowJudges> per_impl;
     std::map<std::string, Judge> nccl;
     for (const Best& b : t.all(g.coll)) {
       const Row& r = *b.row;
       if (r.mode != "overlap" || r.bytes < 128 * kMB || r.bytes > 256 * kMB) continue;
       const double slow = field(r, "gemm_slowdown_pct"), ratio = field(r, "coll_overlap_ratio");
       if (r.impl.rfind("symcomm_low", 0) == 0 && r.impl != "symcomm_low_tiny") {
-        auto it = per_impl.find(r.impl);
-        if (it == per_impl.end()) {
-          it = per_impl
-                   .emplace(r.impl,
-                            std::pair{Judge(4, fmt::format("GEMM slowdown beside {} {} <= {:g}% at 128-256 MB (%)",
-                                                           r.impl, g.coll, g.slowdown_pct)),
-                                      Judge(4, fmt::format("{} {} overlapped <= 1.3 x alone at 128-256 MB (x)", r.impl,
-                                                           g.coll))})
-                   .first;
-        }
-        it->second.first.add(size_label(r.bytes), slow, slow <= g.slowdown_pct, b.wrong, 2);
-        it->second.second.add(size_label(r.bytes), ratio, ratio <= 1.3, b.wrong, 3);
+        LowJudges& j =
+            per_impl
+                .try_emplace(r.impl,
+                             LowJudges{Judge(4, fmt::format("GEMM slowdown beside {} {} <= {:g}% at 128-256 MB (%)",
+                                                            r.impl, g.coll, g.slowdown_pct)),
+                                       Judge(4, fmt::format("{} {} overlapped <= 1.3 x alone at 128-256 MB (x)", r.impl,
+                                                            g.coll))})
+                .first->second;
+        j.slowdown.add(size_label(r.bytes), slow, slow <= g.slowdown_pct, b.wrong, 2);
+        j.overlap.add(size_label(r.bytes), ratio, ratio <= 1.3, b.wrong, 3);
       } else if (r.impl.rfind("nccl", 0) == 0) {
         auto it =
             nccl.try_emplace(r.impl, 4, fmt::format("GEMM slowdown beside {} {} (%, for comparison)", r.impl, g.coll))
@@ -188,11 +189,11 @@ void issue4(const Table& t, std::vector<Result>& out) {
           Judge(4, fmt::format("GEMM slowdown beside symcomm's low-contention {} <= {:g}%", g.coll, g.slowdown_pct))
               .result());
     }
-    for (auto& [name, judges] : per_impl) {
-      out.push_back(judges.first.result());
-      out.push_back(judges.second.result());
+    for (const auto& [name, judges] : per_impl) {
+      out.push_back(judges.slowdown.result());
+      out.push_back(judges.overlap.result());
     }
-    for (auto& [name, judge] : nccl) {
+    for (const auto& [name, judge] : nccl) {
       Result r = judge.result();
       if (r.verdict != Verdict::kWrong) r.verdict = Verdict::kInfo;
       out.push_back(r);
