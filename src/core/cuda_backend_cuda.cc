@@ -301,7 +301,10 @@ void CudaBackend::release() {
   if (!failed) cudaDeviceSynchronize();  // let enqueued kernels finish before their memory goes
   // ncclCommAbort also on a clean shutdown: it never waits for peers (which may already be gone or busy),
   // and our own NCCL work has completed (synchronised above) or must be cut off (failure). It also ends a
-  // creation still in progress (NOTE [nonblocking NCCL]).
+  // creation still in progress (NOTE [nonblocking NCCL]). ncclCommDestroy would take ~0.5 s instead of ~1 s
+  // (both are NCCL's proxy threads polling every 500 ms), but its proxy thread stays until every peer has
+  // closed its connection, i.e. destroyed its communicator too: a peer that is alive but busy elsewhere
+  // would hold this rank here without bound (docs/benchmarks.md, eighteenth session).
   if (nccl_) {
     const auto t0 = std::chrono::steady_clock::now();
     ncclCommAbort(nccl_);
