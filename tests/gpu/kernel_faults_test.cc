@@ -128,15 +128,21 @@ size_t out_elems(const Path& p, int world) {
 }
 
 /// The op deadline of the missing-rank cases: short, scaled only for slow tools (SYMCOMM_TEST_TIMEOUT_SCALE
-/// 20 where ranks share a GPU gives 2 s: the matched call before the fault runs with both ranks time-sliced).
-std::chrono::milliseconds deadline() { return std::chrono::seconds(1) * std::max(1, testing::timeout_scale() / 10); }
+/// 20 where ranks share a GPU gives 2 s: the matched call before the fault runs with the ranks time-sliced), and
+/// where more than four ranks share a GPU, by world / 4: the ranks' kernels take turns on it, and at 8 ranks the
+/// matched staged two-shot (64 MB, two barriers per round) took ~2.3 s, past a 2 s deadline (2026-11-25). The ranks
+/// read it back from their communicator's config.
+std::chrono::milliseconds deadline(int world) {
+  const int turns = ranks_share_gpus() ? std::max(1, world / 4) : 1;
+  return std::chrono::seconds(1) * std::max(1, testing::timeout_scale() / 10) * turns;
+}
 
 /// The test config with the all-reduce path table pinned as in mismatch_test.cc (LL up to 512 KB, LL128 up to
 /// 2 MB, staged one-shot up to 4 MB, two-shot pushing to heap outputs from 8 MB), 16 bytes off the defaults so
 /// that measured_cuda_tuning keeps them at every world size.
-Config kernel_fault_config(Fault f) {
+Config kernel_fault_config(Fault f, int world) {
   Config c = testing::HarnessOptions::default_test_config();
-  c.timeout = f == Fault::kMissing ? deadline() : std::chrono::seconds(20) * testing::timeout_scale();
+  c.timeout = f == Fault::kMissing ? deadline(world) : std::chrono::seconds(20) * testing::timeout_scale();
   c.tuning.cuda_ll_max_bytes = size_t{512} << 10;
   c.tuning.cuda_ll_gather_max_bytes = size_t{512} << 10;
   c.tuning.cuda_ll128_max_bytes = size_t{2} << 20;
@@ -147,9 +153,9 @@ Config kernel_fault_config(Fault f) {
 
 /// The harness options of a fault case: its config, and a limit per case (a case takes seconds; a wait that never
 /// gives up fails its case at this limit instead of stalling the rest).
-testing::HarnessOptions fault_options(Fault f) {
+testing::HarnessOptions fault_options(Fault f, int world) {
   testing::HarnessOptions opt;
-  opt.config = kernel_fault_config(f);
+  opt.config = kernel_fault_config(f, world);
   opt.timeout = std::chrono::seconds(20) * std::max(1, testing::timeout_scale() / 10);
   return opt;
 }
@@ -298,7 +304,7 @@ void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t 
   EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
   ASSERT_TRUE(err.has_value()) << "rank " << me << ": the call completed without rank 1";
   SCOPED_TRACE(fmt::format("rank {} after {:.3f} s: {}", me, took, err->what()));
-  const double limit = std::chrono::duration<double>(deadline()).count();
+  const double limit = std::chrono::duration<double>(comm.config().timeout).count();
   switch (fault) {
     case Fault::kMissing:
       EXPECT_EQ(err->code(), ErrorCode::kTimeout);
@@ -392,10 +398,10 @@ class GpuKernelFaults : public ::testing::TestWithParam<Param> {};
 
 TEST_P(GpuKernelFaults, EveryWaitGivesUpNamingTheRank) {
   const auto& [path, fault, graph] = GetParam();
-  testing::HarnessOptions opt = fault_options(fault);
+  const int world = testing::gpu_test_world();
+  testing::HarnessOptions opt = fault_options(fault, world);
   if (fault == Fault::kKilled) opt.may_fail.push_back(1);
-  testing::expect_success(
-      testing::gpu_test_world(), [&](RankEnv& env) { run_case(env, path, fault, graph); }, opt);
+  testing::expect_success(world, [&](RankEnv& env) { run_case(env, path, fault, graph); }, opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GpuKernelFaults,
@@ -476,7 +482,7 @@ void run_skipped_copy_engine_case(RankEnv& env) {
     } else {
       EXPECT_TRUE(named.size() == 1 && named[0] != 1);
     }
-    const double limit = std::chrono::duration<double>(deadline()).count();
+    const double limit = std::chrono::duration<double>(comm->config().timeout).count();
     EXPECT_LT(took, 0.8 * limit) << "the watchdog reports a proven mismatch before the deadline";
     EXPECT_TRUE(first.guards_intact() && second.guards_intact()) << "bytes around an output were written";
     expect_gpu_usable();
@@ -486,13 +492,14 @@ void run_skipped_copy_engine_case(RankEnv& env) {
 }
 
 TEST(GpuCopyEngineFaults, SkippedCallIsNotCompletedByRanksThatWentOn) {
-  testing::expect_success(testing::gpu_test_world(), run_skipped_copy_engine_case, fault_options(Fault::kMissing));
+  const int world = testing::gpu_test_world();
+  testing::expect_success(world, run_skipped_copy_engine_case, fault_options(Fault::kMissing, world));
 }
 
 TEST(GpuCopyEngineFaults, QueuedCallsBehindATimeoutNameTheMissingRank) {
   const int world = testing::gpu_test_world();
   if (world < 3) GTEST_SKIP() << "needs 3 ranks or more (world size " << world << ")";
-  testing::expect_success(world, run_queued_copy_engine_case, fault_options(Fault::kMissing));
+  testing::expect_success(world, run_queued_copy_engine_case, fault_options(Fault::kMissing, world));
 }
 
 }  // namespace
