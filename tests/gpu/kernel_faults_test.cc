@@ -401,7 +401,8 @@ TEST_P(GpuKernelFaults, EveryWaitGivesUpNamingTheRank) {
   const int world = testing::gpu_test_world();
   testing::HarnessOptions opt = fault_options(fault, world);
   if (fault == Fault::kKilled) opt.may_fail.push_back(1);
-  testing::expect_success(world, [&](RankEnv& env) { run_case(env, path, fault, graph); }, opt);
+  testing::expect_success(
+      world, [&](RankEnv& env) { run_case(env, path, fault, graph); }, opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GpuKernelFaults,
