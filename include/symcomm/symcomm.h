@@ -6,5 +6,6 @@
 #include "symcomm/config.h"
 #include "symcomm/error.h"
 #include "symcomm/fused.h"
+#include "symcomm/memory.h"
 #include "symcomm/store.h"
 #include "symcomm/types.h"

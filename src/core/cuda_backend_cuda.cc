@@ -15,6 +15,7 @@
 #include "core/cuda_check.h"
 #include "core/deadline.h"
 #include "core/logging.h"
+#include "core/memory_ledger.h"
 #include "topology/cuda_topology_cuda.h"
 
 namespace symcomm::detail {
@@ -119,10 +120,12 @@ void CudaBackend::setup() {
   SYMCOMM_CUDA_CHECK(cudaMemset(ll_, 0, ll_bytes));  // no stale word may look like a line of seq 1
   SYMCOMM_CUDA_CHECK(cudaMemset(ce_pad_, 0, CopyEngine::kPadBytes));
   SYMCOMM_CUDA_CHECK(cudaMalloc(&state_, sizeof(device::DeviceState)));
+  ledger_add(device_, MemoryKind::kDevice, sizeof(device::DeviceState));
   SYMCOMM_CUDA_CHECK(cudaMemset(state_, 0, sizeof(device::DeviceState)));
   control_ = std::make_shared<ControlBlock>();
   SYMCOMM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&control_->host), sizeof(device::HostControl),
                                    cudaHostAllocMapped | cudaHostAllocPortable));
+  ledger_add(device_, MemoryKind::kPinnedHost, sizeof(device::HostControl));
   std::memset(control_->host, 0, sizeof(device::HostControl));
   SYMCOMM_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&control_dev_), control_->host, 0));
   SYMCOMM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -324,10 +327,16 @@ void CudaBackend::release() {
   ce_.reset();  // its watchdog released any copy-engine wait during the synchronisation above
   if (control_) {
     std::lock_guard lock(control_->mu);
-    if (control_->host) cudaFreeHost(control_->host);
+    if (control_->host) {
+      cudaFreeHost(control_->host);
+      ledger_remove(device_, MemoryKind::kPinnedHost, sizeof(device::HostControl));
+    }
     control_->host = nullptr;
   }
-  if (state_) cudaFree(state_);
+  if (state_) {
+    cudaFree(state_);
+    ledger_remove(device_, MemoryKind::kDevice, sizeof(device::DeviceState));
+  }
   state_ = nullptr;
   heap_.reset();
 }

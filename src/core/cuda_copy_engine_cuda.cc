@@ -10,6 +10,7 @@
 #include "core/cuda_check.h"
 #include "core/driver_api_cuda.h"
 #include "core/logging.h"
+#include "core/memory_ledger.h"
 #include "memory/cuda_heap_cuda.h"
 
 namespace symcomm::detail {
@@ -97,6 +98,7 @@ CopyEngine::CopyEngine(CommContext& ctx, int device, std::shared_ptr<ControlBloc
   SYMCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&release_stream_, cudaStreamNonBlocking));
   stage_bytes_ = kLanes * kStagePerLane;
   SYMCOMM_CUDA_CHECK(cudaMalloc(&stage_, stage_bytes_));
+  ledger_add(device_, MemoryKind::kDevice, stage_bytes_);
   thread_ = std::thread([this] { watchdog(); });
 }
 
@@ -116,6 +118,7 @@ CopyEngine::~CopyEngine() {
   for (auto& e : join_) cudaEventDestroy(e);
   cudaEventDestroy(fork_);
   cudaFree(stage_);
+  ledger_remove(device_, MemoryKind::kDevice, stage_bytes_);
 }
 
 void* CopyEngine::resolve(const CeRef& ref, const Request& r) {

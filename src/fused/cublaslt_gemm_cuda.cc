@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/memory_ledger.h"
 
 namespace symcomm::detail::fused {
 namespace {
@@ -121,7 +122,10 @@ void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
   cublasLtHandle_t& handle = s.handles[device];
   if (!handle) LT_CHECK(cublasLtCreate(&handle));
   void*& workspace = s.workspaces[{device, stream}];
-  if (!workspace && !stream_capturing(stream)) SYMCOMM_CUDA_CHECK(cudaMalloc(&workspace, kLtWorkspaceBytes));
+  if (!workspace && !stream_capturing(stream)) {
+    SYMCOMM_CUDA_CHECK(cudaMalloc(&workspace, kLtWorkspaceBytes));
+    ledger_add(device, MemoryKind::kDevice, kLtWorkspaceBytes);  // kept until the process ends
+  }
   cublasLtHandle_t h = handle;
   void* ws = workspace;
   const size_t ws_bytes = ws ? kLtWorkspaceBytes : 0;

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/memory_ledger.h"
 #include "fused/cublaslt_gemm_cuda.h"
 #include "fused/fused_engine.h"
 #include "fused/fused_kernels.h"
@@ -99,7 +100,8 @@ class CudaEngine final : public Engine {
     } else {
       SYMCOMM_CUDA_CHECK(cudaMalloc(&p, bytes));
     }
-    temps_.push_back({p, async});
+    ledger_add(device_, MemoryKind::kDevice, bytes);
+    temps_.push_back({p, bytes, async});
     return p;
   }
   void finish() override { release(); }
@@ -113,6 +115,7 @@ class CudaEngine final : public Engine {
   CudaLanes* lanes_;  ///< null: unfused, one stream
   struct Temp {
     void* ptr;
+    size_t bytes;
     bool async;
   };
   void release() {
@@ -124,6 +127,7 @@ class CudaEngine final : public Engine {
       } else {
         cudaFree(t.ptr);
       }
+      ledger_remove(device_, MemoryKind::kDevice, t.bytes);
     }
   }
   std::vector<Temp> temps_;

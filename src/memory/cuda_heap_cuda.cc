@@ -8,6 +8,7 @@
 #include "core/cuda_check.h"
 #include "core/driver_api_cuda.h"
 #include "core/logging.h"
+#include "core/memory_ledger.h"
 
 namespace symcomm::detail {
 namespace {
@@ -60,6 +61,7 @@ void CudaHeap::unmap(Mapping& m) {
     if (m.handles[p] == 0) continue;
     d.mem_unmap(m.va + p * m.stride, m.stride);
     d.mem_release(m.handles[p]);
+    ledger_remove(device_, p == ctx_.ranks.rank ? MemoryKind::kDevice : MemoryKind::kPeerMapped, m.stride);
   }
   if (m.va) d.mem_address_free(m.va, m.stride * ctx_.ranks.world_size);
   m.handles.clear();
@@ -84,6 +86,7 @@ void* CudaHeap::alloc(size_t bytes) {
   try {
     CUmemAllocationProp prop = allocation_prop(device_);
     SYMCOMM_CU_CHECK(d.mem_create(&m.handles[me], stride, &prop, 0));
+    ledger_add(device_, MemoryKind::kDevice, stride);  // unmap() takes back every handle it releases
     FdGuard own;
     SYMCOMM_CU_CHECK(d.mem_export(&own.fd, m.handles[me], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     SYMCOMM_CU_CHECK(d.mem_address_reserve(&m.va, stride * n, granularity_, 0, 0));
@@ -112,6 +115,7 @@ void* CudaHeap::alloc(size_t bytes) {
       }
       SYMCOMM_CU_CHECK(d.mem_import(&m.handles[p], reinterpret_cast<void*>(static_cast<uintptr_t>(peer.fd)),
                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+      ledger_add(device_, MemoryKind::kPeerMapped, stride);
       SYMCOMM_CU_CHECK(d.mem_map(m.va + p * stride, stride, 0, m.handles[p], 0));
     }
     CUmemAccessDesc access;

@@ -18,6 +18,7 @@
 
 #include "gpu_test_util.h"
 #include "harness/rank_harness.h"
+#include "symcomm/memory.h"
 
 namespace symcomm::gputest {
 namespace {
@@ -246,6 +247,13 @@ void die(Death how) {
 // (NOTE [copy-engine watchdog]); or the barrier kernel.
 enum class Waiting { kAllReduce, kCopyEngine, kBarrier };
 
+// symcomm's own memory for this rank's device (cuda_memory_use: exact, unlike the device-wide free count) is
+// back at `before` once the communicators are gone, peers' mappings included, however they ended.
+void expect_symcomm_memory_back(const RankEnv& env, const CudaMemoryUse& before, const char* when) {
+  const CudaMemoryUse now = cuda_memory_use(rank_device(env.info.local_rank));
+  EXPECT_EQ(now, before) << "symcomm kept memory " << when;
+}
+
 void peer_dies(Death how, bool graph, Waiting what = Waiting::kAllReduce) {
   const int n = testing::gpu_test_world();
   testing::HarnessOptions opt;
@@ -254,6 +262,7 @@ void peer_dies(Death how, bool graph, Waiting what = Waiting::kAllReduce) {
   testing::expect_success(
       n,
       [how, graph, what](RankEnv& env) {
+        const CudaMemoryUse none = cuda_memory_use(rank_device(env.info.local_rank));
         auto comm = env.make_comm(cuda_comm_options());
         void* buf = nullptr;
         ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
@@ -313,6 +322,8 @@ void peer_dies(Death how, bool graph, Waiting what = Waiting::kAllReduce) {
         if (g) cudaGraphDestroy(g);
         cudaStreamDestroy(s);
         cudaFree(buf);
+        comm.reset();
+        expect_symcomm_memory_back(env, none, "after a communicator whose peer died");
       },
       opt);
 }
@@ -361,7 +372,9 @@ TEST(GpuFailure, PeerDiesDuringRendezvous) {
     }
     CommOptions o = cuda_comm_options();
     o.name = "rdv";
+    const CudaMemoryUse none = cuda_memory_use(rank_device(env.info.local_rank));
     expect_death_reported(env, victim, "the communicator was created without the dead rank", [&] { env.make_comm(o); });
+    expect_symcomm_memory_back(env, none, "after a creation that failed on a dead peer");
     expect_gpu_usable();
   });
 }
@@ -372,6 +385,7 @@ TEST(GpuFailure, PeerDiesDuringRendezvous) {
 // measured, docs/benchmarks.md), so the bound leaves room for that and nothing more.
 TEST(GpuFailure, PeerDiesDuringDestroy) {
   with_last_rank_dying([](RankEnv& env, int n) {
+    const CudaMemoryUse none = cuda_memory_use(rank_device(env.info.local_rank));
     auto comm = env.make_comm(cuda_comm_options());
     void* buf = nullptr;
     ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
@@ -387,6 +401,7 @@ TEST(GpuFailure, PeerDiesDuringDestroy) {
     const auto t0 = Clock::now();
     comm.reset();
     EXPECT_LT(seconds_since(t0), 2.0) << "destroy waited for the dead rank";
+    expect_symcomm_memory_back(env, none, "after destroying with a dead peer");
     expect_gpu_usable();
     cudaFree(buf);
   });
@@ -470,6 +485,7 @@ void peer_dies_inside_nccl_creation(NcclInit mode) {
     expect_gpu_usable();  // its kernel and allocation once before the baseline too
     size_t free_before = 0, total = 0;
     ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+    const CudaMemoryUse mine_before = cuda_memory_use(rank_device(env.info.local_rank));
     g_nccl_memory = {.on = true};
     if (env.info.rank == n - 1) {
       g_nccl_creation_hook = [&env] {
@@ -485,6 +501,8 @@ void peer_dies_inside_nccl_creation(NcclInit mode) {
     });
     comm.reset();
     g_nccl_memory.on = false;
+    // symcomm's own memory, counted exactly (its ledger, not the device-wide free count): all given back.
+    expect_symcomm_memory_back(env, mine_before, "after the failed creation");
     const size_t free_after_comm = free_gpu_memory();
     expect_gpu_usable();
     const size_t free_after_kernel = free_gpu_memory();

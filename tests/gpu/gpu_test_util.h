@@ -11,6 +11,12 @@
 #include <vector>
 
 #include "symcomm/communicator.h"
+#include "symcomm/memory.h"
+
+namespace symcomm {
+/// gtest prints CudaMemoryUse in its failure messages through this (found by argument-dependent lookup).
+inline void PrintTo(const CudaMemoryUse& use, std::ostream* os) { *os << to_string(use); }
+}  // namespace symcomm
 
 namespace symcomm::gputest {
 

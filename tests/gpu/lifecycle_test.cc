@@ -20,6 +20,7 @@
 #include "gpu_test_util.h"
 #include "harness/process_counts.h"
 #include "harness/rank_harness.h"
+#include "symcomm/memory.h"
 
 namespace symcomm::gputest {
 namespace {
@@ -51,11 +52,15 @@ int lifecycle_cycles(int default_cycles) {
 
 struct Resources {
   int fds = 0, threads = 0, maps = 0;
-  size_t free_gpu = 0;  ///< bytes free on this rank's GPU
+  size_t free_gpu = 0;  ///< bytes free on this rank's GPU (the whole device: every context and pool on it)
+  CudaMemoryUse mine;   ///< what symcomm holds for it in this process (exact: its own ledger)
 };
 
 Resources resources() {
   Resources r;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) ADD_FAILURE() << "cudaGetDevice failed";
+  r.mine = cuda_memory_use(device);
   r.fds = testing::count_dir("/proc/self/fd");
   r.threads = testing::count_dir("/proc/self/task");
   r.maps = testing::count_maps();  // NOTE [cuda mappings]
@@ -156,12 +161,17 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
               EXPECT_GT(alive.fds + alive.threads + alive.maps, before.fds + before.threads + before.maps);
             }
             EXPECT_GE(before.free_gpu - std::min(before.free_gpu, alive.free_gpu), (world > 1 ? 8 : 2) * kMiB);
+            // symcomm's own count: at least the LL buffer and the pad, and each peer's of them mapped.
+            EXPECT_GE(alive.mine.device_bytes, before.mine.device_bytes + 8 * kMiB) << to_string(alive.mine);
+            EXPECT_GE(alive.mine.peer_mapped_bytes, before.mine.peer_mapped_bytes + (world - 1) * 8 * kMiB)
+                << to_string(alive.mine);
+            EXPECT_GT(alive.mine.pinned_host_bytes, before.mine.pinned_host_bytes) << to_string(alive.mine);
             if (me == 0) {
               std::printf(
                   "GpuLifecycle (%d ranks): with one communicator alive: fds %d -> %d, threads %d -> %d, mappings "
-                  "%d -> %d, free GPU memory %.1f -> %.1f MiB\n",
+                  "%d -> %d, free GPU memory %.1f -> %.1f MiB; symcomm's own: %s\n",
                   world, before.fds, alive.fds, before.threads, alive.threads, before.maps, alive.maps,
-                  before.free_gpu / double(kMiB), alive.free_gpu / double(kMiB));
+                  before.free_gpu / double(kMiB), alive.free_gpu / double(kMiB), to_string(alive.mine).c_str());
             }
           }
           const auto d0 = Clock::now();
@@ -190,6 +200,9 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
             << "free GPU memory " << before.free_gpu / double(kMiB) << " MiB before, " << after.free_gpu / double(kMiB)
             << " MiB after " << cycles << " cycles";
         EXPECT_LE(after.free_gpu, before.free_gpu + slack);
+        // What symcomm itself holds is counted exactly, whoever else shares the device: back to the byte.
+        EXPECT_EQ(after.mine, before.mine)
+            << "before: " << to_string(before.mine) << "; after " << cycles << " cycles: " << to_string(after.mine);
         // Communicators remove their rendezvous keys: the store does not grow with every cycle (the two
         // barriers since the first count add one key each).
         const int64_t keys_after = env.store->num_keys();
@@ -238,6 +251,72 @@ TEST(GpuLifecycle, SingleGpuLazyNcclCreateDestroyAndAbortCyclesLeakNothing) {
 // src/topology/cuda_topology_cuda.cc: an fd per communicator leaked before).
 TEST(GpuLifecycle, SingleGpuWithoutNcclCreateDestroyAndAbortCyclesLeakNothing) {
   cycles_leak_nothing(1, NcclInit::kOff, 40);
+}
+
+// cuda_memory_use() is exact: a symmetric allocation adds its size rounded up to the heap's granularity to
+// device_bytes and the same per peer to peer_mapped_bytes, free() takes both back, and destroying the
+// communicator, aborted or not, brings every count back to where it was before it was made. Checked against
+// the driver where no other rank shares the GPU: the device's free memory falls by at least the allocation.
+TEST(GpuMemoryUse, CountsAllocationsPeerMappingsAndTheirRelease) {
+  const int world = testing::gpu_test_world();
+  testing::expect_success(world, [world](RankEnv& env) {
+    const int device = rank_device(env.info.local_rank);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // the context, before any count
+    CommOptions o = cuda_comm_options();
+    o.config = env.config;
+    o.config->nccl = NcclInit::kOff;  // NCCL's memory is not symcomm's: keep the device's count readable
+    const CudaMemoryUse none = cuda_memory_use(device);
+    for (const bool abort_first : {false, true}) {
+      o.name = abort_first ? "memuse_abort" : "memuse";
+      auto comm = env.make_comm(o);
+      ASSERT_EQ(comm->device(), device);
+      const CudaMemoryUse made = cuda_memory_use(device);
+      EXPECT_GT(made.device_bytes, none.device_bytes) << to_string(made);
+      EXPECT_GT(made.pinned_host_bytes, none.pinned_host_bytes) << to_string(made);
+      EXPECT_GT(made.allocations, none.allocations) << to_string(made);
+      // Every heap chunk of this rank has one mapped twin per peer; device_bytes also holds the device state
+      // (a cudaMalloc of its own), so the peers' share is a multiple of something smaller than it.
+      EXPECT_LT(made.peer_mapped_bytes - none.peer_mapped_bytes,
+                (world - 1) * (made.device_bytes - none.device_bytes) + 1);
+      if (world > 1) {
+        EXPECT_GT(made.peer_mapped_bytes, none.peer_mapped_bytes) << to_string(made);
+      }
+
+      // Sizes off the granularity on purpose: 5 MiB + 1 and 1 byte.
+      for (const size_t bytes : {(size_t{5} << 20) + 1, size_t{1}}) {
+        testing::store_barrier(*env.store, fmt::format("{}/before_alloc_{}", o.name, bytes), world);
+        size_t free_before = 0, free_after = 0, total = 0;
+        ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+        const CudaMemoryUse u0 = cuda_memory_use(device);
+        void* p = comm->alloc(bytes);
+        const CudaMemoryUse u1 = cuda_memory_use(device);
+        ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+        const size_t grew = u1.device_bytes - u0.device_bytes;
+        EXPECT_GE(grew, bytes) << to_string(u1);
+        EXPECT_LT(grew, bytes + (64 << 20)) << "more than 64 MiB of rounding: " << to_string(u1);
+        EXPECT_EQ(grew % (64 << 10), 0u) << "not a whole number of 64 KiB pages: " << grew;
+        EXPECT_EQ(u1.peer_mapped_bytes - u0.peer_mapped_bytes, static_cast<size_t>(world - 1) * grew);
+        EXPECT_EQ(u1.pinned_host_bytes, u0.pinned_host_bytes);
+        EXPECT_EQ(u1.allocations, u0.allocations + static_cast<size_t>(world));
+        if (!ranks_share_gpus()) {
+          EXPECT_GE(free_before - std::min(free_before, free_after), grew)
+              << "the driver reports " << free_before << " -> " << free_after << " bytes free";
+        }
+        // The same size again rounds the same way.
+        void* q = comm->alloc(bytes);
+        EXPECT_EQ(cuda_memory_use(device).device_bytes - u1.device_bytes, grew);
+        comm->free(q);
+        comm->free(p);
+        EXPECT_EQ(cuda_memory_use(device), u0) << to_string(cuda_memory_use(device));
+      }
+      if (abort_first) comm->abort();
+      comm.reset();
+      EXPECT_EQ(cuda_memory_use(device), none)
+          << "after " << (abort_first ? "an aborted" : "a") << " communicator: " << to_string(cuda_memory_use(device))
+          << "; before it: " << to_string(none);
+    }
+  });
 }
 
 /// all_reduce with algorithm `algo` on `s` (non-default stream), expected to throw Error(code); returns its
