@@ -11,9 +11,16 @@ namespace symcomm {
 namespace detail {
 namespace {
 
+struct Reader {
+  int device;
+  MemoryKind kind;
+  std::function<size_t()> read;
+};
+
 struct Ledger {
   std::mutex mu;
-  std::map<int, CudaMemoryUse> by_device;
+  std::map<int, CudaMemoryUse> by_device;  ///< what ledger_add/ledger_remove counted
+  std::map<const void*, Reader> readers;   ///< what is measured when asked (ledger_set_reader)
 };
 
 Ledger& ledger() {
@@ -31,6 +38,16 @@ size_t& field(CudaMemoryUse& u, MemoryKind kind) {
 }
 
 }  // namespace
+
+void ledger_set_reader(const void* key, int device, MemoryKind kind, std::function<size_t()> read) {
+  Ledger& l = ledger();
+  std::lock_guard lock(l.mu);
+  if (read) {
+    l.readers[key] = {device, kind, std::move(read)};
+  } else {
+    l.readers.erase(key);
+  }
+}
 
 void ledger_add(int device, MemoryKind kind, size_t bytes) {
   Ledger& l = ledger();
@@ -59,7 +76,14 @@ CudaMemoryUse cuda_memory_use(int device) {
   detail::Ledger& l = detail::ledger();
   std::lock_guard lock(l.mu);
   auto it = l.by_device.find(device);
-  return it == l.by_device.end() ? CudaMemoryUse{} : it->second;
+  CudaMemoryUse u = it == l.by_device.end() ? CudaMemoryUse{} : it->second;
+  for (const auto& [key, r] : l.readers) {
+    if (r.device != device) continue;
+    const size_t bytes = r.read();
+    detail::field(u, r.kind) += bytes;
+    u.allocations += bytes > 0 ? 1 : 0;
+  }
+  return u;
 }
 
 std::string to_string(const CudaMemoryUse& u) {

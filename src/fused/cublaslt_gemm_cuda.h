@@ -8,10 +8,10 @@
 
 namespace symcomm::detail::fused {
 
-/// Enqueues g on `stream` (device `device`). The cuBLASLt handle is cached per device, the plan (descriptors
-/// and the heuristic's algorithm) per shape, dtypes and pointer alignment, and a 32 MiB cuBLASLt workspace
-/// per (device, stream); a stream that is being captured into a graph and has no workspace yet runs without
-/// one (cudaMalloc is not allowed during capture). k = 0 writes zeros.
+/// Enqueues g on `stream` (device `device`). The cuBLASLt handle is cached per device and the plan
+/// (descriptors and the heuristic's algorithm) per shape, dtypes and pointer alignment; the 32 MiB cuBLASLt
+/// workspace is allocated from a per-device stream-ordered pool before the GEMM and freed after it, on
+/// `stream` (NOTE [cuBLASLt workspace]), also inside a graph capture. k = 0 writes zeros.
 void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream);
 
 }  // namespace symcomm::detail::fused

@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "gpu_test_util.h"
@@ -70,15 +71,32 @@ std::string compare(DataType dt, const std::vector<uint8_t>& got, const std::vec
   return bad ? fmt::format("{} wrong elements; first {}", bad, first) : "";
 }
 
+constexpr size_t kLtWorkspace = size_t{32} << 20;  // kLtWorkspaceBytes in src/fused/cublaslt_gemm_cuda.cc
+
+/// The fused operations give back their temporaries (cuda_memory_use, exact): between `before` and now symcomm's
+/// memory on `device` may only have grown by whole cuBLASLt workspaces, in the one pool that holds them (one
+/// allocation in the count; NOTE [cuBLASLt workspace]).
+void expect_only_new_workspaces(int device, const CudaMemoryUse& before, const std::string& when) {
+  const CudaMemoryUse now = cuda_memory_use(device);
+  const size_t grew = now.device_bytes - before.device_bytes;
+  EXPECT_TRUE(now.device_bytes >= before.device_bytes && grew % kLtWorkspace == 0 &&
+              now.allocations >= before.allocations && now.allocations - before.allocations <= 1 &&
+              now.peer_mapped_bytes == before.peer_mapped_bytes && now.pinned_host_bytes == before.pinned_host_bytes)
+      << when << ": symcomm's memory went from " << to_string(before) << " to " << to_string(now);
+}
+
 /// Runs `issue` once eagerly, or captures it into a graph and replays it kReplays times, refreshing the
 /// inputs (with the seed of each replay) before every replay through `refresh`; `check` verifies a seed.
-void run_mode(Mode mode, cudaStream_t s, const std::function<void()>& issue,
+/// Either way what the operation allocated for itself is given back by the end.
+void run_mode(Mode mode, int device, cudaStream_t s, const std::function<void()>& issue,
               const std::function<void(uint64_t)>& refresh, const std::function<void(uint64_t)>& check) {
+  const CudaMemoryUse before = cuda_memory_use(device);
   if (!graph(mode)) {
     refresh(0);
     issue();
     GPU_CHECK(cudaStreamSynchronize(s));
     check(0);
+    expect_only_new_workspaces(device, before, std::string(name(mode)));
     return;
   }
   refresh(0);
@@ -99,6 +117,7 @@ void run_mode(Mode mode, cudaStream_t s, const std::function<void()>& issue,
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(g);
+  expect_only_new_workspaces(device, before, std::string(name(mode)));
 }
 
 struct AgCase {
@@ -179,7 +198,7 @@ void run_ag(Communicator& comm, const AgCase& c, Mode mode, uint64_t seed0) {
       ASSERT_EQ(testing::read_as_double(c.dt, got.data() + i * es), ref.gathered[i]) << what << " a_gathered " << i;
     }
   };
-  run_mode(mode, s, issue, refresh, check);
+  run_mode(mode, comm.device(), s, issue, refresh, check);
   EXPECT_EQ(path, pipelined(mode) ? FusedPath::kPipelined : FusedPath::kUnfused) << what;
   GPU_CHECK(cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
@@ -244,7 +263,7 @@ void run_rs(Communicator& comm, const RsCase& c, Mode mode, uint64_t seed0) {
     const std::string err = compare(c.dt, got, ref.out, ref.abs_dot, k, world + 1, &ref.abs_partials);
     EXPECT_TRUE(err.empty()) << what << " replay " << rep << ": " << err;
   };
-  run_mode(mode, s, issue, refresh, check);
+  run_mode(mode, comm.device(), s, issue, refresh, check);
   // Only two ranks have a pipelined matmul + reduce-scatter (RsMode::kExchange).
   EXPECT_EQ(path, pipelined(mode) && world == 2 ? FusedPath::kPipelined : FusedPath::kUnfused) << what;
   GPU_CHECK(cudaStreamSynchronize(s));
@@ -259,6 +278,7 @@ TEST(GpuFused, AllGatherMatmulMatchesFloat64Reference) {
   const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
+    const CudaMemoryUse start = cuda_memory_use(comm->device());
     const std::vector<AgCase> cases = {
         {DataType::kBFloat16, {256, 512}, 0, {384, 136}, 0},  // 2-D, two Bs, automatic chunks
         {DataType::kBFloat16, {256, 512}, 0, {384}, 3},       // three row chunks
@@ -272,6 +292,15 @@ TEST(GpuFused, AllGatherMatmulMatchesFloat64Reference) {
         run_ag(*comm, c, m, seed++);
         if (::testing::Test::HasFailure()) return;
       }
+    }
+    // Each case ran on a stream of its own, one after the other: the workspaces do not grow with the streams
+    // (before NOTE [cuBLASLt workspace] these 20 cases left 20 of them, 640 MiB).
+    const CudaMemoryUse end = cuda_memory_use(comm->device());
+    EXPECT_LE(end.device_bytes - start.device_bytes, 2 * kLtWorkspace)
+        << "from " << to_string(start) << " to " << to_string(end);
+    if (comm->rank() == 0) {
+      std::printf("GpuFused: after %zu cases on a stream each, symcomm holds %s (%s with the communicator only)\n",
+                  cases.size() * std::size(kModes), to_string(end).c_str(), to_string(start).c_str());
     }
   });
 }

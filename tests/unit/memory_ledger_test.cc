@@ -48,6 +48,29 @@ TEST(MemoryLedger, TakingBackMoreThanRecordedClampsAtZero) {
   EXPECT_EQ(cuda_memory_use(kDevC), CudaMemoryUse{});
 }
 
+TEST(MemoryLedger, ReadersAreAskedAtEveryQueryAndCountAsOneAllocationWhileNotZero) {
+  constexpr int kDev = 1004;
+  const int pool_a = 0, pool_b = 0, pool_c = 0;  // reader keys: any distinct addresses
+  size_t reserve_a = 32 << 20;
+  ledger_add(kDev, MemoryKind::kDevice, 10);
+  ledger_set_reader(&pool_a, kDev, MemoryKind::kDevice, [&reserve_a] { return reserve_a; });
+  ledger_set_reader(&pool_b, kDev, MemoryKind::kPeerMapped, [] { return size_t{5}; });
+  ledger_set_reader(&pool_c, kDevA, MemoryKind::kDevice, [] { return size_t{7}; });  // another device's
+  EXPECT_EQ(cuda_memory_use(kDev),
+            (CudaMemoryUse{.device_bytes = 10 + (32 << 20), .peer_mapped_bytes = 5, .allocations = 3}));
+  reserve_a = 64 << 20;  // read again at the next query
+  EXPECT_EQ(cuda_memory_use(kDev).device_bytes, 10u + (64 << 20));
+  reserve_a = 0;  // nothing reserved: no allocation either
+  EXPECT_EQ(cuda_memory_use(kDev), (CudaMemoryUse{.device_bytes = 10, .peer_mapped_bytes = 5, .allocations = 2}));
+  ledger_set_reader(&pool_b, kDev, MemoryKind::kPeerMapped, [] { return size_t{6}; });  // replaces
+  EXPECT_EQ(cuda_memory_use(kDev).peer_mapped_bytes, 6u);
+  for (const int* key : {&pool_a, &pool_b, &pool_c})
+    ledger_set_reader(key, key == &pool_c ? kDevA : kDev, MemoryKind::kDevice, nullptr);
+  ledger_remove(kDev, MemoryKind::kDevice, 10);
+  EXPECT_EQ(cuda_memory_use(kDev), CudaMemoryUse{});
+  EXPECT_EQ(cuda_memory_use(kDevA), CudaMemoryUse{});
+}
+
 TEST(MemoryLedger, ThreadsAddingAndRemovingAtOnceLoseNothing) {
   constexpr int kThreads = 8, kRounds = 20000;
   std::vector<std::thread> threads;
