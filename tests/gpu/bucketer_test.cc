@@ -58,6 +58,7 @@ TEST(GpuBucketer, RandomSequencesEqualOneByOneAndReference) {
     for (uint64_t round = 1; round <= 8; ++round) {
       const size_t caps[] = {4096, 65536, 1 << 20};
       const size_t cap = caps[round % 3];
+      const CudaMemoryUse before_bucketer = cuda_memory_use(comm->device());
       ReduceScatterBucketer b(*comm, {.bucket_cap_mb = static_cast<double>(cap) * world / 1048576.0});
       std::deque<Item> items;
       const int how_many = 30 + static_cast<int>(testing::mix64(round) % 90);
@@ -114,6 +115,10 @@ TEST(GpuBucketer, RandomSequencesEqualOneByOneAndReference) {
                                << to_string(it.op) << " count " << it.count;
         ASSERT_EQ(got, reference(it, world, me)) << "round " << round << " item " << k;
       }
+      // The buckets (and the over-size inputs' own buffers) hold heap memory until teardown(), which gives all
+      // of it back, to the byte (cuda_memory_use), peers' mappings included.
+      b.teardown();
+      EXPECT_EQ(cuda_memory_use(comm->device()), before_bucketer) << "round " << round << " after teardown()";
       for (Item& it : items) {
         cudaFree(it.in);
         cudaFree(it.single);
