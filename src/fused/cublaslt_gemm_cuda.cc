@@ -22,22 +22,27 @@ namespace {
   } while (0)
 
 // NOTE [cuBLASLt workspace] 32 MiB is what NVIDIA recommends for Hopper (cuBLAS documentation, "cuBLAS
-// workspace"); larger buys nothing measurable for these GEMM shapes.
-//
-// Every GEMM takes its workspace from a stream-ordered memory pool of symcomm's own (one per device) right
-// before it and gives it back right after, both on the GEMM's stream. Until 2026-11-25 one workspace was
-// cached per (device, stream) for the rest of the process, so memory grew with every stream a GEMM ever ran
-// on: the fused tests, which make a stream per case, held 640 MiB of workspaces after 20 cases (measured
-// with cuda_memory_use). The pool holds as many workspaces as GEMMs were in flight at once on different
-// streams: a block freed on a stream is reused by that stream at once and by another stream once the free
-// has executed (opportunistic reuse). Reuse that would make one stream wait for another (internal
-// dependencies) is off, so streams never serialise on a workspace. The pool keeps what it reserved (release
-// threshold: unlimited) rather than unmapping and remapping 32 MiB around synchronisations; the ledger reads
-// its reserve when asked (cuda_memory_use), so a GEMM pays for the allocation and the free only (~1 us of host
-// time on 1 x H100, probe of 2026-11-25). Inside a graph capture the pair becomes
-// an allocation node and a free node, and the graph owns that memory (CUDA's graph memory pool), not this
-// pool.
+// workspace"); larger buys nothing measurable for these GEMM shapes. Where a GEMM's workspace comes from:
+// - Eager, on one of the first kMaxStreamWorkspaces streams a device's GEMMs ran on: that stream's own, kept for
+//   the rest of the process (as PyTorch keeps cuBLAS's); nothing to do per GEMM. A destroyed stream keeps its
+//   entry (nothing tells symcomm); a new stream that gets the same handle uses it, which is safe because the
+//   driver frees a stream, handle included, only after its work has completed.
+// - Eager, on any other stream: a stream-ordered pool of symcomm's own (one per device, made outside any
+//   capture), allocated right before the GEMM and freed right after, both on the GEMM's stream. The pool holds
+//   as many workspaces as GEMMs were in flight at once on different streams: a block freed on a stream is reused
+//   by that stream at once and by another once the free has executed (opportunistic reuse); reuse that would
+//   make one stream wait for another (internal dependencies) is off. It keeps what it reserved (release
+//   threshold unlimited) instead of unmapping and remapping around synchronisations; the ledger reads its
+//   reserve when asked. This costs ~1.6-2.3 us of host time per GEMM (1 x H100, 2026-11-25), not GPU time.
+// - Captured: cudaMallocAsync and cudaFreeAsync around the GEMM, i.e. an allocation node and a free node. The
+//   graph owns its workspace, so a replay on any stream never shares one with eager GEMMs on the stream it was
+//   captured on, as a stream's own workspace would. The price is CUDA's rule for graphs with memory nodes: one
+//   executable graph at a time per graph, and a child graph must move its ownership to the parent.
+// Until 2026-11-25 every stream got a workspace of its own for ever, so memory grew with every stream a GEMM
+// ever ran on: the fused tests, which make a stream per case, held 640 MiB of workspaces after 20 cases (found
+// with cuda_memory_use).
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kMaxStreamWorkspaces = 4;  ///< per device
 // Cached plans are never freed (like cuBLAS's own handles); past this many shapes new ones are not cached.
 constexpr size_t kMaxCachedPlans = 512;
 
@@ -75,7 +80,8 @@ struct Plan {
 struct LtState {
   std::mutex mu;
   std::map<int, cublasLtHandle_t> handles;
-  std::map<int, cudaMemPool_t> pools;  ///< NOTE [cuBLASLt workspace]
+  std::map<int, cudaMemPool_t> pools;                ///< NOTE [cuBLASLt workspace]
+  std::map<int, std::map<cudaStream_t, void*>> own;  ///< the streams with a workspace of their own, per device
   std::map<PlanKey, Plan> plans;
 };
 
@@ -157,8 +163,20 @@ void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
   std::unique_lock lock(s.mu);
   cublasLtHandle_t& handle = s.handles[device];
   if (!handle) LT_CHECK(cublasLtCreate(&handle));
+  const bool capturing = stream_capturing(stream);
+  void* own_ws = nullptr;
+  auto& own = s.own[device];
+  if (!capturing) {  // a captured GEMM takes its workspace from the pool (NOTE [cuBLASLt workspace])
+    if (auto o = own.find(stream); o != own.end()) {
+      own_ws = o->second;
+    } else if (own.size() < kMaxStreamWorkspaces) {
+      SYMCOMM_CUDA_CHECK(cudaMalloc(&own_ws, kLtWorkspaceBytes));
+      ledger_add(device, MemoryKind::kDevice, kLtWorkspaceBytes);  // kept until the process ends
+      own.emplace(stream, own_ws);
+    }
+  }
   cudaMemPool_t& pool = s.pools[device];
-  if (!pool) pool = make_workspace_pool(device);
+  if (!own_ws && !capturing && !pool) pool = make_workspace_pool(device);  // no pool is made inside a capture
   cublasLtHandle_t h = handle;
   const size_t ws_bytes = kLtWorkspaceBytes;
   const uint32_t aa = alignment(g.a), ab = alignment(g.b), ac = alignment(g.c);
@@ -192,17 +210,21 @@ void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
   }
   const cudaMemPool_t from = pool;
   lock.unlock();
-  void* ws = nullptr;
-  const cudaError_t alloc = cudaMallocFromPoolAsync(&ws, ws_bytes, from, stream);
-  if (alloc != cudaSuccess) {
-    if (!cached) plan.destroy();
-    SYMCOMM_CUDA_CHECK(alloc);
+  void* ws = own_ws;
+  if (!own_ws) {
+    // Captured: an allocation node; its memory is the graph's whatever the pool, so the device's current one.
+    const cudaError_t alloc =
+        capturing ? cudaMallocAsync(&ws, ws_bytes, stream) : cudaMallocFromPoolAsync(&ws, ws_bytes, from, stream);
+    if (alloc != cudaSuccess) {
+      if (!cached) plan.destroy();
+      SYMCOMM_CUDA_CHECK(alloc);
+    }
   }
   const float alpha = g.alpha, beta = g.acc ? g.beta : 0.0f;
   const void* c_in = g.acc ? g.acc : g.c;
   cublasStatus_t st = cublasLtMatmul(h, plan.desc, &alpha, g.b, plan.b_as_a, g.a, plan.a_as_b, &beta, c_in,
                                      plan.acc ? plan.acc : plan.c, g.c, plan.c, &plan.algo, ws, ws_bytes, stream);
-  const cudaError_t freed = cudaFreeAsync(ws, stream);
+  const cudaError_t freed = own_ws ? cudaSuccess : cudaFreeAsync(ws, stream);
   if (!cached) plan.destroy();
   LT_CHECK(st);
   SYMCOMM_CUDA_CHECK(freed);

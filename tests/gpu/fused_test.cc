@@ -74,8 +74,8 @@ std::string compare(DataType dt, const std::vector<uint8_t>& got, const std::vec
 constexpr size_t kLtWorkspace = size_t{32} << 20;  // kLtWorkspaceBytes in src/fused/cublaslt_gemm_cuda.cc
 
 /// The fused operations give back their temporaries (cuda_memory_use, exact): between `before` and now symcomm's
-/// memory on `device` may only have grown by whole cuBLASLt workspaces, in the one pool that holds them (one
-/// allocation in the count; NOTE [cuBLASLt workspace]).
+/// memory on `device` may only have grown by one cuBLASLt workspace (a stream's own, or the pool's reserve; one
+/// allocation in the count either way; NOTE [cuBLASLt workspace]).
 void expect_only_new_workspaces(int device, const CudaMemoryUse& before, const std::string& when) {
   const CudaMemoryUse now = cuda_memory_use(device);
   const size_t grew = now.device_bytes - before.device_bytes;
@@ -294,9 +294,10 @@ TEST(GpuFused, AllGatherMatmulMatchesFloat64Reference) {
       }
     }
     // Each case ran on a stream of its own, one after the other: the workspaces do not grow with the streams
-    // (before NOTE [cuBLASLt workspace] these 20 cases left 20 of them, 640 MiB).
+    // (before NOTE [cuBLASLt workspace] these 20 cases left 20 of them, 640 MiB): the first four streams' own
+    // and one in the pool.
     const CudaMemoryUse end = cuda_memory_use(comm->device());
-    EXPECT_LE(end.device_bytes - start.device_bytes, 2 * kLtWorkspace)
+    EXPECT_LE(end.device_bytes - start.device_bytes, 5 * kLtWorkspace)
         << "from " << to_string(start) << " to " << to_string(end);
     if (comm->rank() == 0) {
       std::printf("GpuFused: after %zu cases on a stream each, symcomm holds %s (%s with the communicator only)\n",
