@@ -179,6 +179,13 @@ case_def gpu state-leak src/core/cuda_backend_cuda.cc \
   "  if (state_) {" "  if (false) {" \
   symcomm_gpu_tests "GpuMemoryUse.*:GpuLifecycle.CreateDestroyAndAbortCyclesLeakNothing" 300 \
   "$SHARED2 SYMCOMM_TEST_LIFECYCLE_CYCLES=10"
+# A rank whose part of a symmetric alloc fails throws at once instead of telling its peers (as before NOTE
+# [failed symmetric alloc]): where only some ranks run out of memory, the others wait for its fd until the
+# deadline. Only ranks sharing a GPU make that case (one gets 60% of the free memory, the other cannot).
+case_def gpu alloc-silent-failure src/memory/cuda_heap_cuda.cc \
+  "    AllocMsg msg{id, stride, bytes, own_error ? 1u : 0u};" \
+  "    if (own_error) std::rethrow_exception(own_error); AllocMsg msg{id, stride, bytes, 0u};" \
+  symcomm_gpu_tests "GpuMemoryUse.OutOfMemory*" 200 "$SHARED2"
 
 say() { echo "$*" | tee -a "$REPORT"; }
 build() { [ -n "${PREBUILT:-}" ] || ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }

@@ -1,8 +1,12 @@
 #include "memory/cuda_heap_cuda.h"
 
+#include <cuda_runtime_api.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <exception>
+#include <string>
 
 #include "core/check.h"
 #include "core/cuda_check.h"
@@ -19,6 +23,7 @@ struct AllocMsg {
   uint64_t id;
   uint64_t stride;
   uint64_t requested;
+  uint64_t failed;  ///< nonzero: this rank could not make its part (no fd follows); NOTE [failed symmetric alloc]
 };
 
 CUmemAllocationProp allocation_prop(int device) {
@@ -68,6 +73,13 @@ void CudaHeap::unmap(Mapping& m) {
   m.va = 0;
 }
 
+// NOTE [failed symmetric alloc] alloc() is collective, and a rank can fail its own part (out of device memory
+// is the usual case: ranks on one GPU, or GPUs with other tenants). Every rank therefore sends every peer a
+// message for every allocation, {failed} without an fd when its part could not be made, and receives every
+// peer's before it decides. So all ranks fail the same allocation, none waits out the deadline for an fd
+// that will not come, and the next allocation finds no stale message (the communicator stays usable). The
+// rank that failed throws its own error; the others throw one naming it (kCuda, ranks() = the failed ranks).
+// Out of memory is reported with the request, what the driver says is free, and what symcomm already holds.
 void* CudaHeap::alloc(size_t bytes) {
   SYMCOMM_CHECK_ARG(bytes > 0, "alloc(0)");
   const DriverApi& d = driver();
@@ -84,20 +96,47 @@ void* CudaHeap::alloc(size_t bytes) {
   m.handles.assign(n, 0);
   uint64_t id = next_id_++;
   try {
-    CUmemAllocationProp prop = allocation_prop(device_);
-    SYMCOMM_CU_CHECK(d.mem_create(&m.handles[me], stride, &prop, 0));
-    ledger_add(device_, MemoryKind::kDevice, stride);  // unmap() takes back every handle it releases
+    // This rank's part. A failure is sent to the peers before it is thrown.
+    std::exception_ptr own_error;
     FdGuard own;
-    SYMCOMM_CU_CHECK(d.mem_export(&own.fd, m.handles[me], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    SYMCOMM_CU_CHECK(d.mem_address_reserve(&m.va, stride * n, granularity_, 0, 0));
-    SYMCOMM_CU_CHECK(d.mem_map(m.va + me * stride, stride, 0, m.handles[me], 0));
+    try {
+      CUmemAllocationProp prop = allocation_prop(device_);
+      const CUresult made = d.mem_create(&m.handles[me], stride, &prop, 0);
+      if (made == CUDA_ERROR_OUT_OF_MEMORY) {
+        size_t free = 0, total = 0;
+        if (cudaMemGetInfo(&free, &total) != cudaSuccess) cudaGetLastError();
+        throw Error(ErrorCode::kCuda,
+                    fmt::format("rank {}: out of GPU memory on device {} for symmetric alloc #{} of {} bytes ({} with "
+                                "the heap's rounding): the driver reports {} of {} bytes free; symcomm already holds "
+                                "{} there",
+                                me, device_, id, bytes, stride, free, total, to_string(cuda_memory_use(device_))),
+                    __FILE__, __LINE__, {me});
+      }
+      SYMCOMM_CU_CHECK(made);
+      ledger_add(device_, MemoryKind::kDevice, stride);  // unmap() takes back every handle it releases
+      SYMCOMM_CU_CHECK(d.mem_export(&own.fd, m.handles[me], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      SYMCOMM_CU_CHECK(d.mem_address_reserve(&m.va, stride * n, granularity_, 0, 0));
+      SYMCOMM_CU_CHECK(d.mem_map(m.va + me * stride, stride, 0, m.handles[me], 0));
+    } catch (...) {
+      own_error = std::current_exception();
+    }
 
-    AllocMsg msg{id, stride, bytes};
+    AllocMsg msg{id, stride, bytes, own_error ? 1u : 0u};
     std::vector<uint8_t> payload(sizeof(msg));
     std::memcpy(payload.data(), &msg, sizeof(msg));
     for (int p = 0; p < n; ++p) {
-      if (p != me) ctx_.mesh->send(p, kTagCudaHeap, payload, {own.fd});
+      if (p == me) continue;
+      if (own_error) {
+        ctx_.mesh->send(p, kTagCudaHeap, payload);
+      } else {
+        ctx_.mesh->send(p, kTagCudaHeap, payload, {own.fd});
+      }
     }
+    // Every peer's message, whatever came before (NOTE [failed symmetric alloc]); peers' parts are mapped only
+    // while everything so far went well.
+    std::vector<int> failed;
+    std::string mismatch;
+    int mismatched = -1;
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       MeshMessage r = ctx_.mesh->receive(p, kTagCudaHeap, ctx_.deadline(), &ctx_.aborted);
@@ -106,17 +145,33 @@ void* CudaHeap::alloc(size_t bytes) {
       for (size_t i = 1; i < r.fds.size(); ++i) ::close(r.fds[i]);
       AllocMsg pm{};
       if (r.payload.size() == sizeof(pm)) std::memcpy(&pm, r.payload.data(), sizeof(pm));
+      if (r.payload.size() == sizeof(pm) && pm.id == id && pm.failed) {
+        failed.push_back(p);
+        continue;
+      }
       if (r.payload.size() != sizeof(pm) || pm.id != id || pm.requested != bytes || pm.stride != stride ||
           peer.fd < 0) {
-        throw Error(ErrorCode::kMismatch,
-                    fmt::format("rank {}: symmetric alloc #{} of {} bytes does not match rank {}'s (#{} of {} bytes)",
-                                me, id, bytes, p, pm.id, pm.requested),
-                    __FILE__, __LINE__, {p});
+        if (mismatched < 0) {
+          mismatched = p;
+          mismatch = fmt::format("rank {}: symmetric alloc #{} of {} bytes does not match rank {}'s (#{} of {} bytes)",
+                                 me, id, bytes, p, pm.id, pm.requested);
+        }
+        continue;
       }
+      if (own_error || !failed.empty() || mismatched >= 0) continue;
       SYMCOMM_CU_CHECK(d.mem_import(&m.handles[p], reinterpret_cast<void*>(static_cast<uintptr_t>(peer.fd)),
                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
       ledger_add(device_, MemoryKind::kPeerMapped, stride);
       SYMCOMM_CU_CHECK(d.mem_map(m.va + p * stride, stride, 0, m.handles[p], 0));
+    }
+    if (own_error) std::rethrow_exception(own_error);
+    if (mismatched >= 0) throw Error(ErrorCode::kMismatch, mismatch, __FILE__, __LINE__, {mismatched});
+    if (!failed.empty()) {
+      throw Error(ErrorCode::kCuda,
+                  fmt::format("rank {}: symmetric alloc #{} of {} bytes failed: rank(s) {} could not allocate their "
+                              "part (see their errors)",
+                              me, id, bytes, fmt::join(failed, ", ")),
+                  __FILE__, __LINE__, failed);
     }
     CUmemAccessDesc access;
     std::memset(&access, 0, sizeof(access));

@@ -8,6 +8,7 @@
 // (Algorithm::kNccl), so NCCL's per-communicator resources are counted too.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -316,6 +317,133 @@ TEST(GpuMemoryUse, CountsAllocationsPeerMappingsAndTheirRelease) {
           << "after " << (abort_first ? "an aborted" : "a") << " communicator: " << to_string(cuda_memory_use(device))
           << "; before it: " << to_string(none);
     }
+  });
+}
+
+// A symmetric alloc that does not fit in device memory is a clear error on every rank, never a hang (NOTE
+// [failed symmetric alloc]): the rank that ran out says so with the request, the driver's free count and what
+// symcomm holds; every other rank names the ranks that failed. Nothing stays allocated or mapped, and the
+// communicator goes on: the next allocation and an exact all-reduce on it work. First every rank asks for four
+// times the device's memory; then, where ranks share a GPU, for 60% of what is free, which one rank gets and
+// the others cannot, the case where only some ranks fail.
+TEST(GpuMemoryUse, OutOfMemoryIsAClearErrorOnEveryRankAndTheCommunicatorStaysUsable) {
+  const int world = testing::gpu_test_world();
+  testing::expect_success(world, [world](RankEnv& env) {
+    const int device = rank_device(env.info.local_rank);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    CommOptions o = cuda_comm_options();
+    o.config = env.config;
+    o.config->nccl = NcclInit::kOff;
+    o.config->heap_bytes = size_t{1} << 40;  // the heap's own bound out of the way: the device's is the one hit
+    auto comm = env.make_comm(o);
+    const int me = comm->rank();
+    size_t free = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+    const CudaMemoryUse before = cuda_memory_use(device);
+    std::vector<size_t> sizes = {4 * total};
+    if (ranks_share_gpus() && world > 1) {
+      testing::store_barrier(*env.store, "oom/free", world);
+      // every rank's view of free memory is taken after all have made their communicators
+      ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+      sizes.push_back(free / 10 * 6 / 4096 * 4096);
+    }
+    // Every rank asks for the same size: a collective call. The smallest view of free memory decides it.
+    for (size_t i = 1; i < sizes.size(); ++i) {
+      env.store->set(fmt::format("oom/size{}/{}", i, me), std::to_string(sizes[i]));
+      size_t smallest = sizes[i];
+      for (int r = 0; r < world; ++r) {
+        smallest = std::min<size_t>(smallest, std::stoull(env.store->get_string(fmt::format("oom/size{}/{}", i, r))));
+      }
+      sizes[i] = smallest;
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      void* p = nullptr;
+      bool threw = false;
+      std::string named;  // the ranks this rank's error names
+      try {
+        p = comm->alloc(sizes[i]);
+      } catch (const Error& e) {
+        threw = true;
+        named = fmt::format("{}", fmt::join(e.ranks(), ","));
+        EXPECT_EQ(e.code(), ErrorCode::kCuda) << e.what();
+        ASSERT_FALSE(e.ranks().empty()) << e.what();
+        const std::string msg = e.what();
+        if (std::find(e.ranks().begin(), e.ranks().end(), me) != e.ranks().end()) {
+          // this rank ran out itself
+          EXPECT_NE(msg.find("out of GPU memory"), std::string::npos) << msg;
+          EXPECT_NE(msg.find(std::to_string(sizes[i])), std::string::npos) << msg;
+          EXPECT_NE(msg.find("symcomm already holds"), std::string::npos) << msg;
+        } else {
+          EXPECT_NE(msg.find("could not allocate their part"), std::string::npos) << msg;
+        }
+      }
+      if (i == 0) {
+        EXPECT_TRUE(threw) << "an allocation of four times the device's memory succeeded";
+      }
+      // Where one rank got its part and another did not, all must have thrown.
+      env.store->set(fmt::format("oom/threw{}/{}", i, me), threw ? "1" : "0");
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(env.store->get_string(fmt::format("oom/threw{}/{}", i, r)), threw ? "1" : "0")
+            << "ranks disagree on whether allocation " << i << " of " << sizes[i] << " bytes failed";
+      }
+      if (p) comm->free(p);
+      EXPECT_EQ(cuda_memory_use(device), before) << "after allocation " << i;
+      if (me == 0) {
+        std::printf("GpuMemoryUse OOM: alloc of %zu bytes (%zu free of %zu) %s; rank 0's error names rank(s) %s\n",
+                    sizes[i], free, total, threw ? "failed on every rank" : "succeeded", named.c_str());
+      }
+    }
+    // Still usable: an allocation and an exact all-reduce in it.
+    auto* buf = static_cast<int32_t*>(comm->alloc(4096 * sizeof(int32_t)));
+    std::vector<int32_t> host(4096);
+    for (size_t j = 0; j < host.size(); ++j) host[j] = static_cast<int32_t>(j) + me;
+    ASSERT_EQ(cudaMemcpy(buf, host.data(), host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    comm->all_reduce(buf, buf, host.size(), DataType::kInt32, ReduceOp::kSum);
+    ASSERT_EQ(cudaMemcpy(host.data(), buf, host.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    comm->check();
+    size_t wrong = 0;
+    for (size_t j = 0; j < host.size(); ++j) {
+      wrong += host[j] != world * static_cast<int32_t>(j) + world * (world - 1) / 2;
+    }
+    EXPECT_EQ(wrong, 0u);
+    comm->free(buf);
+  });
+}
+
+// Ranks that ask alloc() for different sizes all get kMismatch naming a rank whose size differs, in the same
+// call; nothing stays allocated, and the next (matching) allocation works (NOTE [failed symmetric alloc]: every
+// rank reads every peer's message before it decides, so none is left for the next call).
+TEST(GpuMemoryUse, MismatchedAllocIsAnErrorOnEveryRankAndTheCommunicatorStaysUsable) {
+  const int world = testing::gpu_test_world();
+  if (world < 2) GTEST_SKIP() << "needs 2 ranks";
+  testing::expect_success(world, [world](RankEnv& env) {
+    const int device = rank_device(env.info.local_rank);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    CommOptions o = cuda_comm_options();
+    o.config = env.config;
+    o.config->nccl = NcclInit::kOff;
+    auto comm = env.make_comm(o);
+    const int me = comm->rank();
+    const CudaMemoryUse before = cuda_memory_use(device);
+    // The last rank asks for more (a different heap page count), the others agree with each other.
+    const size_t mine = me == world - 1 ? size_t{6} << 20 : size_t{3} << 20;
+    try {
+      comm->alloc(mine);
+      ADD_FAILURE() << "mismatched sizes were allocated";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+      ASSERT_EQ(e.ranks().size(), 1u) << e.what();
+      if (me == world - 1) {
+        EXPECT_NE(e.ranks()[0], me) << e.what();
+      } else {
+        EXPECT_EQ(e.ranks()[0], world - 1) << e.what();
+      }
+    }
+    EXPECT_EQ(cuda_memory_use(device), before);
+    void* p = comm->alloc(size_t{1} << 20);
+    EXPECT_EQ(comm->peer_ptr(p, me), p);
+    comm->free(p);
+    EXPECT_EQ(cuda_memory_use(device), before);
   });
 }
 
