@@ -175,7 +175,11 @@ class Communicator {
 
   /// Allocates `bytes` from the symmetric heap: the same offset on every rank, mapped by every peer.
   /// Collectives on such buffers skip the staging copy. Must be called by all ranks in the same order with
-  /// the same sizes (on the CUDA backend it is collective and blocks until all ranks call it).
+  /// the same sizes (on the CUDA backend it is collective and blocks until all ranks call it; if any rank
+  /// cannot make its part, e.g. out of device memory, every rank throws and the communicator stays usable).
+  /// A CUDA collective that reaches peers' copies of a heap buffer (zero-copy) needs every rank to pass the
+  /// same allocation at the same offset there; ranks that pass different heap buffers get Error(kMismatch).
+  /// Buffers outside the heap have no such rule.
   void* alloc(size_t bytes);
   /// Returns memory from alloc(); same ordering rule. nullptr is ignored.
   void free(void* ptr);

@@ -58,13 +58,17 @@ class Builder {
   // instance its next op could meet a slower peer's equal-looking op, the one that peer issued in place of
   // a call it skipped, and complete there silently instead of failing. Captured ops keep instance 0: their
   // headers are fixed at capture, and ranks need not capture graphs in the same order.
-  CePlan finish(uint32_t path) {
+  // `peers_read_in` / `peers_read_out`: whether on this path some rank reads its peers' inputs / outputs (the
+  // same on every rank running it, unlike what this rank's own plan reads: a broadcast's root reads nothing).
+  // Their heap places then go into the header (NOTE [heap keys] in src/core/cuda_launch_cuda.cc).
+  CePlan finish(uint32_t path, bool peers_read_in, bool peers_read_out) {
     uint64_t h = fnv1a("symcomm-ce");
     for (uint64_t v :
          {static_cast<uint64_t>(in_.kind), static_cast<uint64_t>(in_.dtype),
           static_cast<uint64_t>(in_.kind == Collective::kReduceScatter ? in_.op : ReduceOp::kSum),
           static_cast<uint64_t>(in_.count), static_cast<uint64_t>(in_.kind == Collective::kBroadcast ? in_.root : 0),
-          static_cast<uint64_t>(path), static_cast<uint64_t>(n_), in_.instance}) {
+          static_cast<uint64_t>(path), static_cast<uint64_t>(n_), in_.instance, peers_read_in ? in_.in_place : 0,
+          peers_read_out ? in_.out_place : 0}) {
       h = fnv1a(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v)), h);
     }
     // 31 bits, never 0 or 1 (the copy engine's in-flight word keeps the top bit and the values 0 and 1).
@@ -108,7 +112,7 @@ CePlan all_gather(Builder& b, const CePlanInput& in, size_t B) {
     if (!in.in_is_own_block && !from_out) {
       b.pull(r, ref(CeSpace::kOut, me, me * B), ref(CeSpace::kIn, me, 0), B, lanes - 1, lanes);
     }
-    return b.finish(from_out ? 1 : 2);
+    return b.finish(from_out ? 1 : 2, !from_out, from_out);
   }
   const size_t c = usable(in.scratch_bytes, 1);
   for (size_t off = 0; off < B; off += c) {
@@ -121,7 +125,7 @@ CePlan all_gather(Builder& b, const CePlanInput& in, size_t B) {
       b.pull(r, ref(CeSpace::kOut, me, p * B + off), ref(CeSpace::kScratch, p, 0), len);
     }
   }
-  return b.finish(3);
+  return b.finish(3, false, false);
 }
 
 CePlan all_to_all(Builder& b, const CePlanInput& in, size_t B) {
@@ -133,7 +137,7 @@ CePlan all_to_all(Builder& b, const CePlanInput& in, size_t B) {
       const int p = (me + k) % n;
       b.pull(r, ref(CeSpace::kOut, me, p * B), ref(CeSpace::kIn, p, me * B), B);
     }
-    return b.finish(1);
+    return b.finish(1, true, false);
   }
   // Staged (also in place): every block of this round's window goes to a scratch slot first, so the pulls
   // that overwrite the output (= input when in place) never touch bytes a peer still has to read.
@@ -147,7 +151,7 @@ CePlan all_to_all(Builder& b, const CePlanInput& in, size_t B) {
       b.pull(r, ref(CeSpace::kOut, me, p * B + off), ref(CeSpace::kScratch, p, me * c), len);
     }
   }
-  return b.finish(2);
+  return b.finish(2, false, false);
 }
 
 CePlan broadcast(Builder& b, const CePlanInput& in, size_t B) {
@@ -156,7 +160,7 @@ CePlan broadcast(Builder& b, const CePlanInput& in, size_t B) {
     CeRound& r = b.round();
     if (me == root && !in.in_is_out) b.local(r, ref(CeSpace::kOut, me, 0), ref(CeSpace::kIn, me, 0), B);
     if (me != root) b.pull(r, ref(CeSpace::kOut, me, 0), ref(CeSpace::kOut, root, 0), B);
-    return b.finish(1);
+    return b.finish(1, false, true);
   }
   const size_t c = usable(in.scratch_bytes, 1);
   for (size_t off = 0; off < B; off += c) {
@@ -169,7 +173,7 @@ CePlan broadcast(Builder& b, const CePlanInput& in, size_t B) {
       b.pull(r, ref(CeSpace::kOut, me, off), ref(CeSpace::kScratch, root, 0), len);
     }
   }
-  return b.finish(2);
+  return b.finish(2, false, false);
 }
 
 CePlan reduce_scatter(Builder& b, const CePlanInput& in, size_t B, size_t es) {
@@ -214,7 +218,7 @@ CePlan reduce_scatter(Builder& b, const CePlanInput& in, size_t B, size_t es) {
       ops.push_back(red);
     }
   }
-  return b.finish(zero_copy ? 1 : 2);
+  return b.finish(zero_copy ? 1 : 2, zero_copy, false);
 }
 
 }  // namespace

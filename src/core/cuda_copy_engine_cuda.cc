@@ -188,6 +188,8 @@ void CopyEngine::run(const Request& r, cudaStream_t s) {
   in.lanes = kLanes;
   in.chunk_bytes = kChunkBytes;
   in.instance = stream_capturing(s) ? 0 : eager_ops_ + 1;
+  in.in_place = in.in_symmetric ? heap_.place(r.in) : 0;
+  in.out_place = in.out_symmetric ? heap_.place(r.out) : 0;
   const CePlan plan = make_ce_plan(in);
   SYMCOMM_CHECK(plan.stage_bytes_per_lane <= kStagePerLane && plan.lanes <= kLanes, kInternal,
                 "copy-engine plan needs more stage than allocated");

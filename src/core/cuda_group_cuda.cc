@@ -33,18 +33,28 @@ namespace {
 
 using Ops = std::vector<std::pair<Request, Algorithm>>;
 
-// Hash of the fields every rank must agree on (the kernel's first barrier compares it); never 0.
-uint64_t multi_header(const cuda::MultiParams& p) {
+using Places = std::array<uint64_t, cuda::kMaxMultiSegments>;
+
+// Hash of the fields every rank must agree on (the kernel's first barrier compares it); never 0. With the
+// heap places of the tensors that peers reach (NOTE [heap keys] in cuda_launch_cuda.cc): the inputs when the
+// kernel reads peers' inputs (zero-copy), the outputs when it writes peers' outputs (zero-copy or push).
+uint64_t multi_header(const cuda::MultiParams& p, const Places& in_places, const Places& out_places) {
   constexpr uint64_t kPathMulti = 16;  // distinct from the single-collective paths of cuda_launch_cuda.cc
-  std::array<uint64_t, 6 + cuda::kMaxMultiSegments> f{};
+  std::array<uint64_t, 6 + 3 * cuda::kMaxMultiSegments> f{};
   f[0] = static_cast<uint64_t>(p.kind);
   f[1] = kPathMulti;
   f[2] = static_cast<uint64_t>(p.dtype);
   f[3] = static_cast<uint64_t>(p.op);
   f[4] = p.nseg;
   f[5] = static_cast<uint64_t>(p.zero_copy) | static_cast<uint64_t>(p.push_out) << 1;
-  for (uint32_t k = 0; k < p.nseg; ++k) f[6 + k] = p.seg[k].count;
-  uint64_t h = fnv1a(std::string_view(reinterpret_cast<const char*>(f.data()), (6 + p.nseg) * sizeof(uint64_t)));
+  const bool remote_in = p.zero_copy && p.kind != Collective::kAllGather;
+  const bool remote_out = (p.zero_copy || p.push_out) && p.kind != Collective::kReduceScatter;
+  for (uint32_t k = 0; k < p.nseg; ++k) {
+    f[6 + 3 * k] = p.seg[k].count;
+    f[7 + 3 * k] = remote_in ? in_places[k] : 0;
+    f[8 + 3 * k] = remote_out ? out_places[k] : 0;
+  }
+  uint64_t h = fnv1a(std::string_view(reinterpret_cast<const char*>(f.data()), (6 + 3 * p.nseg) * sizeof(uint64_t)));
   return h ? h : 1;
 }
 
@@ -136,6 +146,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
     for (size_t k = first; k < last; ++k) counts[k - first] = gather ? ops[k].first.count * es : ops[k].first.count;
     p.total = virtual_offsets(counts.data(), p.nseg, unit, voff.data());
     bool zc = true, outs_symmetric = true;
+    Places in_places{}, out_places{};
     for (size_t k = first; k < last; ++k) {
       const Request& r = ops[k].first;
       cuda::MultiSegment& g = p.seg[k - first];
@@ -154,19 +165,21 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
         const size_t in_bytes = a.kind == Collective::kReduceScatter ? tb * n : tb;
         zc = zc && heap_->find(r.in, in_bytes, &base, &stride);
         g.in_stride = static_cast<int64_t>(stride);
+        in_places[k - first] = heap_->place(r.in);
       }
       if (a.kind != Collective::kReduceScatter) {
         const size_t out_bytes = gather ? tb * n : tb;
         stride = 0;
         outs_symmetric = outs_symmetric && heap_->find(r.out, out_bytes, &base, &stride);
         g.out_stride = static_cast<int64_t>(stride);
+        out_places[k - first] = heap_->place(r.out);
       }
     }
     // The push-to-output all-reduce needs only the outputs in the heap; from the same size on as one tensor.
     p.push_out = a.kind == Collective::kAllReduce && outs_symmetric &&
                  p.total * es >= measured_cuda_tuning(ctx_.config.tuning, n).cuda_two_shot_push_min_bytes;
     p.zero_copy = zc && outs_symmetric && !p.push_out;
-    p.header = multi_header(p);
+    p.header = multi_header(p, in_places, out_places);
     cuda::launch_multi(p, s);
   }
 }

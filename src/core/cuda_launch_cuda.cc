@@ -18,8 +18,17 @@
 namespace symcomm::detail {
 namespace {
 
-// FNV-1a over the fields every rank must agree on; never 0 (0 means "no header").
-uint64_t op_header(const Request& r, int path, bool zero_copy) {
+// NOTE [heap keys] A zero-copy path reaches a peer's copy of this rank's buffer: the same allocation at the same
+// offset, where the peer is expected to have passed its own. A peer that passed another heap buffer (or another
+// offset) has its data elsewhere, and the kernels would read and write the wrong place with matching headers:
+// found 2026-11-25 (Cases/GpuHeapBuffers.*, every zero-copy path returned wrong elements without an error).
+// So every path folds the heap places (CudaHeap::place) of the buffers its peers reach into the op header
+// the ranks compare: different places are kMismatch on every rank. Only buffers reached remotely count: a
+// path that touches a peer's output only may be given different inputs, as NCCL allows.
+//
+// FNV-1a over the fields every rank must agree on; never 0 (0 means "no header"). `in_place` / `out_place`: the
+// heap places of the input / output where peers reach them, else 0.
+uint64_t op_header(const Request& r, int path, bool zero_copy, uint64_t in_place = 0, uint64_t out_place = 0) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) {
     for (int i = 0; i < 8; ++i) {
@@ -34,6 +43,8 @@ uint64_t op_header(const Request& r, int path, bool zero_copy) {
   mix(r.count);
   mix(r.kind == Collective::kBroadcast ? static_cast<uint64_t>(r.root) : 0);
   mix(zero_copy);
+  mix(in_place);
+  mix(out_place);
   return h ? h : 1;
 }
 
@@ -187,19 +198,21 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       const bool out_sym = symmetric(r.out, bytes);
       const bool push = out_sym && bytes >= measured_cuda_tuning(t, n).cuda_two_shot_push_min_bytes;
       const bool zc = !push && out_sym && symmetric(r.in, bytes);
-      cuda::AllReduceTwoShotParams p{.comm = comm_,
-                                     .in = r.in,
-                                     .out = r.out,
-                                     .count = r.count,
-                                     .dtype = r.dtype,
-                                     .op = r.op,
-                                     .header = push ? op_header(r, 6, true) : op_header(r, 2, zc),
-                                     .peer_in = {},
-                                     .peer_out = {},
-                                     .zero_copy = zc,
-                                     .push_out = push,
-                                     .max_blocks = t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks
-                                                                                   : static_cast<size_t>(fewest_sms_)};
+      cuda::AllReduceTwoShotParams p{
+          .comm = comm_,
+          .in = r.in,
+          .out = r.out,
+          .count = r.count,
+          .dtype = r.dtype,
+          .op = r.op,
+          .header = push ? op_header(r, 6, true, 0, heap_->place(r.out))
+                         : op_header(r, 2, zc, zc ? heap_->place(r.in) : 0, zc ? heap_->place(r.out) : 0),
+          .peer_in = {},
+          .peer_out = {},
+          .zero_copy = zc,
+          .push_out = push,
+          .max_blocks =
+              t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks : static_cast<size_t>(fewest_sms_)};
       for (int q = 0; (zc || push) && q < n; ++q) {
         if (zc) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
         p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
@@ -216,7 +229,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                   .count = r.count,
                                   .dtype = r.dtype,
                                   .op = r.op,
-                                  .header = op_header(r, 3, zc),
+                                  .header = op_header(r, 3, zc, zc ? heap_->place(r.in) : 0),
                                   .peer_in = {},
                                   .zero_copy = zc};
       for (int q = 0; zc && q < n; ++q) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
@@ -235,7 +248,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                              .out = static_cast<char*>(r.out),
                              .bytes = bytes,
                              .in_block_stride = a2a ? bytes : 0,
-                             .header = op_header(r, 4, zc),
+                             .header = op_header(r, 4, zc, 0, zc ? heap_->place(r.out) : 0),
                              .peer_out = {},
                              .zero_copy = zc};
       for (int q = 0; zc && q < n; ++q) p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
@@ -251,7 +264,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                               .out = static_cast<char*>(r.out),
                               .bytes = bytes,
                               .root = r.root,
-                              .header = op_header(r, 5, zc),
+                              .header = op_header(r, 5, zc, 0, zc ? heap_->place(r.out) : 0),
                               .peer_out = {},
                               .zero_copy = zc};
       for (int q = 0; zc && q < n; ++q) p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));

@@ -37,12 +37,17 @@ class CudaHeap {
   bool find(const void* ptr, size_t bytes, char** base, size_t* stride) const;
   /// Peer's mapping of ptr, or nullptr if ptr is not in the heap.
   void* peer_ptr(const void* ptr, int peer) const;
+  /// Where ptr lies in the heap, as every rank sees the same place: a nonzero hash of the allocation's number
+  /// (alloc() is collective, so the numbers agree) and the offset in it; 0 if ptr is not in the heap. Zero-copy
+  /// paths fold it into their op headers (NOTE [heap keys]).
+  uint64_t place(const void* ptr) const;
 
  private:
   struct Mapping {
     CUdeviceptr va = 0;                                 ///< start of the reserved range (rank 0's part)
     size_t stride = 0;                                  ///< bytes per rank (granularity-rounded)
     size_t requested = 0;                               ///< bytes asked for
+    uint64_t id = 0;                                    ///< the allocation's number (the same on every rank)
     std::vector<CUmemGenericAllocationHandle> handles;  ///< one per rank (own + imported)
   };
   void unmap(Mapping& m);

@@ -335,6 +335,57 @@ TEST(CePlan, HeaderDependsOnTheArguments) {
   EXPECT_EQ(make_ce_plan(e1).header, make_ce_plan(CePlanInput(e1)).header);
 }
 
+// The heap places of the buffers the plan reaches on peers are in the header, the others are not (NOTE [heap
+// keys]): ranks that pass different heap buffers where peers read them must not meet; where peers never read
+// a buffer, its place may differ.
+TEST(CePlan, HeaderHoldsThePlacesPeersReach) {
+  CePlanInput a;
+  a.kind = Collective::kAllGather;
+  a.count = 100;
+  a.world_size = 2;
+  a.scratch_bytes = 1 << 20;
+  a.stage_bytes = 1 << 20;
+  a.out_symmetric = true;  // zero-copy all-gather: pulls from the peers' outputs
+  a.in_is_own_block = true;
+  a.in_symmetric = true;
+  a.in_place = 11;
+  a.out_place = 21;
+  CePlanInput other_out = a, other_in = a;
+  other_out.out_place = 22;
+  other_in.in_place = 12;
+  EXPECT_NE(make_ce_plan(a).header, make_ce_plan(other_out).header);
+  EXPECT_EQ(make_ce_plan(a).header, make_ce_plan(other_in).header);  // the own block is read from the outputs
+  // Reduce-scatter with a symmetric input pulls chunks of the peers' inputs; its output is only written locally.
+  CePlanInput rs = a;
+  rs.kind = Collective::kReduceScatter;
+  rs.in_is_own_block = false;
+  rs.out_symmetric = false;
+  rs.out_place = 0;
+  CePlanInput rs_in = rs, rs_out = rs;
+  rs_in.in_place = 13;
+  rs_out.out_symmetric = true;
+  rs_out.out_place = 23;
+  EXPECT_NE(make_ce_plan(rs).header, make_ce_plan(rs_in).header);
+  const CePlan with_out = make_ce_plan(rs_out);
+  CePlanInput rs_out2 = rs_out;
+  rs_out2.out_place = 24;
+  EXPECT_EQ(with_out.header, make_ce_plan(rs_out2).header);
+  // A zero-copy broadcast: the root reads nothing of its peers, they read its output; root and non-root
+  // still agree on the header, and a different output place on either side changes it.
+  CePlanInput root = a, leaf = a;
+  root.kind = leaf.kind = Collective::kBroadcast;
+  root.in_is_own_block = leaf.in_is_own_block = false;
+  root.root = leaf.root = 0;
+  root.rank = 0;
+  leaf.rank = 1;
+  leaf.in_symmetric = false;  // a non-root's input is not read
+  leaf.in_place = 0;
+  EXPECT_EQ(make_ce_plan(root).header, make_ce_plan(leaf).header);
+  CePlanInput leaf_elsewhere = leaf;
+  leaf_elsewhere.out_place = 99;
+  EXPECT_NE(make_ce_plan(root).header, make_ce_plan(leaf_elsewhere).header);
+}
+
 // The watchdog's reading of a stuck op's barrier slots (rank 0 of 4, op header 77; NOTE [copy-engine stall]).
 TEST(CePlan, StallClassificationNamesThePeer) {
   constexpr uint32_t h = 77;
