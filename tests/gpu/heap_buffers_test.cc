@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,16 @@ void issue(Communicator& comm, const HeapCase& c, float* buf, cudaStream_t s) {
 
 void PrintTo(const HeapCase& c, std::ostream* os) { *os << c.name; }
 
+/// A communicator on this rank's GPU without NCCL, with room in its heap for two buffers of the largest case.
+std::unique_ptr<Communicator> make_comm(RankEnv& env) {
+  EXPECT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
+  CommOptions o = cuda_comm_options();
+  o.config = env.config;
+  o.config->nccl = NcclInit::kOff;
+  o.config->heap_bytes = size_t{256} << 20;
+  return env.make_comm(o);
+}
+
 class GpuHeapBuffers : public ::testing::TestWithParam<HeapCase> {};
 
 // Rank 0 passes allocation A, the others allocation B (both made by every rank): kMismatch everywhere.
@@ -83,12 +94,7 @@ TEST_P(GpuHeapBuffers, DifferentHeapBuffersOnDifferentRanksAreAMismatch) {
   const int world = testing::gpu_test_world();
   if (world < 2) GTEST_SKIP() << "needs 2 ranks";
   testing::expect_success(world, [&c, world](RankEnv& env) {
-    ASSERT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
-    CommOptions o = cuda_comm_options();
-    o.config = env.config;
-    o.config->nccl = NcclInit::kOff;
-    o.config->heap_bytes = size_t{256} << 20;
-    auto comm = env.make_comm(o);
+    auto comm = make_comm(env);
     const size_t bytes = (world + 1) * c.count * sizeof(float);
     auto* a = static_cast<float*>(comm->alloc(bytes));
     auto* b = static_cast<float*>(comm->alloc(bytes));
@@ -120,12 +126,7 @@ TEST_P(GpuHeapBuffers, TheSameHeapBufferOnEveryRankIsExact) {
   const int world = testing::gpu_test_world();
   if (world < 2) GTEST_SKIP() << "needs 2 ranks";
   testing::expect_success(world, [&c, world](RankEnv& env) {
-    ASSERT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
-    CommOptions o = cuda_comm_options();
-    o.config = env.config;
-    o.config->nccl = NcclInit::kOff;
-    o.config->heap_bytes = size_t{256} << 20;
-    auto comm = env.make_comm(o);
+    auto comm = make_comm(env);
     const int me = comm->rank();
     const size_t elems = (world + 1) * c.count;
     auto* buf = static_cast<float*>(comm->alloc(elems * sizeof(float)));

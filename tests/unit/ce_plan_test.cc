@@ -311,13 +311,19 @@ TEST(CePlan, ZeroCopyPathsUseOneRoundAndStagedPathsRounds) {
   EXPECT_EQ(p.rounds[0].lanes[1][1].kind, CeOp::kReduce);
 }
 
-TEST(CePlan, HeaderDependsOnTheArguments) {
+/// A staged all-gather of 100 elements at 2 ranks with 1 MiB of scratch and stage: the header tests' base case.
+CePlanInput small_gather() {
   CePlanInput a;
   a.kind = Collective::kAllGather;
   a.count = 100;
   a.world_size = 2;
   a.scratch_bytes = 1 << 20;
   a.stage_bytes = 1 << 20;
+  return a;
+}
+
+TEST(CePlan, HeaderDependsOnTheArguments) {
+  CePlanInput a = small_gather();
   CePlanInput b = a;
   b.count = 101;
   CePlanInput c = a;
@@ -339,12 +345,7 @@ TEST(CePlan, HeaderDependsOnTheArguments) {
 // keys]): ranks that pass different heap buffers where peers read them must not meet; where peers never read
 // a buffer, its place may differ.
 TEST(CePlan, HeaderHoldsThePlacesPeersReach) {
-  CePlanInput a;
-  a.kind = Collective::kAllGather;
-  a.count = 100;
-  a.world_size = 2;
-  a.scratch_bytes = 1 << 20;
-  a.stage_bytes = 1 << 20;
+  CePlanInput a = small_gather();
   a.out_symmetric = true;  // zero-copy all-gather: pulls from the peers' outputs
   a.in_is_own_block = true;
   a.in_symmetric = true;
