@@ -115,6 +115,64 @@ TEST_P(HostCollectives, AsyncOpsCompleteInIssueOrder) {
   });
 }
 
+// Ranks may pass different heap buffers (another allocation, another offset) to one collective: the host
+// engine publishes every step's data offset in its header, and peers read there, so each rank's own buffer is
+// used wherever it lies. (The CUDA backend's zero-copy kernels reach the peer's copy of *this* rank's buffer
+// instead, and report such calls as kMismatch: NOTE [heap keys], tests/gpu/heap_buffers_test.cc.) Exact
+// results for every collective, zero-copy (both buffers in the heap) and large enough for several rounds.
+TEST_P(HostCollectives, DifferentHeapBuffersOnDifferentRanksAreExact) {
+  const int n = GetParam();
+  expect_success(n, [n](RankEnv& env) {
+    auto comm = env.make_comm();
+    const int me = comm->rank();
+    const size_t count = 200003;  // per rank; several rounds of the tests' scratch half
+    const size_t elems = (n + 1) * count;
+    // Every rank makes the same three allocations; even ranks use the first, odd ones the third, at an
+    // offset of their rank in elements.
+    auto* a = static_cast<int32_t*>(comm->alloc(elems * 4 + 64));
+    auto* unused = comm->alloc(4096);
+    auto* b = static_cast<int32_t*>(comm->alloc(elems * 4 + 64));
+    int32_t* buf = (me % 2 == 0 ? a : b) + me;
+    auto value = [](int r, size_t i) { return static_cast<int32_t>((i % 1009) + 7 * r); };
+    auto fill = [&] {
+      for (size_t i = 0; i < elems; ++i) buf[i] = value(me, i);
+    };
+    auto sum = [&](size_t i) {
+      int32_t t = 0;
+      for (int r = 0; r < n; ++r) t += value(r, i);
+      return t;
+    };
+    size_t wrong = 0;
+    for (Algorithm algo : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
+      fill();
+      comm->all_reduce(buf, buf, count, DataType::kInt32, ReduceOp::kSum, {.algorithm = algo});
+      for (size_t i = 0; i < count; ++i) wrong += buf[i] != sum(i);
+    }
+    fill();
+    comm->all_gather(buf + me * count, buf, count, DataType::kInt32);
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) wrong += buf[r * count + i] != value(r, r * count + i);
+    }
+    fill();
+    comm->reduce_scatter(buf, buf + n * count, count, DataType::kInt32, ReduceOp::kSum);
+    for (size_t i = 0; i < count; ++i) wrong += buf[n * count + i] != sum(me * count + i);
+    fill();
+    comm->broadcast(buf, buf, count, DataType::kInt32, n - 1);
+    for (size_t i = 0; i < count; ++i) wrong += buf[i] != value(n - 1, i);
+    fill();
+    const size_t c = count / n;      // per peer
+    int32_t* out = buf + n * count;  // after the input blocks
+    comm->all_to_all(buf, out, c, DataType::kInt32);
+    for (int p = 0; p < n; ++p) {
+      for (size_t i = 0; i < c; ++i) wrong += out[p * c + i] != value(p, me * c + i);
+    }
+    EXPECT_EQ(wrong, 0u) << "rank " << me;
+    comm->free(b);
+    comm->free(unused);
+    comm->free(a);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, HostCollectives, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
