@@ -13,7 +13,8 @@ namespace symcomm {
 struct CudaMemoryUse {
   /// Physical memory on the device: symmetric-heap chunks (Communicator::alloc, signal pads, LL and staging
   /// buffers), device state, copy-engine staging, the fused operations' temporaries and cuBLASLt workspaces
-  /// (one per device and stream, kept until the process ends).
+  /// (a device's first few streams' own, kept until the process ends, and the reserve of the pool the other
+  /// streams share).
   size_t device_bytes = 0;
   /// Peers' symmetric-heap chunks mapped by this process. While mapped they stay allocated on the peers'
   /// devices even after the peers freed them; a communicator's destruction unmaps them.

@@ -86,7 +86,7 @@ struct CePlanInput {
   /// Which eager copy-engine op of the communicator this is (1, 2, ...), 0 inside a stream capture: part of the
   /// header (NOTE [copy-engine op instance] in ce_plan.cc).
   uint64_t instance = 0;
-  /// The heap places of the input and output (CudaHeap::place; 0 when not in the heap). Those that the plan
+  /// The heap places of the input and output (CudaHeap::find's `place`; 0 when not in the heap). Those that the plan
   /// reads from peers go into the header (NOTE [heap keys] in src/core/cuda_launch_cuda.cc).
   uint64_t in_place = 0, out_place = 0;
 };

@@ -352,10 +352,10 @@ void CudaBackend::free(void* ptr) {
 }
 void* CudaBackend::peer_ptr(const void* ptr, int peer) const { return heap_->peer_ptr(ptr, peer); }
 
-bool CudaBackend::symmetric(const void* p, size_t bytes) const {
+bool CudaBackend::symmetric(const void* p, size_t bytes, uint64_t* place) const {
   char* base = nullptr;
   size_t stride = 0;
-  return p && heap_->find(p, bytes, &base, &stride);
+  return p && heap_->find(p, bytes, &base, &stride, place);
 }
 
 void CudaBackend::check_pointer(const void* p, const char* what, cudaStream_t stream) {

@@ -86,7 +86,8 @@ class CudaBackend final : public Backend {
   bool launch_ll_gather(const Request& r, Algorithm algo, cudaStream_t s);
   void launch_nccl(const Request& r, cudaStream_t s);
   Error device_error(uint64_t e) const;
-  bool symmetric(const void* p, size_t bytes) const;
+  /// Whether [p, p+bytes) lies in the symmetric heap; `place` as CudaHeap::find's.
+  bool symmetric(const void* p, size_t bytes, uint64_t* place = nullptr) const;
   /// Throws unless `p` is memory this device can access; while `stream` is capturing, pointers the driver
   /// cannot describe yet (allocations made inside the capture) pass unchecked.
   void check_pointer(const void* p, const char* what, cudaStream_t stream);

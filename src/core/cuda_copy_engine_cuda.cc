@@ -162,10 +162,10 @@ void CopyEngine::run(const Request& r, cudaStream_t s) {
   const size_t es = r.elem_size(), B = r.count * es;
   const size_t in_bytes = r.in_count(n) * es, out_bytes = r.out_count(n) * es;
   const bool reads_in = r.kind != Collective::kBroadcast || r.root == me;
-  auto symmetric = [&](const void* p, size_t bytes) {
+  auto symmetric = [&](const void* p, size_t bytes, uint64_t* place) {
     char* base = nullptr;
     size_t stride = 0;
-    return p != nullptr && bytes > 0 && heap_.find(p, bytes, &base, &stride);
+    return p != nullptr && bytes > 0 && heap_.find(p, bytes, &base, &stride, place);
   };
   const auto* in_c = static_cast<const char*>(r.in);
   const auto* out_c = static_cast<const char*>(r.out);
@@ -177,8 +177,8 @@ void CopyEngine::run(const Request& r, cudaStream_t s) {
   in.root = r.root;
   in.world_size = n;
   in.rank = me;
-  in.in_symmetric = reads_in && symmetric(r.in, in_bytes);
-  in.out_symmetric = symmetric(r.out, out_bytes);
+  in.in_symmetric = reads_in && symmetric(r.in, in_bytes, &in.in_place);
+  in.out_symmetric = symmetric(r.out, out_bytes, &in.out_place);
   in.in_is_out = reads_in && r.in == r.out;
   in.in_overlaps_out = reads_in && in_c < out_c + out_bytes && out_c < in_c + in_bytes;
   in.in_is_own_block = (r.kind == Collective::kAllGather && in_c == out_c + me * B) ||
@@ -188,8 +188,6 @@ void CopyEngine::run(const Request& r, cudaStream_t s) {
   in.lanes = kLanes;
   in.chunk_bytes = kChunkBytes;
   in.instance = stream_capturing(s) ? 0 : eager_ops_ + 1;
-  in.in_place = in.in_symmetric ? heap_.place(r.in) : 0;
-  in.out_place = in.out_symmetric ? heap_.place(r.out) : 0;
   const CePlan plan = make_ce_plan(in);
   SYMCOMM_CHECK(plan.stage_bytes_per_lane <= kStagePerLane && plan.lanes <= kLanes, kInternal,
                 "copy-engine plan needs more stage than allocated");

@@ -163,16 +163,14 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
       const size_t tb = r.count * es;
       if (a.kind != Collective::kAllGather) {
         const size_t in_bytes = a.kind == Collective::kReduceScatter ? tb * n : tb;
-        zc = zc && heap_->find(r.in, in_bytes, &base, &stride);
+        zc = zc && heap_->find(r.in, in_bytes, &base, &stride, &in_places[k - first]);
         g.in_stride = static_cast<int64_t>(stride);
-        in_places[k - first] = heap_->place(r.in);
       }
       if (a.kind != Collective::kReduceScatter) {
         const size_t out_bytes = gather ? tb * n : tb;
         stride = 0;
-        outs_symmetric = outs_symmetric && heap_->find(r.out, out_bytes, &base, &stride);
+        outs_symmetric = outs_symmetric && heap_->find(r.out, out_bytes, &base, &stride, &out_places[k - first]);
         g.out_stride = static_cast<int64_t>(stride);
-        out_places[k - first] = heap_->place(r.out);
       }
     }
     // The push-to-output all-reduce needs only the outputs in the heap; from the same size on as one tensor.

@@ -22,7 +22,7 @@ namespace {
 // offset, where the peer is expected to have passed its own. A peer that passed another heap buffer (or another
 // offset) has its data elsewhere, and the kernels would read and write the wrong place with matching headers:
 // found 2026-11-25 (Cases/GpuHeapBuffers.*, every zero-copy path returned wrong elements without an error).
-// So every path folds the heap places (CudaHeap::place) of the buffers its peers reach into the op header
+// So every path folds the heap places (CudaHeap::find's `place`) of the buffers its peers reach into the op header
 // the ranks compare: different places are kMismatch on every rank. Only buffers reached remotely count: a
 // path that touches a peer's output only may be given different inputs, as NCCL allows.
 //
@@ -195,24 +195,24 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                          s);
         return;
       }
-      const bool out_sym = symmetric(r.out, bytes);
+      uint64_t in_place = 0, out_place = 0;  // NOTE [heap keys]
+      const bool out_sym = symmetric(r.out, bytes, &out_place);
       const bool push = out_sym && bytes >= measured_cuda_tuning(t, n).cuda_two_shot_push_min_bytes;
-      const bool zc = !push && out_sym && symmetric(r.in, bytes);
-      cuda::AllReduceTwoShotParams p{
-          .comm = comm_,
-          .in = r.in,
-          .out = r.out,
-          .count = r.count,
-          .dtype = r.dtype,
-          .op = r.op,
-          .header = push ? op_header(r, 6, true, 0, heap_->place(r.out))
-                         : op_header(r, 2, zc, zc ? heap_->place(r.in) : 0, zc ? heap_->place(r.out) : 0),
-          .peer_in = {},
-          .peer_out = {},
-          .zero_copy = zc,
-          .push_out = push,
-          .max_blocks =
-              t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks : static_cast<size_t>(fewest_sms_)};
+      const bool zc = !push && out_sym && symmetric(r.in, bytes, &in_place);
+      cuda::AllReduceTwoShotParams p{.comm = comm_,
+                                     .in = r.in,
+                                     .out = r.out,
+                                     .count = r.count,
+                                     .dtype = r.dtype,
+                                     .op = r.op,
+                                     .header = push ? op_header(r, 6, true, 0, out_place)
+                                                    : op_header(r, 2, zc, zc ? in_place : 0, zc ? out_place : 0),
+                                     .peer_in = {},
+                                     .peer_out = {},
+                                     .zero_copy = zc,
+                                     .push_out = push,
+                                     .max_blocks = t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks
+                                                                                   : static_cast<size_t>(fewest_sms_)};
       for (int q = 0; (zc || push) && q < n; ++q) {
         if (zc) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
         p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
@@ -222,14 +222,15 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
     }
     case Collective::kReduceScatter: {
       if (launch_ll_gather(r, algo, s)) return;
-      const bool zc = symmetric(r.in, r.count * es * n);
+      uint64_t in_place = 0;
+      const bool zc = symmetric(r.in, r.count * es * n, &in_place);
       cuda::ReduceScatterParams p{.comm = comm_,
                                   .in = r.in,
                                   .out = r.out,
                                   .count = r.count,
                                   .dtype = r.dtype,
                                   .op = r.op,
-                                  .header = op_header(r, 3, zc, zc ? heap_->place(r.in) : 0),
+                                  .header = op_header(r, 3, zc, in_place),
                                   .peer_in = {},
                                   .zero_copy = zc};
       for (int q = 0; zc && q < n; ++q) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
@@ -242,13 +243,14 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       if (launch_ll_gather(r, algo, s)) return;
       const size_t bytes = r.count * es;
       // All-to-all in place cannot take the zero-copy path: a peer would overwrite a block still to be sent.
-      const bool zc = symmetric(r.out, bytes * n) && !(a2a && r.in == r.out);
+      uint64_t out_place = 0;
+      const bool zc = symmetric(r.out, bytes * n, &out_place) && !(a2a && r.in == r.out);
       cuda::ExchangeParams p{.comm = comm_,
                              .in = static_cast<const char*>(r.in),
                              .out = static_cast<char*>(r.out),
                              .bytes = bytes,
                              .in_block_stride = a2a ? bytes : 0,
-                             .header = op_header(r, 4, zc, 0, zc ? heap_->place(r.out) : 0),
+                             .header = op_header(r, 4, zc, 0, zc ? out_place : 0),
                              .peer_out = {},
                              .zero_copy = zc};
       for (int q = 0; zc && q < n; ++q) p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
@@ -258,13 +260,14 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
     case Collective::kBroadcast: {
       if (launch_ll_gather(r, algo, s)) return;
       const size_t bytes = r.count * es;
-      const bool zc = symmetric(r.out, bytes);
+      uint64_t out_place = 0;
+      const bool zc = symmetric(r.out, bytes, &out_place);
       cuda::BroadcastParams p{.comm = comm_,
                               .in = static_cast<const char*>(r.in),
                               .out = static_cast<char*>(r.out),
                               .bytes = bytes,
                               .root = r.root,
-                              .header = op_header(r, 5, zc, 0, zc ? heap_->place(r.out) : 0),
+                              .header = op_header(r, 5, zc, 0, out_place),
                               .peer_out = {},
                               .zero_copy = zc};
       for (int q = 0; zc && q < n; ++q) p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));

@@ -201,7 +201,7 @@ void CudaHeap::free(void* ptr) {
   live_.erase(it);
 }
 
-bool CudaHeap::find(const void* ptr, size_t bytes, char** base, size_t* stride) const {
+bool CudaHeap::find(const void* ptr, size_t bytes, char** base, size_t* stride, uint64_t* place) const {
   uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard lock(mu_);
   auto it = live_.upper_bound(p);
@@ -210,25 +210,18 @@ bool CudaHeap::find(const void* ptr, size_t bytes, char** base, size_t* stride) 
   if (p < it->first || p + bytes > it->first + it->second.requested) return false;
   *base = reinterpret_cast<char*>(it->first);
   *stride = it->second.stride;
+  if (place) {
+    // splitmix64's finaliser over the number, then over that and the offset
+    auto mix = [](uint64_t z) {
+      z += 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      return z ^ (z >> 31);
+    };
+    const uint64_t z = mix(mix(it->second.id) ^ (p - it->first));
+    *place = z ? z : 1;
+  }
   return true;
-}
-
-uint64_t CudaHeap::place(const void* ptr) const {
-  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard lock(mu_);
-  auto it = live_.upper_bound(p);
-  if (it == live_.begin()) return 0;
-  --it;
-  if (p >= it->first + it->second.requested) return 0;
-  // splitmix64's finaliser over the number, then over that and the offset
-  auto mix = [](uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const uint64_t z = mix(mix(it->second.id) ^ (p - it->first));
-  return z ? z : 1;
 }
 
 void* CudaHeap::peer_ptr(const void* ptr, int peer) const {

@@ -33,14 +33,13 @@ class CudaHeap {
   /// Local; ptr must be a pointer returned by alloc() (nullptr ignored).
   void free(void* ptr);
 
-  /// The allocation containing [ptr, ptr+bytes): its own base and the peer stride; false if none.
-  bool find(const void* ptr, size_t bytes, char** base, size_t* stride) const;
+  /// The allocation containing [ptr, ptr+bytes): its own base and the peer stride; false if none. `place`, if
+  /// given, gets where ptr lies in the heap as every rank sees it: a nonzero hash of the allocation's number
+  /// (alloc() is collective, so the numbers agree) and the offset in it. Zero-copy paths fold it into their op
+  /// headers (NOTE [heap keys]).
+  bool find(const void* ptr, size_t bytes, char** base, size_t* stride, uint64_t* place = nullptr) const;
   /// Peer's mapping of ptr, or nullptr if ptr is not in the heap.
   void* peer_ptr(const void* ptr, int peer) const;
-  /// Where ptr lies in the heap, as every rank sees the same place: a nonzero hash of the allocation's number
-  /// (alloc() is collective, so the numbers agree) and the offset in it; 0 if ptr is not in the heap. Zero-copy
-  /// paths fold it into their op headers (NOTE [heap keys]).
-  uint64_t place(const void* ptr) const;
 
  private:
   struct Mapping {

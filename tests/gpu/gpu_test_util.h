@@ -50,6 +50,15 @@ inline CommOptions cuda_comm_options() {
   return o;
 }
 
+/// cuda_comm_options() with `config` (the harness's) and no NCCL: for tests that count symcomm's own memory
+/// (NCCL's is not in it) or need no fallback.
+inline CommOptions cuda_comm_options_without_nccl(const Config& config) {
+  CommOptions o = cuda_comm_options();
+  o.config = config;
+  o.config->nccl = NcclInit::kOff;
+  return o;
+}
+
 enum class BufKind { kDevice, kSymmetric };
 inline const char* name(BufKind k) { return k == BufKind::kDevice ? "device" : "symmetric"; }
 

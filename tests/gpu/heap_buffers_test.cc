@@ -79,9 +79,7 @@ void PrintTo(const HeapCase& c, std::ostream* os) { *os << c.name; }
 /// A communicator on this rank's GPU without NCCL, with room in its heap for two buffers of the largest case.
 std::unique_ptr<Communicator> make_comm(RankEnv& env) {
   EXPECT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
-  CommOptions o = cuda_comm_options();
-  o.config = env.config;
-  o.config->nccl = NcclInit::kOff;
+  CommOptions o = cuda_comm_options_without_nccl(env.config);
   o.config->heap_bytes = size_t{256} << 20;
   return env.make_comm(o);
 }

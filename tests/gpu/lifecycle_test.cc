@@ -263,10 +263,8 @@ TEST(GpuMemoryUse, CountsAllocationsPeerMappingsAndTheirRelease) {
   testing::expect_success(world, [world](RankEnv& env) {
     const int device = rank_device(env.info.local_rank);
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
-    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // the context, before any count
-    CommOptions o = cuda_comm_options();
-    o.config = env.config;
-    o.config->nccl = NcclInit::kOff;  // NCCL's memory is not symcomm's: keep the device's count readable
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);                   // the context, before any count
+    CommOptions o = cuda_comm_options_without_nccl(env.config);  // NCCL's memory is not symcomm's
     const CudaMemoryUse none = cuda_memory_use(device);
     for (const bool abort_first : {false, true}) {
       o.name = abort_first ? "memuse_abort" : "memuse";
@@ -331,9 +329,7 @@ TEST(GpuMemoryUse, OutOfMemoryIsAClearErrorOnEveryRankAndTheCommunicatorStaysUsa
   testing::expect_success(world, [world](RankEnv& env) {
     const int device = rank_device(env.info.local_rank);
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
-    CommOptions o = cuda_comm_options();
-    o.config = env.config;
-    o.config->nccl = NcclInit::kOff;
+    CommOptions o = cuda_comm_options_without_nccl(env.config);
     o.config->heap_bytes = size_t{1} << 40;  // the heap's own bound out of the way: the device's is the one hit
     auto comm = env.make_comm(o);
     const int me = comm->rank();
@@ -419,10 +415,7 @@ TEST(GpuMemoryUse, MismatchedAllocIsAnErrorOnEveryRankAndTheCommunicatorStaysUsa
   testing::expect_success(world, [world](RankEnv& env) {
     const int device = rank_device(env.info.local_rank);
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
-    CommOptions o = cuda_comm_options();
-    o.config = env.config;
-    o.config->nccl = NcclInit::kOff;
-    auto comm = env.make_comm(o);
+    auto comm = env.make_comm(cuda_comm_options_without_nccl(env.config));
     const int me = comm->rank();
     const CudaMemoryUse before = cuda_memory_use(device);
     // The last rank asks for more (a different heap page count), the others agree with each other.
