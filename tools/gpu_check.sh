@@ -207,10 +207,11 @@ for extra in fused group bucket; do
   note "$extra bench: rc=$? in $(($(date +%s) - t0)) s (log: $extra.log)"
 done
 
-# The GPU tests under compute-sanitizer (memcheck, racecheck), symcomm's kernels only: NCCL's LL kernels read
-# up to 4 bytes past the end of odd-sized buffers (seen 2026-11-22: ncclDevKernel_AllGather_RING_LL on an
-# 8198-byte buffer), and NCCL probes kernels that were not built for this GPU; neither is symcomm's to fix.
-# SANITIZE_FILTER picks the tests (gtest filter) of both tools; SANITIZE_MEMCHECK_EXTRA adds memcheck-only ones.
+# The GPU tests under compute-sanitizer (SANITIZE_TOOLS, default "memcheck racecheck"; also synccheck and
+# initcheck), symcomm's kernels only: NCCL's LL kernels read up to 4 bytes past the end of odd-sized buffers
+# (seen 2026-11-22: ncclDevKernel_AllGather_RING_LL on an 8198-byte buffer), and NCCL probes kernels that were
+# not built for this GPU; neither is symcomm's to fix.
+# SANITIZE_FILTER picks the tests (gtest filter) of every tool; SANITIZE_MEMCHECK_EXTRA adds memcheck-only ones.
 # SANITIZE_EXCLUDE names the kernels left uninstrumented (default kns=nccl). For GpuFused.* under racecheck use
 # kns=gemm: with cuBLASLt's GEMM kernels instrumented, racecheck 2025.3.1 on an H100 stopped with "Internal
 # Sanitizer Error: The Sanitizer failed to handle a hardware exception" and the GEMM launches failed (also
@@ -219,18 +220,31 @@ done
 # tests/harness/rank_harness.h): under the tools, host waits around collective set-up took more than the 3 s
 # default (2026-11-23: GpuBucketer/GpuGroupMulti random tests failed with "no message from rank 0 before the
 # deadline", with 0 memcheck errors and 0 racecheck hazards).
-# First the positive control (tests/gpu/sanitizer_probe_test.cc): memcheck must report the out-of-bounds store
-# of every forked rank, or its clean reports below would prove nothing.
+# Each tool first runs its positive control (tests/gpu/sanitizer_probe_test.cc): every rank makes the one
+# mistake the tool exists to report, once, and the tool must report it in every rank, or its clean reports below
+# would prove nothing. initcheck passes its probe but cannot run symcomm's CUDA backend: compute-sanitizer
+# 2025.3.1's initcheck fails the first cudaMemset of any cuMem allocation whose handle was exported to a POSIX
+# fd ("unspecified launch failure", no report; a 40-line program without symcomm does the same, 2026-11-25), and
+# every communicator's heap is such an allocation.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+probe_test() {
+  case $1 in
+    memcheck) echo "EveryRankStoresOneBytePastItsBuffer|Invalid __global__ write of size 1" ;;
+    synccheck) echo "EveryRankReachesABarrierWithOneLane|Divergent thread(s) in warp" ;;
+    racecheck) echo "EveryRankRacesOnASharedWord|Race reported between" ;;
+    initcheck) echo "EveryRankReadsMemoryNothingWrote|Uninitialized __global__ memory read" ;;
+  esac
+}
 if has sanitize && [ -x "$SANITIZER" ] && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
-  t0=$(date +%s)
-  SYMCOMM_TEST_TIMEOUT_SCALE=${SANITIZE_TIMEOUT_SCALE:-20} timeout 120 "$SANITIZER" --tool memcheck --target-processes all \
-    --error-exitcode 9 --report-api-errors no "$BUILD/tests/symcomm_gpu_tests" --gtest_also_run_disabled_tests \
-    --gtest_filter='GpuSanitizerProbe.*' >"$OUT/sanitizer_probe.log" 2>&1
-  rc=$?
-  found=$(grep -c "Invalid __global__ write of size 1" "$OUT/sanitizer_probe.log")
-  note "compute-sanitizer probe (one byte stored past a buffer in every rank): rc=$rc in $(($(date +%s) - t0)) s, $found of ${NRANKS:-2} ranks' stores reported$([ "$rc" = 9 ] && [ "$found" -ge "${NRANKS:-2}" ] && echo " (the tool sees the ranks)" || echo " -- PROBE NOT SEEN: the runs below check nothing")"
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+    probe=$(probe_test $tool)
+    t0=$(date +%s)
+    SYMCOMM_TEST_TIMEOUT_SCALE=${SANITIZE_TIMEOUT_SCALE:-20} timeout 120 "$SANITIZER" --tool $tool --target-processes all \
+      --error-exitcode 9 --report-api-errors no "$BUILD/tests/symcomm_gpu_tests" --gtest_also_run_disabled_tests \
+      --gtest_filter="GpuSanitizerProbe.DISABLED_${probe%%|*}" >"$OUT/sanitizer_probe_$tool.log" 2>&1
+    rc=$?
+    found=$(grep -cF "${probe#*|}" "$OUT/sanitizer_probe_$tool.log")
+    note "compute-sanitizer $tool probe (${probe%%|*}): rc=$rc in $(($(date +%s) - t0)) s, $found reports for ${NRANKS:-2} ranks$([ "$rc" = 9 ] && [ "$found" -ge "${NRANKS:-2}" ] && echo " (the tool sees the ranks)" || echo " -- PROBE NOT SEEN: the $tool run below checks nothing")"
     t0=$(date +%s)
     SAN=${SANITIZE_FILTER:-GpuCollectives.AllReduce:GpuCollectives.AllGather:GpuCollectives.Broadcast}
     [ $tool = memcheck ] && SAN="$SAN:${SANITIZE_MEMCHECK_EXTRA:-GpuGraph.*}"

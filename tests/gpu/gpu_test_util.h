@@ -86,6 +86,10 @@ void fill_input_async(void* dst, DataType dt, ReduceOp op, uint64_t seed, int ra
 
 /// A kernel storing one byte at p + offset (test_kernels.cu): the sanitizer probe's out-of-bounds store.
 void store_byte_async(void* p, size_t offset, cudaStream_t s);
+/// The probes of synccheck, racecheck and initcheck (test_kernels.cu): a barrier reached by one lane of a warp,
+/// two warps storing one shared word unordered, a read of device memory nothing wrote (out[1]). `out`: 64 ints.
+enum class SanitizerProbe { kLoneBarrier, kSharedRace, kUninitializedRead };
+void sanitizer_probe_async(SanitizerProbe probe, int* out, cudaStream_t s);
 
 /// After a failure the context must still run kernels and copies (gtest assertions).
 void expect_gpu_usable();

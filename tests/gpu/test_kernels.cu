@@ -40,10 +40,37 @@ __global__ void store_byte_kernel(char* p, size_t offset) {
   if (threadIdx.x == 0 && blockIdx.x == 0) p[offset] = 1;
 }
 
+// The other tools' probes (one block of 64 threads, one report per launch; out has 64 ints):
+// synccheck: thread 0 alone reaches a block barrier, its warp-mates do not ("Divergent thread(s) in warp"), the
+// shape of a wait that gives up in one lane while the others go on to __syncthreads. Completes without the tool.
+__global__ void lone_barrier_kernel(int* out) {
+  if (threadIdx.x == 0) __syncthreads();
+  out[threadIdx.x] = 1;
+}
+// racecheck: threads of two warps store to one shared word with no barrier between, then one reads it.
+__global__ void shared_race_kernel(int* out) {
+  __shared__ int cell;
+  if (threadIdx.x == 0 || threadIdx.x == 32) cell = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = cell;
+}
+// initcheck: thread 0 reads a word nothing has written (out[1], freshly allocated) into out[0].
+__global__ void uninit_read_kernel(int* out) {
+  if (threadIdx.x == 0) out[0] = out[1];
+}
+
 }  // namespace
 
 void store_byte_async(void* p, size_t offset, cudaStream_t s) {
   store_byte_kernel<<<1, 32, 0, s>>>(static_cast<char*>(p), offset);
+}
+
+void sanitizer_probe_async(SanitizerProbe probe, int* out, cudaStream_t s) {
+  switch (probe) {
+    case SanitizerProbe::kLoneBarrier: return lone_barrier_kernel<<<1, 64, 0, s>>>(out);
+    case SanitizerProbe::kSharedRace: return shared_race_kernel<<<1, 64, 0, s>>>(out);
+    case SanitizerProbe::kUninitializedRead: return uninit_read_kernel<<<1, 64, 0, s>>>(out);
+  }
 }
 
 void fill_input_async(void* dst, DataType dt, ReduceOp op, uint64_t seed, int rank, size_t count, cudaStream_t s) {
