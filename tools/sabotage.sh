@@ -191,6 +191,12 @@ case_def gpu alloc-silent-failure src/memory/cuda_heap_cuda.cc \
 case_def gpu heap-keys src/core/cuda_launch_cuda.cc \
   "  mix(out_place);" "  (void)out_place;" \
   symcomm_gpu_tests "Cases/GpuHeapBuffers.*" 200 "$SHARED2"
+case_def gpu signal-refresh include/symcomm/device/signal.h \
+  "    for (int b = first_block; b < kMaxBlocks; ++b) {" "    for (int b = kMaxBlocks; b < kMaxBlocks; ++b) {" \
+  symcomm_gpu_tests "Modes/GpuSequence.*" 200 "$SHARED2"
+case_def gpu ll-flag-zero src/algos/cuda_all_reduce_ll.cu \
+  "return seq != 0 ? seq : 0x80000000u;" "return seq;" \
+  symcomm_gpu_tests "Cases/GpuSequenceWrap.*" 200 "$SHARED2"
 
 say() { echo "$*" | tee -a "$REPORT"; }
 build() { [ -n "${PREBUILT:-}" ] || ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }

@@ -135,6 +135,12 @@ struct Config {
   /// for a peer lasts a time slice. NCCL is never created (it refuses two ranks on one GPU). Must be equal
   /// on all ranks.
   bool shared_gpu = false;
+  /// CUDA backend, testing only: the device sequence counter's first value, and how far behind it every
+  /// signal slot starts (NOTE [signal refresh] in include/symcomm/device/signal.h): lets a test reach a
+  /// counter's crossing, and slots as stale as the refresh allows, without running 2^28 collectives first.
+  /// A lag of 2^31 or more is refused (those slots would read as already reached). Must be equal on all ranks.
+  uint32_t debug_seq_start = 0;
+  uint32_t debug_signal_lag = 0;
   Tuning tuning;
 
   /// Read SYMCOMM_* variables over the defaults. Throws Error(kInvalidArgument) on a malformed value.

@@ -126,12 +126,23 @@ __device__ __forceinline__ void load_batch(uint2 (&own)[kN], const char* in, siz
   }
 }
 
+/// NOTE [LL flag zero] The flag words of LL and LL128 lines are the op's sequence number, except that 0 is
+/// sent as 2^31: the LL buffer starts zeroed, so at the one op in 2^32 whose sequence number is 0 (the
+/// counter wraps), lines never written before would otherwise read as arrived. Before, that op's first use
+/// of such lines gave a false kMismatch (the zero header disagreed) with zeros taken as the peers' data; seen
+/// with the counter started just below the wrap (`GpuSequence.CountersWrapAroundExactly`, Config::
+/// debug_seq_start; 2026-11-25, twentieth session). 2^31 is sent again only 2^31 advances later, in the same
+/// parity area, where a line still carrying it would have gone unwritten all that time (NOTE [signal refresh]
+/// on such stale words). Sequence numbers themselves (parity areas, announcements, error reports) are unchanged.
+__device__ __forceinline__ uint32_t ll_flag(uint32_t seq) { return seq != 0 ? seq : 0x80000000u; }
+
 /// One LL op's lines: line `line` of the slot of rank `from` in rank `owner`'s buffer; line 0 carries the
 /// op's header, line i + 1 chunk i.
 struct LLLines {
   const DeviceComm& c;
   size_t region;  ///< this op's parity area (NOTE [LL lines])
   uint32_t seq;
+  uint32_t flag;  ///< ll_flag(seq), the lines' sequence words
   uint64_t header;
 
   __device__ __forceinline__ char* at(int owner, int from, size_t line) const {
@@ -139,7 +150,7 @@ struct LLLines {
   }
   /// Thread 0: this rank's header line to every peer.
   __device__ __forceinline__ void send_header() const {
-    const uint4 line = make_uint4(static_cast<uint32_t>(header), seq, static_cast<uint32_t>(header >> 32), seq);
+    const uint4 line = make_uint4(static_cast<uint32_t>(header), flag, static_cast<uint32_t>(header >> 32), flag);
     for (int q = 0; q < c.world_size; ++q) {
       if (q != c.rank) st_line(at(q, c.rank, 0), line);
     }
@@ -147,7 +158,7 @@ struct LLLines {
   /// Spins until `line` (loaded from `src`, sent by `peer`) carries this op's seq in both words; false, after
   /// recording the error, if the wait gives up.
   __device__ __forceinline__ bool wait(const char* src, uint4& line, int peer, uint64_t deadline) const {
-    for (uint32_t spins = 0; line.y != seq || line.w != seq; line = ld_line(src)) {
+    for (uint32_t spins = 0; line.y != flag || line.w != flag; line = ld_line(src)) {
       if (++spins % device::kPollInterval == 0 &&
           device::poll_give_up(c, peer, seq, deadline, device::announcement(seq, header)))
         return false;
@@ -197,7 +208,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   // The own block needs no store when the input already is it (all-gather or all-to-all in place).
   const bool own_in_place = kGather && in == out + me * bytes;
   const size_t tid = blockIdx.x * size_t{blockDim.x} + threadIdx.x, stride = size_t{gridDim.x} * blockDim.x;
-  const LLLines ll{c, region, seq, p.header};
+  const LLLines ll{c, region, seq, ll_flag(seq), p.header};
   if (tid == 0) ll.send_header();
 
   // Per batch of kB chunks: load this rank's values (all loads in flight at once), send them to every
@@ -222,10 +233,11 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
         }
 #pragma unroll
         for (int q = 0; q < kR; ++q) {
-          if (q < n_ranks && q != me) st_line(ll.at(q, me, i + 1), make_uint4(block[q].x, seq, block[q].y, seq));
+          if (q < n_ranks && q != me)
+            st_line(ll.at(q, me, i + 1), make_uint4(block[q].x, ll.flag, block[q].y, ll.flag));
         }
       } else {
-        const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
+        const uint4 line = make_uint4(own[u].x, ll.flag, own[u].y, ll.flag);
         for (int q = 0; q < n_ranks; ++q) {
           if (q != me) st_line(ll.at(q, me, i + 1), line);
         }
@@ -275,7 +287,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
       }
     }
   }
-  frame_end(c, f, 1, 0);
+  frame_end(c, f, 1, 0, false);  // no block barriers: NOTE [signal refresh]
 }
 
 // NOTE [LL broadcast] The root sends its chunks to every peer (as the all-reduce sends its own) and copies
@@ -290,7 +302,7 @@ __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParam
   const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank, root = p.root;
   const size_t bytes = p.count, nchunks = div_up(bytes, 8);
-  const LLLines ll{c, (seq & 1) * n_ranks * c.ll_slot_bytes, seq, p.header};
+  const LLLines ll{c, (seq & 1) * n_ranks * c.ll_slot_bytes, seq, ll_flag(seq), p.header};
   const char* in = static_cast<const char*>(p.in);
   char* out = static_cast<char*>(p.out);
   const bool in_al = aligned8(in), out_al = aligned8(out);
@@ -306,7 +318,7 @@ __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParam
       for (int u = 0; u < kBatch; ++u) {
         const size_t i = base + u * stride;
         if (i >= nchunks) break;
-        const uint4 line = make_uint4(own[u].x, seq, own[u].y, seq);
+        const uint4 line = make_uint4(own[u].x, ll.flag, own[u].y, ll.flag);
         for (int q = 0; q < n_ranks; ++q) {
           if (q != me) st_line(ll.at(q, me, i + 1), line);
         }
@@ -333,7 +345,7 @@ __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParam
       store8(out, i, bytes, out_al, make_uint2(lines[u].x, lines[u].z));
     }
   }
-  frame_end(c, f, 1, 0);
+  frame_end(c, f, 1, 0, false);  // no block barriers: NOTE [signal refresh]
 }
 
 // ---- LL128 ---------------------------------------------------------------------------------------------
@@ -360,6 +372,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
   const size_t bytes = p.count * sizeof(T);
   const size_t nlines = div_up(bytes, kLL128LineData);
   const size_t region = p.offset + (seq & 1) * n_ranks * p.slot_bytes;
+  const uint32_t flag = ll_flag(seq);  // NOTE [LL flag zero]
   const char* in = static_cast<const char*>(p.in);
   char* out = static_cast<char*>(p.out);
   const bool in_al = (reinterpret_cast<uintptr_t>(in) & 7) == 0;
@@ -392,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
 #pragma unroll
     for (int u = 0; u < kLL128Batch; ++u) {
       const size_t line = base + u * line_stride;
-      const uint4 v = flag_lane ? make_uint4(own[u][0].x, own[u][0].y, seq, p.header)
+      const uint4 v = flag_lane ? make_uint4(own[u][0].x, own[u][0].y, flag, p.header)
                                 : make_uint4(own[u][0].x, own[u][0].y, own[u][1].x, own[u][1].y);
       for (int q = 0; q < n_ranks; ++q) {
         if (q != me && valid[u]) st_line(line_at(q, me, line), v);
@@ -418,7 +431,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
         if (q >= n_ranks || q == me || failed) continue;
         const char* src = line_at(me, q, line);
         for (uint32_t spins = 0;;) {
-          const bool seen = valid[u] && flag_lane && got[u][q].z == seq;
+          const bool seen = valid[u] && flag_lane && got[u][q].z == flag;
           const bool bad = seen && got[u][q].w != p.header;
           if (__any_sync(kFullWarp, bad)) {
             if (bad) device::report_error(c, device::DeviceError::kMismatch, q, seq);
@@ -456,7 +469,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
       }
     }
   }
-  frame_end(c, f, 1, 0);
+  frame_end(c, f, 1, 0, false);  // no block barriers: NOTE [signal refresh]
 }
 
 }  // namespace

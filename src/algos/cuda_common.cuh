@@ -121,11 +121,16 @@ __device__ __forceinline__ Frame frame_begin(const DeviceComm& c, uint64_t heade
 /// kernel boundary. A __threadfence() here would make every block wait for its remote (NVLink) stores to be
 /// acknowledged before the atomic; with it, the LL all-reduce of 4 KB took 2.81 us on one block and 3.26 us
 /// on two (2 x H200, 2026-11-23).
-__device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, uint32_t seqs, uint32_t halves) {
+///
+/// `slots`: false for kernels without block barriers (the LL kernels), whose refresh then covers every block's
+/// slots (NOTE [signal refresh]).
+__device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, uint32_t seqs, uint32_t halves,
+                                          bool slots = true) {
   __syncthreads();
   if (gridDim.x == 1) {
     // One block: every thread has read the counters (frame_begin) before the barrier above.
     if (threadIdx.x == 0) {
+      if (device::signal_refresh_due(f.seq0, seqs)) device::refresh_signals(c, slots ? 1 : 0, f.seq0);
       c.state->seq = f.seq0 + seqs;
       c.state->half = f.half0 + halves;
     }
@@ -134,6 +139,9 @@ __device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, u
   if (threadIdx.x == 0) {
     uint32_t prev = atomicAdd(&c.state->done, 1u);  // relaxed: NOTE [frame end without fences]
     if (prev == gridDim.x - 1) {
+      if (device::signal_refresh_due(f.seq0, seqs)) {
+        device::refresh_signals(c, slots ? static_cast<int>(gridDim.x) : 0, f.seq0);
+      }
       c.state->seq = f.seq0 + seqs;
       c.state->half = f.half0 + halves;
       c.state->done = 0;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "algos/cuda_all_reduce_ll.h"
 #include "core/check.h"
@@ -122,6 +123,13 @@ void CudaBackend::setup() {
   SYMCOMM_CUDA_CHECK(cudaMalloc(&state_, sizeof(device::DeviceState)));
   ledger_add(device_, MemoryKind::kDevice, sizeof(device::DeviceState));
   SYMCOMM_CUDA_CHECK(cudaMemset(state_, 0, sizeof(device::DeviceState)));
+  if (ctx_.config.debug_seq_start != 0 || ctx_.config.debug_signal_lag != 0) {
+    // Testing only (NOTE [signal refresh]): the counter starts elsewhere, the slots behind it.
+    const std::vector<uint32_t> slots(device::kSignalSlots, ctx_.config.debug_seq_start - ctx_.config.debug_signal_lag);
+    SYMCOMM_CUDA_CHECK(cudaMemcpy(pad_, slots.data(), slots.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    SYMCOMM_CUDA_CHECK(
+        cudaMemcpy(&state_->seq, &ctx_.config.debug_seq_start, sizeof(uint32_t), cudaMemcpyHostToDevice));
+  }
   control_ = std::make_shared<ControlBlock>();
   SYMCOMM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&control_->host), sizeof(device::HostControl),
                                    cudaHostAllocMapped | cudaHostAllocPortable));

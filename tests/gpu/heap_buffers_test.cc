@@ -114,6 +114,10 @@ TEST_P(GpuHeapBuffers, DifferentHeapBuffersOnDifferentRanksAreAMismatch) {
       what = e.what();
     }
     EXPECT_EQ(got, ErrorCode::kMismatch) << c.name << " on rank " << comm->rank() << ": " << what;
+    // No rank leaves before every rank has its error: a peer still classifying would see the departure and
+    // report kPeerDead instead (seen once on the copy-engine case, 2026-11-25).
+    env.store->set(fmt::format("heap/done/{}", comm->rank()), "1");
+    for (int r = 0; r < world; ++r) env.store->get(fmt::format("heap/done/{}", r));
     cudaStreamDestroy(s);
   });
 }

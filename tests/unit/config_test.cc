@@ -67,6 +67,8 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_DEBUG_CHECKS",
     "SYMCOMM_NCCL",
     "SYMCOMM_SHARED_GPU",
+    "SYMCOMM_DEBUG_SEQ_START",
+    "SYMCOMM_DEBUG_SIGNAL_LAG",
     "SYMCOMM_OP_HISTORY",
     "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
@@ -329,6 +331,16 @@ TEST(ConfigFromEnv, ValuesTooLargeForTheFieldAreRejected) {
   expect_rejected("SYMCOMM_OP_HISTORY", "4294967296");           // 2^32: would become 0
   expect_rejected("SYMCOMM_TIMEOUT_MS", "9223372036854775808");  // 2^63: would become negative
   expect_rejected("SYMCOMM_TIMEOUT_MS", "18446744073709551615");
+  expect_rejected("SYMCOMM_DEBUG_SEQ_START", "4294967296");  // the counter is 32 bits
+  // A slot 2^31 or more behind the counter reads as already reached (NOTE [signal refresh]).
+  expect_rejected("SYMCOMM_DEBUG_SIGNAL_LAG", "2147483648");
+}
+
+TEST(ConfigFromEnv, SequenceTestingKnobsTakeTheirWholeRange) {
+  EXPECT_EQ(config_with("SYMCOMM_DEBUG_SEQ_START", "4294967295").debug_seq_start, 0xffffffffu);
+  EXPECT_EQ(config_with("SYMCOMM_DEBUG_SIGNAL_LAG", "2147483647").debug_signal_lag, 0x7fffffffu);
+  EXPECT_EQ(Config().debug_seq_start, 0u);
+  EXPECT_EQ(Config().debug_signal_lag, 0u);
 }
 
 // --- Rendezvous::from_env ----------------------------------------------------------------------------------

@@ -7,7 +7,8 @@
 /// after a __syncthreads(), so every store of its block before the barrier is visible to a reader that
 /// acquires the value (release cumulativity, PTX memory model). The reader loads with acquire at system
 /// scope and then __syncthreads(), ordering its whole block's later loads after the acquire. Slots compare
-/// with (int32_t)(value - target) >= 0, so the 32-bit counters may wrap. Every wait polls the abort word,
+/// with (int32_t)(value - target) >= 0, so the 32-bit counters may wrap, as long as no slot falls 2^31 or more
+/// behind the counter (NOTE [signal refresh]). Every wait polls the abort word,
 /// the dead-peer mask, the communicator's error word and a globaltimer deadline every kPollInterval spins
 /// and returns false instead of trapping, so the CUDA context stays usable.
 
@@ -39,10 +40,42 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-/// True once `value` has reached `target` (wrap-safe).
+/// True once `value` has reached `target` (wrap-safe while value is less than 2^31 behind target).
 __host__ __device__ __forceinline__ bool seq_reached(uint32_t value, uint32_t target) {
   return static_cast<int32_t>(value - target) >= 0;
 }
+
+/// NOTE [signal refresh] A slot compares right only while it is less than 2^31 behind the counter: one that
+/// fell further behind reads as *ahead* of the target, the wait passes at once, and the block goes on before
+/// the peer arrived (reading what it has not written yet; or, at a kernel's first barrier, comparing a stale
+/// header: a false kMismatch where it differs, silence where it happens to match). A slot falls behind when
+/// its block index goes unused: block b's slots are written only by kernels of more than b blocks, and the
+/// counter advances with every kernel (by one per LL kernel or barrier, by one or two per round otherwise).
+/// A job of small collectives (an inference server's decode steps, ~3 us each) moves the counter 2^31 in a
+/// couple of hours; the next large collective then ran its upper blocks unsynchronised. Found by reading
+/// the code (2026-11-25, twentieth session), not by a failure.
+///
+/// So whenever a kernel's advance crosses a multiple of 2^kSignalRefreshShift, the thread that advances the
+/// counter (frame_end) writes the counter's value at the kernel's start (seq0) into every slot this rank owns
+/// in every peer's pad that the kernel did not use: blocks [gridDim.x, kMaxBlocks) of a kernel with block
+/// barriers, every block of one without (the LL kernels). No slot then lags by more than ~2^28 plus one
+/// kernel's advance. Safe: seq0 is at least every value this rank wrote before (the counter only grows) and
+/// below every target of this op and of later ones, so it satisfies no wait, not even a mismatched peer
+/// kernel's at this point of the sequence; this rank's next kernel writes after these stores are performed
+/// (NOTE [PDL]); and a peer still waiting on one of these slots for an earlier op already had that op's value,
+/// written by a kernel that completed before this one began. Slots the kernel used are left alone: its
+/// blocks' own stores, with their release order, are the signals there. Tested by `GpuSequence.*`
+/// (tests/gpu/sequence_test.cc) with the counter started near a crossing and the slots as far behind as the rule allows
+/// (Config::debug_seq_start, debug_signal_lag). Cost: at most (kMaxBlocks x peers) stores by one thread, once every
+/// 2^28 advances. LL lines compare for equality (NOTE [LL lines]), so a stale line fools a wait only if it carries
+/// exactly the awaited value, which takes exactly 2^32 advances without a write to it: left alone.
+inline constexpr int kSignalRefreshShift = 28;
+__host__ __device__ constexpr bool signal_refresh_due(uint32_t seq0, uint32_t seqs) {
+  return ((seq0 + seqs) >> kSignalRefreshShift) != (seq0 >> kSignalRefreshShift);
+}
+static_assert(signal_refresh_due(0x0fffffffu, 1) && signal_refresh_due(0xffffffffu, 1) && !signal_refresh_due(5, 7) &&
+                  !signal_refresh_due(0x10000000u, 0x0fffffffu) && signal_refresh_due(0x1fffffffu, 2),
+              "a crossing of a multiple of 2^28, wrap included");
 
 /// Records the communicator's first device error (device-scope CAS, then a copy to host-mapped memory).
 __device__ __forceinline__ void report_error(const DeviceComm& c, DeviceError code, int peer, uint32_t seq) {
@@ -135,6 +168,17 @@ __device__ inline bool wait_signal(const DeviceComm& c, const uint32_t* slot, ui
     if (++spins % kPollInterval == 0 && poll_give_up(c, peer, target, deadline_ns, mine)) return false;
   }
   return true;
+}
+
+/// NOTE [signal refresh]: one thread writes `value` into this rank's slots of blocks [first_block, kMaxBlocks) in
+/// every peer's pad (relaxed: nothing is published by them).
+__device__ inline void refresh_signals(const DeviceComm& c, int first_block, uint32_t value) {
+  for (int t = 0; t < c.world_size; ++t) {
+    if (t == c.rank) continue;
+    for (int b = first_block; b < kMaxBlocks; ++b) {
+      *reinterpret_cast<volatile uint32_t*>(c.signals[t] + b * kMaxDeviceRanks + c.rank) = value;
+    }
+  }
 }
 
 /// Block-wide barrier with every peer's block of the same index: all threads call it. Orders this block's
