@@ -52,8 +52,10 @@ __host__ __device__ __forceinline__ bool seq_reached(uint32_t value, uint32_t ta
 /// its block index goes unused: block b's slots are written only by kernels of more than b blocks, and the
 /// counter advances with every kernel (by one per LL kernel or barrier, by one or two per round otherwise).
 /// A job of small collectives (an inference server's decode steps, ~3 us each) moves the counter 2^31 in a
-/// couple of hours; the next large collective then ran its upper blocks unsynchronised. Found by reading
-/// the code (2026-11-25, twentieth session), not by a failure.
+/// couple of hours; the next large collective then ran its upper blocks unsynchronised. Found by reading the
+/// code (2026-11-25, twentieth session), then shown by `GpuSequence.*` without the refresh (sabotage case
+/// `signal-refresh`): the early rank's upper blocks passed their first barrier at once and failed with a false
+/// kMismatch on the peer's never-written header slots.
 ///
 /// So whenever a kernel's advance crosses a multiple of 2^kSignalRefreshShift, the thread that advances the
 /// counter (frame_end) writes the counter's value at the kernel's start (seq0) into every slot this rank owns
