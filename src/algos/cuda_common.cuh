@@ -111,6 +111,14 @@ __device__ __forceinline__ Frame frame_begin(const DeviceComm& c, uint64_t heade
   return f;
 }
 
+/// NOTE [signal refresh], by the thread that advances the counters: on a crossing, the slots of the blocks this
+/// kernel's barriers did not use (all of them for a kernel without barriers, `slots` false) get seq0.
+__device__ __forceinline__ void refresh_unused_signals(const DeviceComm& c, const Frame& f, uint32_t seqs, bool slots) {
+  if (device::signal_refresh_due(f.seq0, seqs)) {
+    device::refresh_signals(c, slots ? static_cast<int>(gridDim.x) : 0, f.seq0);
+  }
+}
+
 /// Every block calls it last. The last block to finish advances the counters by what the kernel used.
 /// Blocks read the counters in frame_begin before they arrive here, so nobody reads a half-updated value.
 ///
@@ -130,7 +138,7 @@ __device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, u
   if (gridDim.x == 1) {
     // One block: every thread has read the counters (frame_begin) before the barrier above.
     if (threadIdx.x == 0) {
-      if (device::signal_refresh_due(f.seq0, seqs)) device::refresh_signals(c, slots ? 1 : 0, f.seq0);
+      refresh_unused_signals(c, f, seqs, slots);
       c.state->seq = f.seq0 + seqs;
       c.state->half = f.half0 + halves;
     }
@@ -139,9 +147,7 @@ __device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, u
   if (threadIdx.x == 0) {
     uint32_t prev = atomicAdd(&c.state->done, 1u);  // relaxed: NOTE [frame end without fences]
     if (prev == gridDim.x - 1) {
-      if (device::signal_refresh_due(f.seq0, seqs)) {
-        device::refresh_signals(c, slots ? static_cast<int>(gridDim.x) : 0, f.seq0);
-      }
+      refresh_unused_signals(c, f, seqs, slots);
       c.state->seq = f.seq0 + seqs;
       c.state->half = f.half0 + halves;
       c.state->done = 0;

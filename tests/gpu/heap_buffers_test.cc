@@ -7,7 +7,6 @@
 // outputs), the direct all-gather, reduce-scatter and broadcast, the copy-engine all-gather, and a grouped
 // all-reduce (the multi-tensor kernel). A last case passes the same buffer everywhere and must be exact.
 #include <cuda_runtime_api.h>
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -116,8 +115,7 @@ TEST_P(GpuHeapBuffers, DifferentHeapBuffersOnDifferentRanksAreAMismatch) {
     EXPECT_EQ(got, ErrorCode::kMismatch) << c.name << " on rank " << comm->rank() << ": " << what;
     // No rank leaves before every rank has its error: a peer still classifying would see the departure and
     // report kPeerDead instead (seen once on the copy-engine case, 2026-11-25).
-    env.store->set(fmt::format("heap/done/{}", comm->rank()), "1");
-    for (int r = 0; r < world; ++r) env.store->get(fmt::format("heap/done/{}", r));
+    testing::store_barrier(*env.store, "heap/done", world);
     cudaStreamDestroy(s);
   });
 }
