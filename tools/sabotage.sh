@@ -55,6 +55,15 @@ case_def host host-deadline src/algos/host_engine.cc \
 case_def host host-count-check src/algos/host_engine.cc \
   "if (h.count != r.count) mismatch(" "if (false) mismatch(" \
   symcomm_rank_tests Faults.CrossRankMismatchIsReportedNotAHang 90
+case_def host step-variant src/algos/host_engine.cc \
+  "if (h.variant != variant_) {  // NOTE [step variant]" "if (false) {" \
+  symcomm_rank_tests "Faults.CrossRankMismatchIsReportedNotAHang:HostBucketerRules.FlushesLaidOutDifferentlyAreAMismatch" 90
+case_def host nested-group-cancel src/core/comm_core.cc \
+  "  if (group_.scopes.empty()) group_ = Group{};" "  group_ = Group{};" \
+  symcomm_rank_tests HostGroupRules.NestedLevelsCancelOnlyThemselves 60
+case_def host bucket-large-buffers src/core/bucketer.cc \
+  "  impl_->retire_large_buffers();" "" \
+  symcomm_rank_tests HostBucketerRules.LargeInputBuffersAreReusedNotHeldUntilTeardown 60
 case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_rank_tests "AllWays/RankDeath.*/rendezvous_sigkill" 120
@@ -194,8 +203,11 @@ case_def gpu heap-keys src/core/cuda_launch_cuda.cc \
 case_def gpu signal-refresh include/symcomm/device/signal.h \
   "    for (int b = first_block; b < kMaxBlocks; ++b) {" "    for (int b = kMaxBlocks; b < kMaxBlocks; ++b) {" \
   symcomm_gpu_tests "Modes/GpuSequence.*" 200 "$SHARED2"
+case_def gpu group-streams src/core/cuda_group_cuda.cc \
+  "    chain.enter(reinterpret_cast<cudaStream_t>(ops[i].first.options.stream));" "" \
+  symcomm_gpu_tests "GpuGroup.CollectivesOnSeveralStreamsRunInIssueOrder" 200 "$SHARED2"
 case_def gpu ll-flag-zero src/algos/cuda_all_reduce_ll.cu \
-  "return seq != 0 ? seq : 0x80000000u;" "return seq;" \
+  "return seq != 0 ? seq : 1u;" "return seq;" \
   symcomm_gpu_tests "Cases/GpuSequenceWrap.*" 200 "$SHARED2"
 
 say() { echo "$*" | tee -a "$REPORT"; }

@@ -7,8 +7,10 @@
 /// into the bucket's memory (from the communicator's symmetric heap) and every callback is called with a
 /// view of its part of the result. Where symcomm's own kernel runs that reduce-scatter, it reads the inputs
 /// where they are (CUDA: one kernel; host: only the rows the peers need are copied); otherwise (NCCL, a
-/// forced algorithm, one rank, inside a group) the inputs are first copied into the bucket (host: memcpy;
-/// CUDA: one copy kernel for up to kBucketCopySegments inputs, the list of (pointer, count) taken by value).
+/// forced algorithm, one rank) the inputs are first copied into the bucket (host: memcpy; CUDA: one copy
+/// kernel for up to kBucketCopySegments inputs, the list of (pointer, count) taken by value).
+/// The bucketer is not used inside a collective group (Communicator::group_start): it coalesces by itself,
+/// and its calls there throw Error(kInvalidArgument).
 /// Recording allocates nothing per call: callbacks are kept in the bucket's own memory.
 ///
 /// Ordering contract. Every rank must issue the same sequence of calls (reduce_scatter_async with the same
@@ -77,12 +79,13 @@ class ReduceScatterBucketer {
   /// - If the input does not fit the bucket's remaining space, the bucket is flushed first (its reduction
   ///   runs, then its callbacks).
   /// - An input larger than a whole bucket (out_count * dtype size > bucket capacity per rank) is reduced at
-  ///   once into its own symmetric buffer, without touching the buckets, and its callback runs right away
-  ///   (before this call returns); the view is valid until the next flush() or teardown().
+  ///   once into a symmetric buffer of its own, without touching the buckets, and its callback runs right
+  ///   away (before this call returns); the view is valid until the next flush() or teardown(), and the
+  ///   buffer is reused for a later large input after that.
   /// - out_count == 0: recorded; its callback gets (a valid pointer, 0) at the flush.
   /// Throws Error(kInvalidArgument) for a null callback, a null input with out_count > 0, an input that
-  /// overlaps a bucket's memory, or invalid dtype/op/options (the same checks as
-  /// Communicator::reduce_scatter); nothing is recorded then.
+  /// overlaps a bucket's memory, invalid dtype/op/options or an input the backend cannot read (the same
+  /// checks as Communicator::reduce_scatter), or inside a collective group; nothing is recorded then.
   void reduce_scatter_async(const void* input, size_t out_count, DataType dtype, ReduceOp op, Callback callback,
                             const CollOptions& options = {});
   /// The same for any callable taking (const void* result, size_t count): it is moved (or copied) into the
@@ -105,7 +108,8 @@ class ReduceScatterBucketer {
   void flush();
 
   /// Frees every bucket's memory and every large-input buffer (collective). The next use allocates again.
-  /// Throws Error(kInvalidArgument) if inputs are pending (flush first).
+  /// Throws Error(kInvalidArgument) if inputs are pending (flush first), from inside a callback (the running
+  /// flush still uses the buckets' memory) or inside a collective group.
   void teardown();
 
   /// Inputs recorded and not yet flushed.

@@ -111,7 +111,8 @@ class CommCore;
 class Communicator;
 
 /// RAII form of group_start()/group_end(): the destructor ends the group (and may throw, like group_end());
-/// if the scope is left by an exception, the group is cancelled instead of run half-specified.
+/// if the scope is left by an exception, its level is cancelled (group_cancel()) instead of run
+/// half-specified. Guards nest like groups.
 class CollectiveGroup {
  public:
   explicit CollectiveGroup(Communicator& comm);
@@ -218,14 +219,20 @@ class Communicator {
   /// validated at once (argument errors still throw immediately) but only recorded; group_end() runs them
   /// together, in issue order: small all-reduces of one dtype and op are packed into one collective, the
   /// rest are submitted back to back in one submission. Buffers must stay valid until the group completes.
-  /// Groups nest (only the outermost end runs them). Every rank must issue the same group.
-  /// An `*_async` call inside a group returns a Work that completes with the whole group.
+  /// The collectives of one group must be independent, as in NCCL's groups: none may read a buffer that
+  /// another of the group writes (packing and fusion run them together).
+  /// Groups nest: only the outermost end runs them, with everything recorded at inner levels that were
+  /// not cancelled. Every rank must issue the same group.
+  /// An `*_async` call inside a group returns a Work that completes with the whole group, whichever way the
+  /// outermost level ends (on CUDA it then waits for the group's device work, like any Work).
   void group_start();
   /// Ends the group and runs it; returns when done (host) or enqueued (CUDA).
   void group_end();
   /// Ends the group and returns one Work covering every collective in it (its wait() waits for all).
   std::shared_ptr<Work> group_end_async();
-  /// Drops the recorded collectives of the current group without running them (all ranks must cancel).
+  /// Ends the current group level without running what it recorded: the collectives recorded since its
+  /// group_start() (inner levels included) are dropped and their Works fail with kInvalidArgument; those of
+  /// enclosing levels stay recorded (all ranks must cancel alike).
   void group_cancel();
 
   /// The algorithm the last collective issued by this process ran with (test and benchmark hook).

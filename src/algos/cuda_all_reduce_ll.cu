@@ -127,15 +127,17 @@ __device__ __forceinline__ void load_batch(uint2 (&own)[kN], const char* in, siz
 }
 
 /// NOTE [LL flag zero] The flag words of LL and LL128 lines are the op's sequence number, except that 0 is
-/// sent as 2^31: the LL buffer starts zeroed, so at the one op in 2^32 whose sequence number is 0 (the
-/// counter wraps), lines never written before would otherwise read as arrived. Before, such an op failed with
-/// a false kMismatch (the zeroed header line read as arrived, its header as another op's): seen on every LL
-/// and LL128 case of `Cases/GpuSequenceWrap.*` (tests/gpu/sequence_test.cc, the counter started just below the
-/// wrap with Config::debug_seq_start; 2026-11-25, twentieth session; sabotage case `ll-flag-zero`). 2^31 is sent again
-/// only 2^31 advances later, in the same parity area, where a line still carrying it would have gone unwritten all that
-/// time (NOTE [signal refresh] on such stale words). Sequence numbers themselves (parity areas, announcements, error
-/// reports) are unchanged.
-__device__ __forceinline__ uint32_t ll_flag(uint32_t seq) { return seq != 0 ? seq : 0x80000000u; }
+/// sent as 1: the LL buffer starts zeroed, so at the one op in 2^32 whose sequence number is 0 (the counter
+/// wraps), lines never written before would otherwise read as arrived. Before, such an op failed with a false
+/// kMismatch (the zeroed header line read as arrived, its header as another op's): seen on every LL and LL128
+/// case of `Cases/GpuSequenceWrap.*` (tests/gpu/sequence_test.cc, the counter started just below the wrap with
+/// Config::debug_seq_start; 2026-11-25, twentieth session; sabotage case `ll-flag-zero`). The substitute is odd
+/// because the op at 0 uses the parity-0 area (seq & 1), where every other op's flag is even: so it is sent
+/// again only 2^32 advances later, like any flag. The first fix sent 2^31, which the op at 2^31 also sends in
+/// that area: a line of that op left unwritten for 2^31 advances read as arrived at 0 (a review found it,
+/// twenty-first session). Sequence numbers themselves (parity areas, announcements, error reports) are
+/// unchanged.
+__device__ __forceinline__ uint32_t ll_flag(uint32_t seq) { return seq != 0 ? seq : 1u; }
 
 /// One LL op's lines: line `line` of the slot of rank `from` in rank `owner`'s buffer; line 0 carries the
 /// op's header, line i + 1 chunk i.

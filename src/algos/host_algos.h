@@ -12,6 +12,8 @@ void host_all_gather(HostEngine& e, const Request& r);
 void host_reduce_scatter(HostEngine& e, const Request& r);
 /// A bucket flush's reduce-scatter (NOTE [host gathered flush] in host_reduce_scatter.cc).
 void host_reduce_scatter_gathered(HostEngine& e, const GatheredReduceScatter& g);
+/// The variant of a bucket flush's steps (NOTE [step variant]): a non-zero fold of its input layout.
+uint32_t host_gathered_variant(const GatheredReduceScatter& g);
 void host_broadcast(HostEngine& e, const Request& r);
 void host_all_to_all(HostEngine& e, const Request& r);
 void host_barrier(HostEngine& e, const Request& r);

@@ -55,6 +55,7 @@ void HostEngine::publish(const Request& r, uint64_t round, uint64_t data_offset,
   h.data_offset = data_offset;
   h.stride = stride;
   h.flags = flags;
+  h.variant = variant_;
   h.out_offset = offered_out_;
   offered_out_ = kNoData;
   // Release: the header and the published data are visible before `ready` says so.
@@ -124,7 +125,7 @@ void HostEngine::wait_and_validate(const Request& r, uint64_t round) {
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
     const std::atomic<uint64_t>& ready = seg_.pad(p)->ready;
-    for (int polls = 0; !reached(ready.load(std::memory_order_acquire), s); ++polls) {
+    for (uint64_t polls = 0; !reached(ready.load(std::memory_order_acquire), s); ++polls) {
       if (polls < kSpinsBeforeYield) {
         SYMCOMM_CPU_RELAX();
       } else {
@@ -160,6 +161,13 @@ void HostEngine::wait_and_validate(const Request& r, uint64_t round) {
       mismatch("root", num(r.root), num(h.root));
     if (h.count != r.count) mismatch("count", num(r.count), num(h.count));
     if (h.round != round) mismatch("round", num(round), num(h.round));
+    if (h.variant != variant_) {  // NOTE [step variant]
+      auto variant = [&](uint32_t v) {
+        return r.kind == Collective::kAllReduce ? std::string(v == 2 ? "two-shot" : "one-shot")
+                                                : fmt::format("bucket layout {:#x}", v);
+      };
+      mismatch(r.kind == Collective::kAllReduce ? "algorithm" : "input layout", variant(variant_), variant(h.variant));
+    }
     if (h.flags & kStepZeroCopy) op_zero_copy_ = true;
     seen_[p] = h;
   }

@@ -16,6 +16,13 @@
 //
 // Every wait spins briefly, then yields (ranks may outnumber cores), and checks the abort flag, the mesh's
 // dead/left masks and the deadline; a timeout names the ranks that did not arrive.
+//
+// NOTE [step variant] The header's kind, dtype, op, root, count and round do not tell apart everything ranks
+// can disagree on: a one-shot and a two-shot all-reduce (each rank may force its own algorithm) number their
+// steps alike, and bucket flushes of one count can lay their inputs out differently. Ranks that disagreed
+// there used to finish the op with wrong elements and no error (the two-shot reading a whole round from the
+// one-shot's shorter block, past its end). Every header now also carries the op's variant (begin_op()): the
+// all-reduce's algorithm, a flush's layout fold (host_reduce_scatter.cc); a different variant is kMismatch.
 
 #include <cstddef>
 #include <cstdint>
@@ -34,10 +41,12 @@ class HostEngine {
   int world_size() const { return n_; }
   size_t scratch_half() const { return seg_.scratch_half(); }
 
-  /// Starts an op: its deadline runs from now.
-  void begin_op() {
+  /// Starts an op: its deadline runs from now; `variant` goes into every header of the op and must be the
+  /// same on every rank (NOTE [step variant]).
+  void begin_op(uint32_t variant = 0) {
     deadline_at_ = Clock::now() + ctx_.config.timeout;
     op_zero_copy_ = false;
+    variant_ = variant;
   }
 
   /// Publishes `blocks` blocks of `block_bytes`, block d at src + d * src_stride. Zero-copy (peers read the
@@ -80,6 +89,7 @@ class HostEngine {
   int n_;
   uint64_t step_ = 1;
   bool op_zero_copy_ = false;
+  uint32_t variant_ = 0;
   uint64_t offered_out_ = kNoData;  ///< consumed by the next publish()
   Clock::time_point deadline_at_;
   std::vector<StepHeader> seen_;  ///< peers' headers of the current step

@@ -6,6 +6,7 @@
 #include "algos/host_algos.h"
 #include "algos/host_reduce.h"
 #include "core/bucket_copy.h"
+#include "core/hash.h"
 
 namespace symcomm::detail {
 
@@ -26,6 +27,16 @@ void host_reduce_scatter(HostEngine& e, const Request& r) {
     e.end_step();
   }
   e.finish_op(r);
+}
+
+// NOTE [step variant] in host_engine.h: ranks whose flushes lay their inputs out differently disagree here.
+uint32_t host_gathered_variant(const GatheredReduceScatter& g) {
+  uint64_t h = fnv1a("gathered");
+  for (size_t k = 0; k < g.nseg; ++k) {
+    const uint64_t f[2] = {g.segs[k].dst_offset, g.segs[k].bytes};
+    h = fnv1a(std::string_view(reinterpret_cast<const char*>(f), sizeof f), h);
+  }
+  return static_cast<uint32_t>(h ^ (h >> 32)) | 1;  // never 0, the variant of a plain reduce-scatter
 }
 
 // NOTE [host gathered flush] A bucket flush on the host backend. The peers need rows q != me of every input
@@ -61,7 +72,8 @@ void host_reduce_scatter_gathered(HostEngine& e, const GatheredReduceScatter& g)
       const size_t b = std::max(off, v0), end = std::min(off + len, v1);
       if (b >= end) continue;
       for (int p = 0; p < n; ++p) {
-        srcs[p] = p == me ? static_cast<const uint8_t*>(g.segs[k].src) + me * g.segs[k].bytes + (b - v0) * es
+        srcs[p] = p == me ? static_cast<const uint8_t*>(g.segs[k].src) + static_cast<size_t>(me) * g.segs[k].bytes +
+                                (b - v0) * es
                           : e.peer_block(p, me) + (b - off) * es;
       }
       host_reduce(g.dtype, g.op, out + b * es, srcs.data(), n, end - b);

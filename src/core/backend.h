@@ -74,6 +74,9 @@ class Backend {
   virtual void run(const Request& r, Algorithm algo) = 0;
   /// Asynchronous run; the Work completes when the collective has.
   virtual std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) = 0;
+  /// Checks that r may be issued asynchronously (CUDA: not on a capturing stream); called before an
+  /// `*_async` call is run or recorded in a group. Throws kInvalidArgument.
+  virtual void check_async(const Request& /*r*/) {}
   /// Runs the collectives of a group (validated, selected) as one submission. The default runs them one by
   /// one; backends override it to fuse what they can.
   virtual void run_group(const std::vector<std::pair<Request, Algorithm>>& ops) {
@@ -82,6 +85,10 @@ class Backend {
   /// Asynchronous run_group(); the Work completes when every collective of the group has. The default
   /// issues each asynchronously and returns a Work that waits for all of them.
   virtual std::shared_ptr<Work> run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops);
+  /// run_group() (host: returns when done; CUDA: when enqueued) that also returns a Work completing with the
+  /// group: what the `*_async` calls of a group ended by the synchronous group_end() return. The default
+  /// (run_group returns when done) returns a completed Work.
+  virtual std::shared_ptr<Work> run_group_with_work(const std::vector<std::pair<Request, Algorithm>>& ops);
   /// Whether reduce_scatter_gathered() is available (the bucketer otherwise copies its inputs into the
   /// bucket and calls reduce_scatter).
   virtual bool can_reduce_scatter_gathered() const { return false; }
@@ -96,6 +103,10 @@ class Backend {
 
 /// A Work that completes when all of `parts` have; its error is the first part's error.
 std::shared_ptr<Work> make_composite_work(std::vector<std::shared_ptr<Work>> parts);
+/// `work` as handed to the caller of asynchronous collectives `seqs`: once its completion is seen (through
+/// any of its calls), their op-history records become done, or failed if it completed with an error.
+/// `history` must outlive the Work (it is the communicator's, which outlives its Works).
+std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory& history, std::vector<uint64_t> seqs);
 
 std::unique_ptr<Backend> make_host_backend(CommContext& ctx);
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).

@@ -3,7 +3,8 @@
 // read from the inputs (CUDA: one kernel, NOTE [gathered flush] in src/algos/cuda_gathered_reduce_scatter.cu;
 // host: only the rows the peers need are copied into the bucket, NOTE [host gathered flush] in
 // src/algos/host_reduce_scatter.cc; same output layout as below); otherwise (NCCL, a forced algorithm, one
-// rank, inside a group) one copy pass into the bucket plus one reduce-scatter of it (zero-copy).
+// rank) one copy pass into the bucket plus one reduce-scatter of it (zero-copy). Not inside a collective
+// group: the bucketer coalesces by itself, and a group would defer the reduction past the callbacks.
 //
 // NOTE [bucket layout] A bucket's memory (Communicator::alloc, so symmetric) is
 //   [input: world_size blocks of cap bytes | output: cap bytes],  cap = bucket_cap_mb MiB / world_size.
@@ -19,6 +20,13 @@
 // per step: recording 512 callbacks that capture 32 bytes took 13.4-14.7 us with std::function and takes
 // 9.9-10.4 us here (CPU machine, docs/benchmarks.md). The arena is rewound once its bucket has no entry
 // left, i.e. after the flush that ran (or dropped) every callback constructed in it.
+//
+// NOTE [large buffers] An input larger than a bucket is reduced at once into a symmetric buffer of its own,
+// whose view is valid until the next flush() (bucketer.h). Each flush() retires the buffers handed out since
+// the previous one (`large` -> `spare`) and frees those retired by the previous flush that were not reused;
+// a large input takes the smallest spare buffer that fits before allocating. So a training loop with one
+// oversized gradient per step reuses one buffer instead of holding one per step until teardown() (which
+// exhausted the heap after heap / size steps). Every rank makes the same calls, so the same choices.
 
 #include "symcomm/bucketer.h"
 
@@ -53,8 +61,9 @@ void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t
   for (size_t k = 0; k < n; ++k) {
     const auto* src = static_cast<const char*>(segs[k].src);
     for (int r = 0; r < rows; ++r) {
-      if (segs[k].bytes && r != skip_row)
-        std::memcpy(dst + r * row_stride + segs[k].dst_offset, src + r * segs[k].bytes, segs[k].bytes);
+      if (segs[k].bytes && r != skip_row)  // row offsets in 64 bits: r * bytes passes 4 GiB from the third row
+        std::memcpy(dst + static_cast<size_t>(r) * row_stride + segs[k].dst_offset,
+                    src + static_cast<size_t>(r) * segs[k].bytes, segs[k].bytes);
     }
   }
 }
@@ -171,11 +180,44 @@ struct ReduceScatterBucketer::Impl {
       auto blo = reinterpret_cast<uintptr_t>(b->mem);
       if (lo < blo + (n + 1) * cap_bytes && blo < lo + bytes) return true;
     }
-    for (const auto& [l, l_bytes] : large) {
-      auto llo = reinterpret_cast<uintptr_t>(l);
-      if (lo < llo + l_bytes && llo < lo + bytes) return true;
+    for (const auto* list : {&large, &spare}) {
+      for (const auto& [l, l_bytes] : *list) {
+        auto llo = reinterpret_cast<uintptr_t>(l);
+        if (lo < llo + l_bytes && llo < lo + bytes) return true;
+      }
     }
     return false;
+  }
+
+  // A symmetric buffer of at least `bytes` for a large input (NOTE [large buffers]).
+  void* large_buffer(size_t bytes) {
+    auto best = spare.end();
+    for (auto it = spare.begin(); it != spare.end(); ++it) {
+      if (it->second >= bytes && (best == spare.end() || it->second < best->second)) best = it;
+    }
+    if (best != spare.end()) {
+      large.push_back(*best);
+      spare.erase(best);
+    } else {
+      large.emplace_back(comm.alloc(bytes), bytes);
+    }
+    return large.back().first;
+  }
+
+  // At every flush(): frees the buffers retired by the previous flush and not reused, retires the rest.
+  void retire_large_buffers() {
+    while (!spare.empty()) {
+      comm.free(spare.back().first);
+      spare.pop_back();
+    }
+    spare.swap(large);
+  }
+
+  void check_usable(const char* what) const {
+    SYMCOMM_CHECK_ARG(!core.in_group(),
+                      "ReduceScatterBucketer::{}: not inside a collective group (the bucketer coalesces by itself; "
+                      "end the group first)",
+                      what);
   }
 
   // Copies the bucket's inputs in, reduces, and moves its entries to `done` (callbacks not yet called).
@@ -243,8 +285,10 @@ struct ReduceScatterBucketer::Impl {
       b->mem = nullptr;
     }
     buckets.clear();
-    for (const auto& [l, l_bytes] : large) comm.free(l);
-    large.clear();
+    for (auto* list : {&large, &spare}) {
+      for (const auto& [l, l_bytes] : *list) comm.free(l);
+      list->clear();
+    }
   }
 
   Communicator& comm;
@@ -255,6 +299,7 @@ struct ReduceScatterBucketer::Impl {
   size_t pending = 0;
   std::vector<std::unique_ptr<Bucket>> buckets;  ///< creation order, the same on every rank
   std::vector<std::pair<void*, size_t>> large;   ///< outputs (and bytes) of inputs larger than a bucket
+  std::vector<std::pair<void*, size_t>> spare;   ///< such outputs retired by the last flush (NOTE [large buffers])
   std::vector<detail::BucketCopySegment> segs;   ///< reused between flushes
   int callback_depth = 0;  ///< run_callbacks() calls in progress (a callback may record and flush again)
 };
@@ -282,30 +327,28 @@ ReduceScatterBucketer::Slot ReduceScatterBucketer::prepare(const void* input, si
                                                            ReduceOp op, const CollOptions& options,
                                                            size_t callback_bytes, size_t callback_align) {
   Impl& m = *impl_;
-  // The checks of Communicator::reduce_scatter (enums, null input, byte-size overflow), at record time.
+  m.check_usable("reduce_scatter_async");
+  // The checks of Communicator::reduce_scatter (enums, null input, byte-size overflow, and the backend's:
+  // pointer kinds and devices, alignment), at record time.
   detail::Request r{.kind = Collective::kReduceScatter,
                     .in = input,
-                    .out = &m,  // any non-null pointer: the output is the bucket's
+                    // The output is the bucket's (it passes the backend's checks); the input stands in for
+                    // it and is never written.
+                    .out = const_cast<void*>(input),
                     .count = out_count,
                     .dtype = dtype,
                     .op = op,
                     .root = 0,
                     .options = options};
-  detail::validate_request(r, m.n);
+  m.core.check_arguments(r);
   const size_t es = dtype_size(dtype), bytes = out_count * es;
   SYMCOMM_CHECK_ARG(!m.overlaps_buckets(input, bytes * m.n),
                     "ReduceScatterBucketer::reduce_scatter_async: input {} overlaps the bucketer's own memory", input);
   if (bytes > m.cap_bytes) {
-    // Larger than a whole bucket: reduced at once into its own symmetric buffer (zero-copy output); the
-    // caller runs the callback.
-    void* out = m.comm.alloc(bytes);
-    try {
-      m.comm.reduce_scatter(input, out, out_count, dtype, op, options);
-    } catch (...) {
-      m.comm.free(out);
-      throw;
-    }
-    m.large.emplace_back(out, bytes);
+    // Larger than a whole bucket: reduced at once into a symmetric buffer of its own (zero-copy output;
+    // NOTE [large buffers]); the caller runs the callback.
+    void* out = m.large_buffer(bytes);
+    m.comm.reduce_scatter(input, out, out_count, dtype, op, options);
     return {.storage = nullptr, .large_result = out, .bucket = nullptr, .padded = 0};
   }
   Impl::Bucket& b = m.bucket_for(dtype, op, options);
@@ -340,12 +383,17 @@ void ReduceScatterBucketer::commit(const Slot& slot, const void* input, size_t o
 }
 
 void ReduceScatterBucketer::flush() {
+  impl_->check_usable("flush");
+  impl_->retire_large_buffers();
   Impl::DoneList done;
   for (auto& b : impl_->buckets) impl_->run_bucket(*b, done);
   impl_->run_callbacks(done);
 }
 
 void ReduceScatterBucketer::teardown() {
+  impl_->check_usable("teardown");
+  // The running flush still holds callbacks in the buckets' memory and views of their results.
+  SYMCOMM_CHECK_ARG(impl_->callback_depth == 0, "ReduceScatterBucketer::teardown: not from inside a callback");
   SYMCOMM_CHECK_ARG(impl_->pending == 0,
                     "ReduceScatterBucketer::teardown: {} input(s) still pending; call flush() first (on every rank)",
                     impl_->pending);

@@ -76,10 +76,15 @@ Algorithm CommCore::select(const Request& r) const {
   return select_algorithm(s, backend_->capabilities(), ctx_->config.tuning);
 }
 
-std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
-  ctx_->throw_if_failed();
+void CommCore::check_arguments(const Request& r) {
   validate_request(r, ctx_->ranks.world_size);
   backend_->check_buffers(r);
+}
+
+std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
+  ctx_->throw_if_failed();
+  check_arguments(r);
+  if (async) backend_->check_async(r);
   Algorithm algo = select(r);
   uint64_t seq = ctx_->history.record(OpRecord{
       .kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kIssued});
@@ -90,13 +95,12 @@ std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
       std::lock_guard lock(group_mu_);
       group_.ops.emplace_back(r, algo);
       group_.seqs.push_back(seq);
-      return async ? group_.work : nullptr;
+      if (!async) return nullptr;
+      group_.handed_out = true;
+      return group_.scopes.back().work;
     }
     ctx_->history.set_state(seq, OpState::kRunning);
-    if (async) {
-      auto work = backend_->run_async(r, algo);
-      return work;
-    }
+    if (async) return make_tracked_work(backend_->run_async(r, algo), ctx_->history, {seq});
     backend_->run(r, algo);
     ctx_->history.set_state(seq, OpState::kDone);
     return nullptr;
@@ -200,47 +204,66 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq)
   }
 }
 
+// NOTE [nested groups] Groups nest: every group_start() opens a level (Scope) and its group_end() or
+// group_cancel() closes it. Only the outermost end runs the group: every collective recorded at any level
+// that was not cancelled, in issue order, and the Works that any level handed out (to `*_async` calls, or
+// from an inner group_end_async()) complete with it. group_cancel() drops what its own level recorded
+// (inner levels included) and fails that level's Works; the outer levels' collectives stay recorded. So a
+// CollectiveGroup guard left by an exception cancels its level only, and each enclosing guard that the
+// exception also leaves cancels its own: no guard finds its level already gone (before, an inner cancel
+// dropped the whole group and the outer guard's cancel then threw while unwinding: std::terminate).
 bool CommCore::in_group() const {
   std::lock_guard lock(group_mu_);
-  return group_.depth > 0 && group_.owner == std::this_thread::get_id();
+  return !group_.scopes.empty() && group_.owner == std::this_thread::get_id();
 }
 
 void CommCore::group_start() {
   std::lock_guard lock(group_mu_);
-  if (group_.depth == 0) {
+  if (group_.scopes.empty()) {
     group_.owner = std::this_thread::get_id();
-    group_.work = std::make_shared<GroupWork>();
   } else {
     SYMCOMM_CHECK_ARG(group_.owner == std::this_thread::get_id(),
                       "group_start: another thread has a group open on this communicator");
   }
-  ++group_.depth;
+  group_.scopes.push_back(
+      {.id = group_.next_id++, .first_op = group_.ops.size(), .work = std::make_shared<GroupWork>()});
 }
 
 std::shared_ptr<Work> CommCore::group_end(bool async) {
   Group g;
   {
     std::lock_guard lock(group_mu_);
-    SYMCOMM_CHECK_ARG(group_.depth > 0 && group_.owner == std::this_thread::get_id(),
+    SYMCOMM_CHECK_ARG(!group_.scopes.empty() && group_.owner == std::this_thread::get_id(),
                       "group_end without a matching group_start on this thread");
-    if (--group_.depth > 0) return async ? group_.work : nullptr;
+    if (group_.scopes.size() > 1) {  // an inner level: its Work completes with the whole group
+      group_.ended.push_back(std::move(group_.scopes.back()));
+      group_.scopes.pop_back();
+      return async ? group_.ended.back().work : nullptr;
+    }
     g = std::move(group_);
     group_ = Group{};
   }
+  g.ended.push_back(std::move(g.scopes.back()));  // every level's Work, the outermost last
+  auto bind_all = [&](const std::shared_ptr<Work>& work, std::exception_ptr error) {
+    for (const Scope& s : g.ended) s.work->bind(work, error);
+  };
   try {
     ctx_->throw_if_failed();
     if (async) {
-      std::shared_ptr<Work> work = backend_->run_group_async(g.ops);
-      g.work->bind(work, nullptr);
-      return g.work;
+      for (uint64_t seq : g.seqs) ctx_->history.set_state(seq, OpState::kRunning);
+      bind_all(make_tracked_work(backend_->run_group_async(g.ops), ctx_->history, g.seqs), nullptr);
+      return g.ended.back().work;
     }
-    backend_->run_group(g.ops);
+    // Synchronous: returns when done (host) or enqueued (CUDA). Where an `*_async` call handed out a Work,
+    // that Work must still wait for the device work (CUDA: events recorded after the group).
+    std::shared_ptr<Work> work =
+        g.handed_out ? backend_->run_group_with_work(g.ops) : (backend_->run_group(g.ops), make_composite_work({}));
     for (uint64_t seq : g.seqs) ctx_->history.set_state(seq, OpState::kDone);
-    g.work->bind(make_composite_work({}), nullptr);
+    bind_all(work, nullptr);
     return nullptr;
   } catch (const Error& e) {
     for (uint64_t seq : g.seqs) ctx_->history.set_state(seq, OpState::kFailed);
-    g.work->bind(nullptr, std::current_exception());
+    bind_all(nullptr, std::current_exception());
     if (is_fatal(e.code())) {
       ctx_->set_sticky(e);
       SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), ctx_->prefix, ctx_->history.dump());
@@ -251,15 +274,28 @@ std::shared_ptr<Work> CommCore::group_end(bool async) {
 
 void CommCore::group_cancel() {
   std::lock_guard lock(group_mu_);
-  SYMCOMM_CHECK_ARG(group_.depth > 0 && group_.owner == std::this_thread::get_id(),
+  SYMCOMM_CHECK_ARG(!group_.scopes.empty() && group_.owner == std::this_thread::get_id(),
                     "group_cancel without a matching group_start on this thread");
+  std::exception_ptr cancelled;
   try {
     SYMCOMM_THROW(kInvalidArgument, "the collective's group was cancelled");
   } catch (...) {
-    group_.work->bind(nullptr, std::current_exception());
+    cancelled = std::current_exception();
   }
-  for (uint64_t seq : group_.seqs) ctx_->history.set_state(seq, OpState::kFailed);
-  group_ = Group{};
+  const Scope level = std::move(group_.scopes.back());
+  group_.scopes.pop_back();
+  level.work->bind(nullptr, cancelled);
+  // Inner levels that ended inside this one (numbered after it) are dropped with it.
+  std::erase_if(group_.ended, [&](const Scope& s) {
+    if (s.id < level.id) return false;
+    s.work->bind(nullptr, cancelled);
+    return true;
+  });
+  for (size_t i = level.first_op; i < group_.seqs.size(); ++i)
+    ctx_->history.set_state(group_.seqs[i], OpState::kFailed);
+  group_.ops.resize(level.first_op);
+  group_.seqs.resize(level.first_op);
+  if (group_.scopes.empty()) group_ = Group{};
 }
 
 void CommCore::abort() {

@@ -26,6 +26,9 @@ class CommCore {
 
   /// Validate, select, record, run (async: return a Work). The one entry of every collective.
   std::shared_ptr<Work> enqueue(const Request& r, bool async);
+  /// enqueue()'s argument checks (the request's fields, then the backend's: pointer kinds, devices,
+  /// alignment). Throws kInvalidArgument.
+  void check_arguments(const Request& r);
   /// A bucket flush's reduce-scatter without the copy pass (NOTE [gathered flush]): runs it and returns true
   /// where the backend has such a path and symcomm's own kernel is what select() picks for `count`;
   /// otherwise (also inside a group) returns false having done nothing. Same checks, history and error
@@ -48,12 +51,20 @@ class CommCore {
   void debug_cross_check(const Request& r, Algorithm algo, uint64_t seq);
 
   class GroupWork;
+  /// One group_start() .. group_end() level (NOTE [nested groups] in comm_core.cc).
+  struct Scope {
+    uint64_t id;                      ///< levels are numbered as they begin
+    size_t first_op;                  ///< ops recorded before this level began
+    std::shared_ptr<GroupWork> work;  ///< what *_async calls at this level return
+  };
   struct Group {
-    int depth = 0;
     std::thread::id owner;
+    std::vector<Scope> scopes;  ///< open levels, outermost first; empty: no group
     std::vector<std::pair<Request, Algorithm>> ops;
     std::vector<uint64_t> seqs;
-    std::shared_ptr<GroupWork> work;  ///< what *_async calls inside the group return
+    std::vector<Scope> ended;  ///< inner levels already ended (their works complete with the group)
+    uint64_t next_id = 0;
+    bool handed_out = false;  ///< an *_async call returned a GroupWork
   };
   std::unique_ptr<CommContext> ctx_;
   mutable std::mutex group_mu_;

@@ -462,14 +462,17 @@ void CudaBackend::run(const Request& r, Algorithm algo) {
   }
 }
 
-std::shared_ptr<Work> CudaBackend::run_async(const Request& r, Algorithm algo) {
-  cudaStream_t s = reinterpret_cast<cudaStream_t>(r.options.stream);
-  SYMCOMM_CHECK_ARG(!stream_capturing(s),
+void CudaBackend::check_async(const Request& r) {
+  SYMCOMM_CHECK_ARG(!stream_capturing(reinterpret_cast<cudaStream_t>(r.options.stream)),
                     "asynchronous collectives cannot be captured into a CUDA graph; use the "
                     "blocking form (it only enqueues on the stream)");
+}
+
+std::shared_ptr<Work> CudaBackend::run_async(const Request& r, Algorithm algo) {
+  check_async(r);
   DeviceScope on_device(device_);  // the event too
   run(r, algo);
-  return record_work(s);
+  return record_work(reinterpret_cast<cudaStream_t>(r.options.stream));
 }
 
 std::shared_ptr<Work> CudaBackend::record_work(cudaStream_t s) {

@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
   void check_buffers(const Request& r) override;
   void run(const Request& r, Algorithm algo) override;
   std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) override;
+  void check_async(const Request& r) override;
   void abort() override;
 
   /// Throws (and records as sticky) the device error if a kernel reported one.
@@ -122,6 +123,10 @@ class CudaBackend final : public Backend {
   bool can_reduce_scatter_gathered() const override { return caps_.full_nvlink; }
   void reduce_scatter_gathered(const GatheredReduceScatter& g) override;
   std::shared_ptr<Work> run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops) override;
+  /// run_group_async(): it, too, returns once the group is enqueued.
+  std::shared_ptr<Work> run_group_with_work(const std::vector<std::pair<Request, Algorithm>>& ops) override {
+    return run_group_async(ops);
+  }
 
  private:
   void launch_fused(const std::vector<std::pair<Request, Algorithm>>& ops, size_t begin, size_t end);

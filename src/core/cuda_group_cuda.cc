@@ -58,13 +58,48 @@ uint64_t multi_header(const cuda::MultiParams& p, const Places& in_places, const
   return h ? h : 1;
 }
 
+// NOTE [group streams] A group's collectives may name different streams, and the caller cannot order them:
+// nothing is enqueued before group_end(). But two kernels of one communicator must never run at once (they
+// read the same device sequence number and share its signal slots, LL areas and staging: two LL all-reduces
+// of one count on two streams exchanged each other's lines, silently). So the group runs in issue order
+// across its streams, like NCCL's groups: where a run's stream differs from the previous run's, it first
+// waits for an event recorded after that run; at the end every stream of the group waits for the last run,
+// so whatever the caller enqueues after group_end() on any of them follows the whole group. Events work
+// under capture too (the other streams join the capture and are joined back by the last wait).
+class StreamChain {
+ public:
+  // Orders `s` after everything enqueued so far in the group.
+  void enter(cudaStream_t s) {
+    if (!streams_.empty() && s != streams_.back()) wait_for_last(s);
+    std::erase(streams_, s);
+    streams_.push_back(s);  // the last one is where the group's latest run went
+  }
+  // Orders every stream of the group after its last run.
+  void join() {
+    for (size_t k = 0; k + 1 < streams_.size(); ++k) wait_for_last(streams_[k]);
+  }
+
+ private:
+  void wait_for_last(cudaStream_t s) {
+    cudaEvent_t ev = nullptr;
+    SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t err = cudaEventRecord(ev, streams_.back());
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(s, ev, 0);
+    cudaEventDestroy(ev);  // released once the wait no longer needs it
+    SYMCOMM_CUDA_CHECK(err);
+  }
+  std::vector<cudaStream_t> streams_;  ///< the group's streams so far, the latest run's last
+};
+
 }  // namespace
 
 void CudaBackend::run_group(const Ops& ops) {
   poll_errors();
   DeviceScope on_device(device_);
+  StreamChain chain;
   for (size_t i = 0; i < ops.size();) {
     const size_t end = group_run_end(ops, i);
+    chain.enter(reinterpret_cast<cudaStream_t>(ops[i].first.options.stream));
     if (end - i >= 2) {
       launch_fused(ops, i, end);
     } else {
@@ -72,6 +107,7 @@ void CudaBackend::run_group(const Ops& ops) {
     }
     i = end;
   }
+  chain.join();
 }
 
 std::shared_ptr<Work> CudaBackend::run_group_async(const Ops& ops) {

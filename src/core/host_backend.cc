@@ -114,7 +114,7 @@ class HostBackend final : public Backend {
     wait_idle();
     std::lock_guard lock(exec_mu_);
     ctx_.throw_if_failed();
-    engine_.begin_op();
+    engine_.begin_op(host_gathered_variant(g));
     host_reduce_scatter_gathered(engine_, g);
   }
 
@@ -205,7 +205,8 @@ class HostBackend final : public Backend {
 
   void execute_one(const Request& r, Algorithm algo) {
     ctx_.throw_if_failed();
-    engine_.begin_op();
+    // NOTE [step variant]: ranks that forced different all-reduce algorithms must not pass each other.
+    engine_.begin_op(r.kind == Collective::kAllReduce ? 1 + (algo == Algorithm::kTwoShot) : 0);
     switch (r.kind) {
       case Collective::kAllReduce:
         return algo == Algorithm::kTwoShot ? host_all_reduce_two_shot(engine_, r)

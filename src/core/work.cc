@@ -1,6 +1,7 @@
-// Work objects shared by the backends: composites of several Works, and the Work handed to *_async calls
-// made inside a collective group.
+// Work objects shared by the backends and the communicator: composites of several Works, and the Work that
+// keeps the op history of asynchronous collectives up to date.
 
+#include <atomic>
 #include <chrono>
 
 #include "core/backend.h"
@@ -45,10 +46,64 @@ class CompositeWork final : public Work {
   std::vector<std::shared_ptr<Work>> parts_;
 };
 
+// The Work of asynchronous collectives as handed to the caller: once it is seen complete (is_completed,
+// wait, wait_for or exception), their records in the op history become done or failed, so a dump after a
+// later error does not list long-finished ops as running. The history belongs to the communicator, which
+// outlives its Work objects (the rule of Work).
+class TrackedWork final : public Work {
+ public:
+  TrackedWork(std::shared_ptr<Work> inner, OpHistory& history, std::vector<uint64_t> seqs)
+      : inner_(std::move(inner)), history_(history), seqs_(std::move(seqs)) {}
+  bool is_completed() override {
+    if (!inner_->is_completed()) return false;
+    settle(inner_->exception() != nullptr);
+    return true;
+  }
+  void wait() override {
+    try {
+      inner_->wait();
+    } catch (...) {
+      settle(true);
+      throw;
+    }
+    settle(false);
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    bool done = false;
+    try {
+      done = inner_->wait_for(timeout);
+    } catch (...) {
+      settle(true);
+      throw;
+    }
+    if (done) settle(inner_->exception() != nullptr);
+    return done;
+  }
+  std::exception_ptr exception() override {
+    std::exception_ptr e = inner_->exception();
+    if (e) settle(true);
+    return e;
+  }
+
+ private:
+  void settle(bool failed) {
+    if (settled_.exchange(true)) return;
+    for (uint64_t seq : seqs_) history_.set_state(seq, failed ? OpState::kFailed : OpState::kDone);
+  }
+  std::shared_ptr<Work> inner_;
+  OpHistory& history_;
+  std::vector<uint64_t> seqs_;
+  std::atomic<bool> settled_{false};
+};
+
 }  // namespace
 
 std::shared_ptr<Work> make_composite_work(std::vector<std::shared_ptr<Work>> parts) {
   return std::make_shared<CompositeWork>(std::move(parts));
+}
+
+std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory& history, std::vector<uint64_t> seqs) {
+  return std::make_shared<TrackedWork>(std::move(work), history, std::move(seqs));
 }
 
 std::shared_ptr<Work> Backend::run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops) {
@@ -56,6 +111,11 @@ std::shared_ptr<Work> Backend::run_group_async(const std::vector<std::pair<Reque
   parts.reserve(ops.size());
   for (const auto& [r, algo] : ops) parts.push_back(run_async(r, algo));
   return make_composite_work(std::move(parts));
+}
+
+std::shared_ptr<Work> Backend::run_group_with_work(const std::vector<std::pair<Request, Algorithm>>& ops) {
+  run_group(ops);
+  return make_composite_work({});
 }
 
 }  // namespace symcomm::detail

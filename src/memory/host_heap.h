@@ -28,8 +28,8 @@ struct StepHeader {
   uint64_t data_offset;  ///< offset of the published data in the publisher's segment; kNoData if none
   uint64_t stride;       ///< bytes between per-destination blocks of the published data
   uint32_t flags;        ///< kStepZeroCopy: data lives in the publisher's user buffer
-  uint32_t reserved;
-  uint64_t out_offset;  ///< the publisher's output (of this round) in its segment, if offered; else kNoData
+  uint32_t variant;      ///< NOTE [step variant] in src/algos/host_engine.h
+  uint64_t out_offset;   ///< the publisher's output (of this round) in its segment, if offered; else kNoData
 };
 inline constexpr uint64_t kNoData = ~uint64_t{0};
 inline constexpr uint32_t kStepZeroCopy = 1;

@@ -217,6 +217,12 @@ TEST(GpuBucketer, InvalidUseThrows) {
     b.flush();
     EXPECT_EQ(code([&] { b.reduce_scatter_async(view, 16, DataType::kFloat32, ReduceOp::kSum, noop); }),
               ErrorCode::kInvalidArgument);
+    // Pageable host memory is refused when recorded, as by Communicator::reduce_scatter; it used to be
+    // accepted and fault the copy kernel at the flush (a sticky kCuda error: the communicator unusable).
+    std::vector<float> pageable(world * 64, 1.0f);
+    EXPECT_EQ(code([&] { b.reduce_scatter_async(pageable.data(), 64, DataType::kFloat32, ReduceOp::kSum, noop); }),
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(b.pending(), 0u);
     b.teardown();
     GPU_CHECK(cudaDeviceSynchronize());
     comm->check();

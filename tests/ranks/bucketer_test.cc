@@ -377,5 +377,122 @@ TEST(HostBucketerRules, FullBucketFlushesAndLargeInputRunsAtOnce) {
   });
 }
 
+// Uses the bucketer has no sensible meaning for are errors that record nothing: inside a collective group
+// (the group would defer the reduction past the callbacks, which then saw stale results), and teardown()
+// from inside a callback (it freed the buckets while the flush still ran callbacks stored in them).
+TEST(HostBucketerRules, InsideAGroupAndTeardownFromACallbackAreErrors) {
+  expect_success(2, [](RankEnv& env) {
+    auto comm = env.make_comm();
+    const int me = env.info.rank;
+    ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 1});
+    std::vector<float> in(2 * 8, static_cast<float>(me + 1));
+    std::vector<float> got(8, -1.0f);
+    auto copy_out = [&](const void* r, size_t c) { std::memcpy(got.data(), r, c * sizeof(float)); };
+    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum, copy_out);
+    b.flush();  // the bucket exists: a flush inside the group would not allocate
+    std::fill(got.begin(), got.end(), -1.0f);
+    {
+      CollectiveGroup g(*comm);
+      expect_invalid([&] { b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum, copy_out); },
+                     "record inside a group");
+      expect_invalid([&] { b.flush(); }, "flush inside a group");
+      expect_invalid([&] { b.teardown(); }, "teardown inside a group");
+      EXPECT_EQ(b.pending(), 0u);
+    }
+    EXPECT_EQ(got[0], -1.0f);
+
+    bool refused = false;
+    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kMax, [&](const void* r, size_t c) {
+      expect_invalid([&] { b.teardown(); }, "teardown from a callback");
+      refused = true;
+      copy_out(r, c);
+    });
+    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kMax, [&](const void*, size_t) {});
+    b.flush();
+    EXPECT_TRUE(refused);
+    EXPECT_EQ(got, std::vector<float>(8, 2.0f));
+    b.teardown();  // outside the callbacks: fine
+    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum, copy_out);
+    b.flush();
+    EXPECT_EQ(got, std::vector<float>(8, 3.0f));
+    comm->barrier();
+  });
+}
+
+// NOTE [large buffers]: an input larger than a bucket gets a symmetric buffer of its own, reused after the next
+// flush. With a 1 MiB heap and a 64 KiB output per step, holding one buffer per step until teardown() ran
+// out of heap within 16 steps; 200 steps must now pass, each exact, two large inputs between the same flushes
+// must get different buffers, and the heap must still take one more large allocation afterwards.
+TEST(HostBucketerRules, LargeInputBuffersAreReusedNotHeldUntilTeardown) {
+  expect_success(2, [](RankEnv& env) {
+    Config c = env.config;
+    c.heap_bytes = 1 << 20;
+    auto comm = env.make_comm({.config = c});
+    const int n = env.info.world_size, me = env.info.rank;
+    ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 2048.0 * n / 1048576.0});  // 2 KiB per rank
+    const size_t count = 16384;                                                 // 64 KiB of int32 per rank
+    std::vector<int32_t> in(n * count);
+    for (int step = 0; step < 200; ++step) {
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(i) * (step + 1) + me;
+      const void* view = nullptr;
+      size_t wrong = 0;
+      b.reduce_scatter_async(in.data(), count, DataType::kInt32, ReduceOp::kSum, [&](const void* r, size_t k) {
+        view = r;
+        const auto* v = static_cast<const int32_t*>(r);
+        for (size_t i = 0; i < k; ++i) {
+          int32_t want = 0;
+          for (int p = 0; p < n; ++p) want += static_cast<int32_t>(me * count + i) * (step + 1) + p;
+          wrong += v[i] != want;
+        }
+      });
+      ASSERT_EQ(wrong, 0u) << "step " << step;
+      ASSERT_NE(view, nullptr);
+      if (step % 2 == 1) {
+        // Two large inputs between flushes: the earlier view must stay valid, so they differ.
+        const void* second = nullptr;
+        b.reduce_scatter_async(in.data(), count, DataType::kInt32, ReduceOp::kSum,
+                               [&](const void* r, size_t) { second = r; });
+        EXPECT_NE(second, view) << "step " << step;
+      }
+      b.flush();
+    }
+    void* more = comm->alloc(64 << 10);  // the heap was not used up
+    comm->free(more);
+    b.teardown();
+    comm->barrier();
+  });
+}
+
+// NOTE [step variant]: ranks that recorded a flush's inputs in different orders (same total) used to get each
+// other's rows mixed into their results with no error; the gathered flush's headers now carry its layout.
+TEST(HostBucketerRules, FlushesLaidOutDifferentlyAreAMismatch) {
+  HarnessOptions opts;
+  opts.config.timeout = std::chrono::seconds(2);
+  expect_success(
+      2,
+      [](RankEnv& env) {
+        auto comm = env.make_comm();
+        const int me = env.info.rank;
+        ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 1});
+        std::vector<float> small(2 * 64, 1.0f), large(2 * 192, 2.0f);
+        bool ran = false;
+        auto record = [&](std::vector<float>& v) {
+          b.reduce_scatter_async(v.data(), v.size() / 2, DataType::kFloat32, ReduceOp::kSum,
+                                 [&](const void*, size_t) { ran = true; });
+        };
+        record(me == 0 ? small : large);
+        record(me == 0 ? large : small);
+        try {
+          b.flush();
+          ADD_FAILURE() << "the flush succeeded";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+          EXPECT_EQ(e.ranks(), std::vector<int>({me, 1 - me})) << e.what();
+        }
+        EXPECT_FALSE(ran) << "no callback sees a result of a failed flush";
+      },
+      opts);
+}
+
 }  // namespace
 }  // namespace symcomm::testing

@@ -304,6 +304,14 @@ std::vector<MismatchCase> mismatch_cases() {
        },
        "collective"},
       {"root", [](Communicator& c, int r) { c.broadcast(in, out, 8, DataType::kFloat32, r); }, "root"},
+      // NOTE [step variant]: a one-shot and a two-shot number their steps alike; this finished with wrong
+      // elements and no error (at counts of 3+ rounds) or hung.
+      {"algorithm",
+       [](Communicator& c, int r) {
+         c.all_reduce(in, out, 64, DataType::kFloat32, ReduceOp::kSum,
+                      {.algorithm = r ? Algorithm::kTwoShot : Algorithm::kOneShot});
+       },
+       "algorithm"},
       {"skipped",
        [](Communicator& c, int r) {
          if (r == 0) c.all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);

@@ -140,5 +140,79 @@ TEST(HostGroupRules, BadArgumentsThrowAtIssueAndCancelRunsNothing) {
   });
 }
 
+// NOTE [nested groups]: each level ends or cancels on its own. An exception leaving two nested guards used to
+// terminate the process (the inner cancel dropped the whole group, the outer guard's cancel then threw while
+// unwinding); an inner level cancelled and caught used to drop the outer level's collectives too.
+TEST(HostGroupRules, NestedLevelsCancelOnlyThemselves) {
+  expect_success(2, [](RankEnv& env) {
+    auto comm = env.make_comm();
+    const int me = env.info.rank;
+    const std::vector<int32_t> x(8, me + 1);
+    std::vector<int32_t> a(8, 0), b(8, 0), c(8, 0);
+    auto sum_into = [&](std::vector<int32_t>& out) {
+      comm->all_reduce(x.data(), out.data(), x.size(), DataType::kInt32, ReduceOp::kSum);
+    };
+    try {
+      CollectiveGroup outer(*comm);
+      sum_into(a);
+      CollectiveGroup inner(*comm);
+      sum_into(b);
+      throw std::runtime_error("leave both levels");
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_EQ(a[0], 0);
+    EXPECT_EQ(b[0], 0);
+    EXPECT_THROW(comm->group_end(), Error) << "both levels are closed";
+
+    std::shared_ptr<Work> inner_work, outer_work;
+    {
+      CollectiveGroup outer(*comm);
+      sum_into(a);
+      try {
+        CollectiveGroup inner(*comm);
+        inner_work = comm->all_reduce_async(x.data(), b.data(), x.size(), DataType::kInt32, ReduceOp::kSum);
+        throw std::runtime_error("leave the inner level");
+      } catch (const std::runtime_error&) {
+      }
+      outer_work = comm->all_reduce_async(x.data(), c.data(), x.size(), DataType::kInt32, ReduceOp::kMax);
+    }
+    EXPECT_EQ(a, std::vector<int32_t>(8, 3)) << "recorded by the outer level before the inner one";
+    EXPECT_EQ(b, std::vector<int32_t>(8, 0)) << "dropped with the inner level";
+    EXPECT_EQ(c, std::vector<int32_t>(8, 2)) << "recorded by the outer level after the inner one";
+    try {
+      inner_work->wait();
+      ADD_FAILURE() << "the cancelled level's Work completed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    }
+    outer_work->wait();
+
+    // Explicit levels: a level that ended inside a cancelled one is dropped with it; its Work fails.
+    std::vector<int32_t> d(8, 0), e(8, 0);
+    comm->group_start();
+    comm->group_start();
+    comm->group_start();
+    sum_into(d);
+    auto third = comm->group_end_async();
+    comm->group_cancel();
+    sum_into(e);
+    auto first = comm->group_end_async();
+    first->wait();
+    EXPECT_THROW(third->wait(), Error);
+    EXPECT_EQ(d, std::vector<int32_t>(8, 0));
+    EXPECT_EQ(e, std::vector<int32_t>(8, 3));
+    // Two levels ended normally: the inner level's Work completes with the group.
+    std::fill(d.begin(), d.end(), 0);
+    comm->group_start();
+    comm->group_start();
+    sum_into(d);
+    auto inner_level = comm->group_end_async();
+    comm->group_end();
+    inner_level->wait();
+    EXPECT_EQ(d, std::vector<int32_t>(8, 3));
+    comm->barrier();  // every rank is still in step
+  });
+}
+
 }  // namespace
 }  // namespace symcomm::testing

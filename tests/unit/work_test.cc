@@ -1,0 +1,80 @@
+// The Work objects of src/core/work.cc: a tracked Work marks its collectives' op-history records done or
+// failed once its completion is seen, and not before (asynchronous collectives used to stay "running" in the
+// history for good, so a dump after a later error pointed at long-finished ops).
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "core/backend.h"
+#include "core/op_history.h"
+
+namespace symcomm::detail {
+namespace {
+
+// A Work completed by the test.
+class FakeWork final : public Work {
+ public:
+  bool done = false;
+  std::exception_ptr error;
+  bool is_completed() override { return done; }
+  void wait() override {
+    ASSERT_TRUE(done) << "the fake would block";
+    if (error) std::rethrow_exception(error);
+  }
+  bool wait_for(std::chrono::milliseconds) override {
+    if (done && error) std::rethrow_exception(error);
+    return done;
+  }
+  std::exception_ptr exception() override { return done ? error : nullptr; }
+};
+
+OpState state_of(const OpHistory& h, uint64_t seq) {
+  for (const OpRecord& r : h.snapshot()) {
+    if (r.seq == seq) return r.state;
+  }
+  ADD_FAILURE() << "no record " << seq;
+  return OpState::kIssued;
+}
+
+TEST(TrackedWork, MarksItsOpsDoneOnceCompletionIsSeen) {
+  OpHistory h;
+  const uint64_t other = h.record({.state = OpState::kRunning});
+  const uint64_t a = h.record({.state = OpState::kRunning}), b = h.record({.state = OpState::kRunning});
+  auto fake = std::make_shared<FakeWork>();
+  auto w = make_tracked_work(fake, h, {a, b});
+  EXPECT_FALSE(w->is_completed());
+  EXPECT_FALSE(w->wait_for(std::chrono::milliseconds(0)));
+  EXPECT_EQ(w->exception(), nullptr);
+  EXPECT_EQ(state_of(h, a), OpState::kRunning);
+  fake->done = true;
+  EXPECT_TRUE(w->is_completed());
+  EXPECT_EQ(state_of(h, a), OpState::kDone);
+  EXPECT_EQ(state_of(h, b), OpState::kDone);
+  EXPECT_EQ(state_of(h, other), OpState::kRunning) << "only its own records";
+  w->wait();  // and again: nothing changes
+  EXPECT_EQ(state_of(h, b), OpState::kDone);
+}
+
+TEST(TrackedWork, MarksItsOpsFailedWhenItCompletesWithAnError) {
+  for (int how = 0; how < 3; ++how) {
+    OpHistory h;
+    const uint64_t a = h.record({.state = OpState::kRunning});
+    auto fake = std::make_shared<FakeWork>();
+    auto w = make_tracked_work(fake, h, {a});
+    fake->done = true;
+    fake->error = std::make_exception_ptr(std::runtime_error("device error"));
+    if (how == 0) {
+      EXPECT_THROW(w->wait(), std::runtime_error);
+    } else if (how == 1) {
+      EXPECT_THROW(w->wait_for(std::chrono::milliseconds(5)), std::runtime_error);
+    } else {
+      EXPECT_NE(w->exception(), nullptr);
+    }
+    EXPECT_EQ(state_of(h, a), OpState::kFailed) << "seen through call " << how;
+    EXPECT_TRUE(w->is_completed());
+  }
+}
+
+}  // namespace
+}  // namespace symcomm::detail
