@@ -15,6 +15,17 @@
 // - get/wait on missing keys are parked until every key is set (set, add or compare_set) or the timeout in
 //   the request passes: kTimeout with the missing keys, comma-separated, as message.
 
+// NOTE [watched key]
+// A parked get/wait is registered under one key only, its watched key: one it misses. When that key is set,
+// wake() looks for another missing key, starting after the watched one and wrapping around; if there is
+// none the request completes, otherwise that key becomes the watched one. So the request is always
+// registered under a key that was missing when it was chosen, and it cannot complete before that key is set
+// and wake() looks again; removes need no bookkeeping. Registering under every missing key at once, as
+// before, lost the request when a key was set, removed and set again: wait({A, B}); set A (the request
+// stays under B only); remove A; set B (A missing again, but the request was dropped from A's list by the
+// first wake); set A: nothing woke it and it timed out with both keys present. Searching from the watched
+// key on makes keys set in the order they are listed cost O(1) each.
+
 namespace symcomm::detail {
 namespace {
 
@@ -59,7 +70,7 @@ void StoreTable::expire(Clock::time_point now) {
   for (uint64_t conn : late) {
     Parked p = std::move(parked_.at(conn));
     parked_.erase(conn);
-    unregister(conn, p.request);
+    unregister(conn, p);
     std::string keys = fmt::format("{}", fmt::join(missing(p.request), ", "));
     ready_.emplace_back(conn, Response{ResponseStatus::kTimeout, 0, {}, std::move(keys)});
   }
@@ -74,7 +85,7 @@ StoreTable::Clock::time_point StoreTable::next_deadline() const {
 void StoreTable::cancel(uint64_t conn) {
   auto it = parked_.find(conn);
   if (it == parked_.end()) return;
-  unregister(conn, it->second.request);
+  unregister(conn, it->second);
   parked_.erase(it);
 }
 
@@ -139,12 +150,12 @@ Response StoreTable::compare_set(const Request& r) {
 }
 
 std::optional<Response> StoreTable::start_wait(uint64_t conn, Request r, Clock::time_point now) {
-  std::vector<std::string> absent = missing(r);
-  if (absent.empty()) return wait_result(r);
+  size_t watched = next_missing(r, 0);
+  if (watched == r.keys.size()) return wait_result(r);
   cancel(conn);  // the server sends one request at a time; be safe if that ever changes
-  for (const std::string& k : absent) waiters_[k].push_back(conn);
+  waiters_[r.keys[watched]].push_back(conn);
   auto timeout = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(r.number), kMaxWait);
-  parked_[conn] = Parked{std::move(r), now + timeout};
+  parked_[conn] = Parked{std::move(r), now + timeout, watched};
   return std::nullopt;
 }
 
@@ -156,17 +167,24 @@ std::vector<std::string> StoreTable::missing(const Request& r) const {
   return out;
 }
 
+size_t StoreTable::next_missing(const Request& r, size_t from) const {
+  const size_t n = r.keys.size();
+  for (size_t i = 0; i < n; ++i) {
+    size_t k = (from + i) % n;
+    if (find(r.keys[k]) == nullptr) return k;
+  }
+  return n;
+}
+
 Response StoreTable::wait_result(const Request& r) const {
   return r.type == RequestType::kGet ? ok(0, *find(r.keys[0])) : ok();
 }
 
-void StoreTable::unregister(uint64_t conn, const Request& r) {
-  for (const std::string& k : r.keys) {
-    auto it = waiters_.find(k);
-    if (it == waiters_.end()) continue;
-    std::erase(it->second, conn);
-    if (it->second.empty()) waiters_.erase(it);
-  }
+void StoreTable::unregister(uint64_t conn, const Parked& p) {
+  auto it = waiters_.find(p.request.keys[p.watched]);
+  if (it == waiters_.end()) return;
+  std::erase(it->second, conn);
+  if (it->second.empty()) waiters_.erase(it);
 }
 
 void StoreTable::wake(const std::string& key) {
@@ -176,11 +194,17 @@ void StoreTable::wake(const std::string& key) {
   waiters_.erase(it);
   for (uint64_t conn : conns) {
     auto p = parked_.find(conn);
-    // Still missing other keys: it stays registered under those.
-    if (p == parked_.end() || !missing(p->second.request).empty()) continue;
-    Request r = std::move(p->second.request);
+    if (p == parked_.end()) continue;
+    Parked& parked = p->second;
+    // NOTE [watched key]: the key just set was the watched one; watch another missing key, if any.
+    size_t next = next_missing(parked.request, parked.watched + 1);
+    if (next != parked.request.keys.size()) {
+      parked.watched = next;
+      waiters_[parked.request.keys[next]].push_back(conn);
+      continue;
+    }
+    Request r = std::move(parked.request);
     parked_.erase(p);
-    unregister(conn, r);
     ready_.emplace_back(conn, wait_result(r));
   }
 }

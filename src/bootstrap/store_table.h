@@ -42,6 +42,7 @@ class StoreTable {
   struct Parked {
     Request request;
     Clock::time_point deadline;
+    size_t watched = 0;  // index in request.keys of the one missing key it is registered under
   };
 
   const Bytes* find(const std::string& key) const;
@@ -52,8 +53,9 @@ class StoreTable {
   Response compare_set(const Request& r);
   std::optional<Response> start_wait(uint64_t conn, Request r, Clock::time_point now);
   std::vector<std::string> missing(const Request& r) const;
+  size_t next_missing(const Request& r, size_t from) const;
   Response wait_result(const Request& r) const;
-  void unregister(uint64_t conn, const Request& r);
+  void unregister(uint64_t conn, const Parked& p);
   void wake(const std::string& key);
   std::string limit_error(std::string_view op, const std::string& key) const;
 
@@ -61,7 +63,7 @@ class StoreTable {
   std::unordered_map<std::string, Bytes> map_;
   size_t total_ = 0;                                                // bytes of keys + values held
   std::unordered_map<uint64_t, Parked> parked_;                     // connection -> its parked request
-  std::unordered_map<std::string, std::vector<uint64_t>> waiters_;  // missing key -> parked connections
+  std::unordered_map<std::string, std::vector<uint64_t>> waiters_;  // watched key -> parked connections
   std::vector<std::pair<uint64_t, Response>> ready_;
 };
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "bootstrap/store_table.h"
 #include "bootstrap/store_wire.h"
 #include "symcomm/error.h"
 
@@ -202,6 +203,24 @@ TEST_F(StoreTest, WaitForManyKeysAndTimeout) {
   EXPECT_EQ(quick->get_string("a"), "1");
 }
 
+// NOTE [watched key] in src/bootstrap/store_table.cc: a key of a parked wait set, removed and set again while
+// the others arrive must still complete the wait (it used to be lost and time out with every key present).
+TEST_F(StoreTest, WaitCompletesAfterAKeyIsSetRemovedAndSetAgain) {
+  auto waiter = client();
+  auto setter = client();
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);  // the wait is parked by then (if not, it finds the keys: no failure)
+    setter->set("a", "1");
+    setter->remove("a");
+    setter->set("b", "1");
+    setter->set("a", "2");
+  });
+  auto start = Clock::now();
+  EXPECT_NO_THROW(waiter->wait({"a", "b"}, 3s));
+  EXPECT_LT(seconds_since(start), 2.0);
+  t.join();
+}
+
 TEST_F(StoreTest, WrongTokenIsRefusedAtOnce) {
   auto start = Clock::now();
   EXPECT_EQ(error_code_of([&] { client(10s, "wrong"); }), ErrorCode::kStore);
@@ -331,6 +350,44 @@ TEST_F(StoreTest, ConcurrentAddsGiveTheExactCount) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(shared->add("count", 0), kThreads * kAdds);
+}
+
+// The same sequence on the table alone, without sockets or timing: the parked wait must complete with the
+// last set, and a timeout must list only the keys still missing.
+TEST(StoreTable, WaitCompletesAfterAKeyIsSetRemovedAndSetAgain) {
+  detail::StoreTable t{StoreLimits{}};
+  auto now = detail::StoreTable::Clock::now();
+  auto request = [](RequestType type, std::vector<std::string> keys, std::string_view value = {}) {
+    Request r{type, 0, std::move(keys), bytes(value), {}};
+    if (type == RequestType::kWait || type == RequestType::kGet) r.number = 10'000;
+    return r;
+  };
+  EXPECT_EQ(t.execute(1, request(RequestType::kWait, {"A", "B"}), now), std::nullopt);
+  EXPECT_EQ(t.execute(3, request(RequestType::kGet, {"A"}), now), std::nullopt);
+  ASSERT_TRUE(t.execute(2, request(RequestType::kSet, {"A"}, "1"), now));
+  auto ready = t.take_ready();
+  ASSERT_EQ(ready.size(), 1u);  // the get; the wait still misses B
+  EXPECT_EQ(ready[0].first, 3u);
+  EXPECT_EQ(ready[0].second.value, bytes("1"));
+  ASSERT_TRUE(t.execute(2, request(RequestType::kRemove, {"A"}), now));
+  ASSERT_TRUE(t.execute(2, request(RequestType::kSet, {"B"}, "1"), now));
+  EXPECT_TRUE(t.take_ready().empty());  // A is missing again
+  EXPECT_NE(t.next_deadline(), detail::StoreTable::Clock::time_point::max());
+  ASSERT_TRUE(t.execute(2, request(RequestType::kSet, {"A"}, "2"), now));
+  ready = t.take_ready();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].first, 1u);
+  EXPECT_EQ(ready[0].second.status, ResponseStatus::kOk);
+  EXPECT_EQ(t.next_deadline(), detail::StoreTable::Clock::time_point::max());
+  // A timed-out wait names the keys it still misses, whichever it watched.
+  EXPECT_EQ(t.execute(4, request(RequestType::kWait, {"C", "A", "D", "E"}), now), std::nullopt);
+  ASSERT_TRUE(t.execute(2, request(RequestType::kSet, {"C"}, "1"), now));
+  ASSERT_TRUE(t.execute(2, request(RequestType::kSet, {"E"}, "1"), now));
+  t.expire(now + 11s);
+  ready = t.take_ready();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].second.status, ResponseStatus::kTimeout);
+  EXPECT_EQ(ready[0].second.message, "D");
 }
 
 TEST(StoreWire, RoundTrips) {
