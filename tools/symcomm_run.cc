@@ -17,7 +17,9 @@
 // - The first rank to exit non-zero or be killed by a signal makes the launcher print one line to stderr
 //   naming it, send SIGTERM to the other ranks' process groups, SIGKILL them after kGracePeriod, and exit
 //   with that rank's exit code (128 + signal number if it was killed). All ranks exiting 0 gives 0.
-// - --timeout S: after S seconds the ranks are terminated the same way and the launcher exits 124.
+// - --timeout S: after S seconds the ranks are terminated the same way and the launcher exits 124. S must be
+//   a finite number in (0, kMaxTimeoutS]; anything else is a usage error before any rank starts (1e10 s
+//   overflowed steady_clock's nanoseconds into a deadline in the past: an instant exit 124).
 // - SIGINT/SIGTERM/SIGHUP received by the launcher are forwarded to every rank's process group (SIGKILL
 //   follows after kGracePeriod); the launcher then exits with 128 + that signal unless a rank failed first.
 // - The launcher reaps every rank before it exits; output still held open by background processes of the
@@ -38,6 +40,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -56,6 +59,7 @@ constexpr auto kGracePeriod = std::chrono::seconds(5);
 constexpr auto kDrainTime = std::chrono::seconds(1);
 constexpr size_t kMaxLine = 64 * 1024;  // a longer line without newline is emitted in pieces
 constexpr int kTimeoutExit = 124;
+constexpr double kMaxTimeoutS = 1e6;  // ~11.6 days: beyond any job, far within steady_clock's ~292 years
 
 struct Options {
   int nproc = 0;
@@ -385,6 +389,19 @@ int Launcher::run() {
   return forwarded_signal_ != 0 ? 128 + forwarded_signal_ : 0;
 }
 
+// Accepts a finite number of seconds in (0, kMaxTimeoutS]; CLI::PositiveNumber let nan, 1e10 and more through.
+CLI::Validator timeout_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        double s = std::strtod(text.c_str(), &end);
+        bool whole = !text.empty() && end == text.c_str() + text.size();
+        if (whole && s > 0 && s <= kMaxTimeoutS) return {};  // false for nan
+        return fmt::format("'{}' is not a number of seconds in (0, {:g}]", text, kMaxTimeoutS);
+      },
+      fmt::format("SECONDS in (0, {:g}]", kMaxTimeoutS));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -396,7 +413,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65535));
   app.add_flag("--no-prefix", o.no_prefix, "let ranks write to stdout/stderr directly, without [rank K]");
   app.add_option("--timeout", o.timeout_s, "kill all ranks after this many seconds and exit 124")
-      ->check(CLI::PositiveNumber);
+      ->check(timeout_validator());
   app.add_flag("--help-env", help_env, "print the SYMCOMM_* environment variables and exit");
   app.prefix_command();  // everything from the program name (or after --) belongs to the program
   CLI11_PARSE(app, argc, argv);

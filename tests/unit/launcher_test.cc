@@ -181,6 +181,21 @@ TEST_F(LauncherTest, TimeoutKillsEverythingAndExits124) {
   EXPECT_LT(r.seconds, 3.0);
 }
 
+// --timeout is bounded (NOTE [launcher behaviour]): a value whose deadline steady_clock cannot hold (1e10 s,
+// inf) used to overflow into a deadline in the past and exit 124 at once; nan used to mean no timeout.
+TEST_F(LauncherTest, TimeoutOutOfRangeIsAUsageError) {
+  for (const char* bad : {"1e10", "inf", "nan", "1000001", "0", "-1", "5s"}) {
+    RunResult r = run_sh(1, "echo ran", {"--timeout", bad});
+    EXPECT_NE(r.status, 0) << "--timeout " << bad;
+    EXPECT_NE(r.status, 124) << "--timeout " << bad;
+    EXPECT_NE(r.err.find("--timeout"), std::string::npos) << "--timeout " << bad << ": " << r.err;
+    EXPECT_EQ(r.out, "") << "--timeout " << bad;  // no rank was started
+  }
+  RunResult longest = run_sh(1, "echo ran", {"--timeout", "1e6"});
+  EXPECT_EQ(longest.status, 0) << longest.err;
+  EXPECT_EQ(longest.out, "[rank 0] ran\n");
+}
+
 TEST_F(LauncherTest, ForwardsSigtermToTheRanks) {
   RunResult r = run_launcher({"-n", "2", "/bin/sh", "-c", "echo started; sleep 1000"}, 10s, 300ms, SIGTERM);
   EXPECT_EQ(r.status, 128 + SIGTERM) << r.err;
