@@ -131,6 +131,8 @@ size_t max_request_payload(const StoreLimits& limits) {
   return kRequestFixedBytes + keys + 2 * limits.max_value_bytes;
 }
 
+size_t max_hello_payload() { return kRequestFixedBytes + kMaxMessageBytes; }
+
 size_t max_response_payload(size_t max_value_bytes) { return kResponseFixedBytes + max_value_bytes + kMaxMessageBytes; }
 
 Bytes encode_request(const Request& r) {

@@ -84,6 +84,9 @@ std::string_view to_string(RequestType type);
 /// Largest request payload a server with these limits accepts (a compare_set of two maximal values, or a
 /// wait on kMaxKeySectionBytes of keys).
 size_t max_request_payload(const StoreLimits& limits);
+/// Largest payload of a hello (a token of kMaxMessageBytes): what the server accepts before a connection has
+/// said hello, whatever its limits.
+size_t max_hello_payload();
 /// Largest response payload carrying a value of max_value_bytes.
 size_t max_response_payload(size_t max_value_bytes);
 
@@ -101,6 +104,8 @@ class FrameReader {
   enum class Status { kNeedMore, kFrame, kOversized };
 
   explicit FrameReader(size_t max_payload) : max_payload_(max_payload) {}
+  /// Changes the limit for the frames not yet returned (the server's, once a connection said hello).
+  void set_max_payload(size_t max_payload) { max_payload_ = max_payload; }
 
   /// Writable space of n bytes at the end of the buffer; call commit() with the bytes actually written.
   /// Invalidates the payload returned by the previous next().

@@ -3,14 +3,19 @@
 //
 // NOTE [store server behaviour]
 // - Every connection must open with a hello carrying the token (compared in constant time). A wrong token,
-//   a frame whose header announces more than max_request_payload(limits) bytes, or a payload that does not
-//   decode (junk, oversized key/value, unknown type) gets one kFatal response naming the reason; then the
+//   a frame whose header announces more than max_request_payload(limits) bytes (before the hello: more than
+//   a hello can hold, max_hello_payload()), or a payload that does not decode (junk, oversized key/value,
+//   unknown type) gets one kFatal response naming the reason; then the
 //   server stops reading requests, shuts its side down and closes the socket after the peer closes or
 //   kLingerTimeout (lingering avoids a TCP reset destroying the error message). Only that connection is
 //   affected.
 // - Request semantics (limits, add, parked get/wait) live in StoreTable (store_table.cc). A connection
 //   handles one request at a time, in order: while it is parked or its output is not yet flushed, later
 //   frames stay buffered, and a peer that buffers more than one maximal frame beyond that is dropped.
+// - Before its hello a connection buffers at most one hello (~64 KiB) plus one read, not one maximal request
+//   (~3 MiB with the default limits). 1000 strangers that each announce a maximal frame and never finish it
+//   held 1785 MiB of the server's RSS for kHelloTimeout; the worst now (each sends all but one byte of a
+//   maximal hello) holds 129 MiB (measured 2026-11-25 on the 2-core CPU machine, default limits).
 // - A connection that has not said hello within kHelloTimeout is dropped; authenticated idle connections
 //   are kept (ranks hold their store connection for the life of a job). At most max_connections are open;
 //   one more is told so (kFatal) and closed.
@@ -56,8 +61,7 @@ constexpr int kMaxReadsPerEvent = 32;  // fairness: at most 2 MiB from one conne
 
 struct Connection {
   enum class State { kHello, kReady, kParked, kClosing, kDead };
-  Connection(int f, uint64_t i, std::string p, size_t max_payload)
-      : fd(f), id(i), peer(std::move(p)), in(max_payload) {}
+  Connection(int f, uint64_t i, std::string p) : fd(f), id(i), peer(std::move(p)), in(detail::max_hello_payload()) {}
   ~Connection() { ::close(fd); }
 
   int fd;
@@ -264,7 +268,7 @@ void TcpStoreServer::accept_all() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    auto c = std::make_unique<Connection>(fd, next_id_++, peer_name(addr), max_payload_);
+    auto c = std::make_unique<Connection>(fd, next_id_++, peer_name(addr));
     c->deadline = Clock::now() + kHelloTimeout;
     conns_.emplace(c->id, std::move(c));
   }
@@ -329,6 +333,10 @@ void TcpStoreServer::process(Connection& c) {
     auto status = c.in.next(&payload, &announced);
     if (status == detail::FrameReader::Status::kNeedMore) return;
     if (status == detail::FrameReader::Status::kOversized) {
+      if (c.state == S::kHello) {
+        return fatal(c, fmt::format("first frame of {} bytes exceeds the largest hello ({} bytes)", announced,
+                                    detail::max_hello_payload()));
+      }
       return fatal(c, fmt::format("request of {} bytes exceeds the limit of {} bytes", announced, max_payload_));
     }
     auto decoded = detail::decode_request(payload, options_.limits);
@@ -343,6 +351,7 @@ void TcpStoreServer::handle(Connection& c, Request r) {
     std::string_view token(reinterpret_cast<const char*>(r.value.data()), r.value.size());
     if (!detail::constant_time_equal(token, options_.token)) return fatal(c, "wrong token");
     c.state = Connection::State::kReady;
+    c.in.set_max_payload(max_payload_);
     return reply(c, Response{});
   }
   if (r.type == RequestType::kHello) return fatal(c, "hello sent twice");

@@ -256,6 +256,43 @@ TEST_F(StoreTest, JunkOversizedAndTruncatedFramesCloseOnlyThatConnection) {
   EXPECT_EQ(good->add("n", 1), 1);
 }
 
+// Before its hello a connection may announce no more than a hello can hold (NOTE [store server behaviour]):
+// a stranger announcing a frame of 1 MiB (within max_request_payload) is refused at once instead of being let
+// buffer it; a hello of the largest size (a token of kMaxMessageBytes) still passes.
+TEST_F(StoreTest, UnauthenticatedFirstFrameLargerThanAHelloIsRefusedAtOnce) {
+  auto good = client();
+  ASSERT_GT(detail::max_request_payload(StoreLimits{}), size_t{1} << 20);
+  RawClient stranger(server_->port());
+  Bytes header = {0, 0, 0x10, 0};  // 1 MiB announced, little-endian
+  stranger.send(header);
+  stranger.send(Bytes(64 * 1024, 0));  // part of it: the server must not wait for the rest
+  auto start = Clock::now();
+  EXPECT_TRUE(stranger.closed_within(2s));
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_EQ(stranger.first_status(), ResponseStatus::kFatal);
+  good->set("k", "v");  // others unaffected
+  EXPECT_EQ(good->get_string("k"), "v");
+
+  // Authenticated, the same connection may send requests up to max_request_payload.
+  RawClient authed(server_->port());
+  authed.hello(kToken);
+  authed.send(detail::encode_request({RequestType::kSet, 0, {"big"}, Bytes(1 << 20, 7), {}}));
+  EXPECT_EQ(good->get("big"), Bytes(1 << 20, 7));
+  EXPECT_FALSE(authed.closed_within(100ms));
+  EXPECT_EQ(authed.first_status(), ResponseStatus::kOk);
+
+  std::string longest(detail::kMaxMessageBytes, 't');
+  ASSERT_EQ(detail::encode_request({RequestType::kHello, detail::kStoreProtocolMagic, {}, bytes(longest), {}}).size(),
+            detail::kFrameHeaderBytes + detail::max_hello_payload());
+  server_.reset();
+  StoreServerOptions o;
+  o.token = longest;
+  server_ = StoreServer::start(o);
+  auto with_longest = client(10s, longest);
+  with_longest->set("k", "v");
+  EXPECT_EQ(with_longest->get_string("k"), "v");
+}
+
 TEST_F(StoreTest, SilentClientsDoNotBlockOthers) {
   RawClient silent(server_->port());
   RawClient half_hello(server_->port());
