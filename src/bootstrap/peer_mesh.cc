@@ -158,9 +158,14 @@ bool write_frame(int fd, uint32_t tag, const std::vector<uint8_t>& payload, cons
 
 // NOTE [death during rendezvous]
 // Before the mesh exists there is no socket to watch, so every rank first publishes its pid under
-// "<prefix>/pid/<rank>"; a rank waiting for a peer (its mesh key, or its connection) checks in 100 ms slices
-// whether that pid still runs (all ranks share one node). A peer that dies after publishing is reported as
-// dead within about 0.1 s instead of at the deadline; one that dies before publishing looks late and times out.
+// "<prefix>/pid/<rank>"; a rank waiting for a peer (its mesh key, or its connection) checks in kLivenessPoll
+// slices whether that pid still runs (all ranks share one node). A peer that dies after publishing is reported
+// as dead within about 0.1 s instead of at the deadline; one that dies before publishing looks late and times
+// out. Waiting for a peer's connection includes connecting to it: a peer that died after publishing its mesh
+// key leaves the key behind and its listener gone, so every connect is refused; that retry loop once never
+// looked at the pid and waited out the whole deadline (kTimeout "could not connect") instead.
+constexpr auto kLivenessPoll = std::chrono::milliseconds(100);
+
 bool pid_alive(int pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
   char path[64];
@@ -194,7 +199,7 @@ void wait_peer_key(Store& store, const std::string& prefix, const std::string& k
                    Deadline deadline) {
   while (true) {
     try {
-      store.wait({key}, std::chrono::milliseconds(100));
+      store.wait({key}, kLivenessPoll);
       return;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kTimeout) throw;
@@ -404,9 +409,14 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
     SYMCOMM_CHECK_SYS(s, "socket(AF_UNIX)");
     socks_[p] = s;
     sockaddr_un peer_addr = abstract_address(token, prefix, p, &len);
+    auto next_check = Clock::now();  // a refusal this late means p's listener is gone: ask at once
     while (::connect(s, reinterpret_cast<sockaddr*>(&peer_addr), len) != 0) {
       SYMCOMM_CHECK(errno == EINTR || errno == ECONNREFUSED || errno == EAGAIN, kSystem,
                     "connect to rank {} failed: {}", p, std::strerror(errno));
+      if (Clock::now() >= next_check) {  // NOTE [death during rendezvous]
+        check_peer_alive(store, prefix, me, p);
+        next_check = Clock::now() + kLivenessPoll;
+      }
       if (deadline.expired()) {
         throw Error(ErrorCode::kTimeout, fmt::format("rank {}: could not connect to rank {}", me, p), __FILE__,
                     __LINE__, {p});

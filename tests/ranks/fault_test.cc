@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -180,6 +181,57 @@ TEST(Faults, PeerMeshNamesTheDeadRankInSendAndReceive) {
         mesh->send(1 - env.info.rank, 78, {4});  // the survivors still talk
         EXPECT_EQ(mesh->receive(1 - env.info.rank, 78, detail::Deadline(20s), nullptr).payload,
                   std::vector<uint8_t>{4});
+      },
+      opts);
+}
+
+/// True once the process is gone or a zombie (its descriptors, its listening socket among them, are closed).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+}
+
+// NOTE [death during rendezvous] in src/bootstrap/peer_mesh.cc: a peer that dies after publishing its mesh key
+// leaves the key and no listener, so connecting to it is refused; the survivor must get kPeerDead from the
+// peer's pid within a few liveness polls (it used to retry until the deadline and get kTimeout). Harness ranks 1
+// and 2 form a mesh of two (harness rank 0 only hosts the store) so that the order is fixed: the victim (mesh
+// rank 0) publishes its key and is gone before the survivor (mesh rank 1) starts connecting to it.
+TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
+  HarnessOptions opts;
+  opts.may_fail = {1};
+  opts.timeout = 60s;
+  expect_success(
+      3,
+      [&](RankEnv& env) {
+        if (env.info.rank == 0) return;  // the harness keeps the store up until the others end
+        RankInfo mesh_ranks{
+            .rank = env.info.rank - 1, .world_size = 2, .local_rank = env.info.rank - 1, .local_world_size = 2};
+        if (mesh_ranks.rank == 0) {
+          std::thread([&] {
+            // White-box: the mesh key is published once the rank listens (peer_mesh.cc's mesh_key()). A poll, not
+            // a wait: the store connection is shared with the creation, which must be able to publish.
+            while (!env.store->check("meshgone/mesh/0")) std::this_thread::sleep_for(1ms);
+            env.store->set("victim_pid", std::to_string(::getpid()));
+            die(DeathKind::kSigkill);
+          }).detach();
+          detail::PeerMesh::create(*env.store, "meshgone", mesh_ranks, "", detail::Deadline(20s));
+          ADD_FAILURE() << "the victim's mesh creation returned";
+          return;
+        }
+        const pid_t victim = std::stoi(env.store->get_string("victim_pid"));
+        while (!process_gone(victim)) std::this_thread::sleep_for(1ms);
+        auto t0 = SteadyClock::now();
+        Error e = expect_error(ErrorCode::kPeerDead, [&] {
+          detail::PeerMesh::create(*env.store, "meshgone", mesh_ranks, "", detail::Deadline(20s));
+        });
+        auto took = SteadyClock::now() - t0;
+        EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();  // mesh rank 0: harness rank 1
+        EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+        EXPECT_LT(took, 1500ms) << std::chrono::duration<double>(took).count() << " s";
       },
       opts);
 }
