@@ -8,6 +8,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -44,23 +46,11 @@ struct Hello {
 sockaddr_un abstract_address(const std::string& token, const std::string& prefix, int rank, socklen_t* len) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  std::string name = fmt::format("symcomm.{:016x}.{}", fnv1a(token + "|" + prefix), rank);
+  std::string name = mesh_socket_name(token, prefix, rank);
   addr.sun_path[0] = '\0';  // abstract namespace: nothing on the file system, gone with the socket
   std::memcpy(addr.sun_path + 1, name.data(), name.size());
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   return addr;
-}
-
-/// Waits until fd is readable or the deadline passes; false on timeout.
-bool wait_readable(int fd, Deadline deadline) {
-  while (true) {
-    pollfd p{fd, POLLIN, 0};
-    int ms = static_cast<int>(std::min<long long>(deadline.remaining_ms(), 100));
-    int rc = ::poll(&p, 1, ms);
-    if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) SYMCOMM_CHECK_SYS(-1, "poll");
-    if (deadline.expired()) return false;
-  }
 }
 
 /// Reads exactly n bytes (blocking); false on EOF or error.
@@ -79,6 +69,17 @@ bool read_full(int fd, void* buf, size_t n) {
   return true;
 }
 
+/// Appends the descriptors passed with a received message (SCM_RIGHTS) to *fds; the caller owns them.
+void collect_fds(msghdr& msg, std::vector<int>* fds) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      const int* passed = reinterpret_cast<const int*>(CMSG_DATA(c));
+      fds->insert(fds->end(), passed, passed + n);
+    }
+  }
+}
+
 /// Reads one frame. Returns false on EOF/error/garbage (the connection is then considered lost).
 bool read_frame(int fd, MeshMessage* out) {
   FrameHeader h{};
@@ -94,13 +95,7 @@ bool read_frame(int fd, MeshMessage* out) {
     got = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
   } while (got < 0 && errno == EINTR);
   if (got <= 0) return false;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      const int* fds = reinterpret_cast<const int*>(CMSG_DATA(c));
-      out->fds.insert(out->fds.end(), fds, fds + n);
-    }
-  }
+  collect_fds(msg, &out->fds);
   auto fail = [&] {
     for (int f : out->fds) ::close(f);
     out->fds.clear();
@@ -154,6 +149,58 @@ bool write_frame(int fd, uint32_t tag, const std::vector<uint8_t>& payload, cons
     msg.msg_iovlen = static_cast<size_t>((payload.empty() ? 1 : 2) - k);
   }
   return true;
+}
+
+// NOTE [mesh hellos]
+// Any process on the node can connect to a rank's listening socket: its abstract name is listed in
+// /proc/net/unix. So the connections a rank accepts during the creation are served side by side, none of them
+// trusted: each is read without blocking (poll, MSG_DONTWAIT) until exactly the bytes of a hello frame have
+// arrived (a peer's next frames stay in the socket for the watchdog), and a connection is dropped, alone, when
+// it comes from another user (SO_PEERCRED), sends anything but a hello of a missing higher rank with the token
+// (descriptors, another tag or length, a bad rank or token), closes, or has not completed its hello
+// kHelloTimeout after it was accepted (a peer writes its hello as soon as its connect returns; the timeout only
+// frees a stranger's descriptor), or when kMaxPendingHellos newer connections are waiting. The creation itself
+// keeps its deadline and its liveness checks. Before, each accepted connection's hello was read with blocking
+// reads, one connection at a time: a process that connected and sent a header announcing a hello, then
+// nothing, held the creation for ever, past its deadline.
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+constexpr size_t kMaxPendingHellos = 64;
+
+/// An accepted connection whose hello is not complete yet (owns fd until it is adopted or dropped).
+struct PendingHello {
+  int fd = -1;
+  Clock::time_point give_up;
+  std::array<uint8_t, sizeof(FrameHeader) + sizeof(Hello)> bytes{};
+  size_t got = 0;
+};
+
+enum class HelloRead { kPartial, kComplete, kBad };
+
+/// Reads what has arrived of the hello frame, without blocking and without reading past it.
+HelloRead read_hello(PendingHello& c) {
+  while (c.got < c.bytes.size()) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    iovec iov{c.bytes.data() + c.got, c.bytes.size() - c.got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t got = ::recvmsg(c.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return HelloRead::kPartial;
+    std::vector<int> fds;
+    if (got > 0) collect_fds(msg, &fds);
+    for (int f : fds) ::close(f);  // a hello carries none
+    if (got <= 0 || !fds.empty() || (msg.msg_flags & MSG_CTRUNC)) return HelloRead::kBad;
+    c.got += static_cast<size_t>(got);
+    if (c.got >= sizeof(FrameHeader)) {
+      FrameHeader h{};
+      std::memcpy(&h, c.bytes.data(), sizeof(h));
+      if (h.magic != kMagic || h.tag != kTagHello || h.len != sizeof(Hello) || h.nfds != 0) return HelloRead::kBad;
+    }
+  }
+  return HelloRead::kComplete;
 }
 
 // NOTE [death during rendezvous]
@@ -310,6 +357,11 @@ class PeerMeshImpl final : public PeerMesh {
  private:
   void watch();
   void lost(int peer, bool died);
+  void connect_lower(Store& store, const std::string& prefix, const std::string& token, Deadline deadline);
+  void accept_higher(Store& store, const std::string& prefix, int listener, const std::string& token,
+                     Deadline deadline);
+  bool accept_one(int listener, std::vector<PendingHello>& pending);
+  bool adopt(const PendingHello& c, const std::string& token);
 
   RankInfo ranks_;
   std::vector<int> socks_;
@@ -397,6 +449,23 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
   std::string my_key = mesh_key(prefix, me);
   store.set(my_key, std::to_string(::getpid()));
 
+  connect_lower(store, prefix, token, deadline);
+  accept_higher(store, prefix, listener, token, deadline);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    ucred cred{};
+    socklen_t cl = sizeof(cred);
+    if (::getsockopt(socks_[p], SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) pids_[p] = cred.pid;
+  }
+  // Every higher rank read the mesh key before connecting, lower ranks never read it; once this rank is
+  // connected to everyone, nobody waits for it any more, so its pid key is not needed either.
+  store.remove(my_key);
+  store.remove(pid_key(prefix, me));
+}
+
+void PeerMeshImpl::connect_lower(Store& store, const std::string& prefix, const std::string& token, Deadline deadline) {
+  const int me = ranks_.rank;
+  socklen_t len;
   Hello hello{};
   hello.rank = me;
   std::strncpy(hello.token, token.c_str(), sizeof(hello.token) - 1);
@@ -428,53 +497,108 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
                   __LINE__, {p});
     }
   }
-  for (int accepted = 0; accepted < n - 1 - me; ++accepted) {
-    Deadline slice(std::chrono::milliseconds(std::min<long long>(100, deadline.remaining_ms())));
-    if (!wait_readable(listener, slice)) {
-      for (int p = me + 1; p < n; ++p) {
-        if (socks_[p] < 0) check_peer_alive(store, prefix, me, p);
-      }
-      if (!deadline.expired()) {
-        --accepted;
-        continue;
-      }
-      std::vector<int> missing;
-      for (int p = me + 1; p < n; ++p) {
-        if (socks_[p] < 0) missing.push_back(p);
-      }
+}
+
+// NOTE [mesh hellos]
+void PeerMeshImpl::accept_higher(Store& store, const std::string& prefix, int listener, const std::string& token,
+                                 Deadline deadline) {
+  const int me = ranks_.rank, n = ranks_.world_size;
+  std::vector<PendingHello> pending;
+  struct CloseAll {
+    std::vector<PendingHello>& pending;
+    ~CloseAll() {
+      for (PendingHello& c : pending) ::close(c.fd);
+    }
+  } close_all{pending};
+  auto missing = [&] {
+    std::vector<int> out;
+    for (int p = me + 1; p < n; ++p) {
+      if (socks_[p] < 0) out.push_back(p);
+    }
+    return out;
+  };
+  auto drop = [&](size_t i, std::string_view why) {
+    SYMCOMM_LOG_WARN("rank {}: dropped a connection to its mesh socket: {}", me, why);
+    ::close(pending[i].fd);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  // Reads what arrived of pending[i]'s hello; true if the connection was adopted or dropped (erased).
+  auto serve = [&](size_t i) {
+    HelloRead r = read_hello(pending[i]);
+    if (r == HelloRead::kPartial) return false;
+    if (r == HelloRead::kComplete && adopt(pending[i], token)) {
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));  // its fd is in socks_ now
+    } else {
+      drop(i, r == HelloRead::kBad ? "not a hello, or closed" : "a hello of no missing rank, or a wrong token");
+    }
+    return true;
+  };
+  auto next_check = Clock::now() + kLivenessPoll;
+  while (!missing().empty()) {
+    std::vector<pollfd> fds{{listener, POLLIN, 0}};
+    Clock::time_point wake = std::min(deadline.at(), next_check);
+    for (const PendingHello& c : pending) {
+      fds.push_back({c.fd, POLLIN, 0});
+      wake = std::min(wake, c.give_up);
+    }
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
+    if (rc < 0 && errno != EINTR) SYMCOMM_CHECK_SYS(rc, "poll");
+    const auto now = Clock::now();
+    for (size_t i = pending.size(); i-- > 0;) {  // backwards: serve() and drop() erase
+      if (rc > 0 && fds[i + 1].revents != 0 && serve(i)) continue;
+      if (now >= pending[i].give_up) drop(i, fmt::format("no hello within {} s", kHelloTimeout.count()));
+    }
+    if (rc > 0 && fds[0].revents != 0 && accept_one(listener, pending)) {
+      serve(pending.size() - 1);  // a peer's hello is usually there already
+      if (pending.size() > kMaxPendingHellos) drop(0, "too many connections without a hello");
+    }
+    std::vector<int> absent = missing();
+    if (absent.empty()) break;
+    if (now >= next_check) {
+      for (int p : absent) check_peer_alive(store, prefix, me, p);
+      next_check = Clock::now() + kLivenessPoll;
+    }
+    if (deadline.expired()) {
       throw Error(ErrorCode::kTimeout,
-                  fmt::format("rank {}: ranks {} did not connect before the deadline", me, fmt::join(missing, ", ")),
-                  __FILE__, __LINE__, missing);
+                  fmt::format("rank {}: ranks {} did not connect before the deadline", me, fmt::join(absent, ", ")),
+                  __FILE__, __LINE__, absent);
     }
-    int s = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    SYMCOMM_CHECK_SYS(s, "accept");
-    MeshMessage m;
-    Hello h{};
-    bool ok = wait_readable(s, deadline) && read_frame(s, &m) && m.tag == kTagHello && m.payload.size() == sizeof(h);
-    if (ok) std::memcpy(&h, m.payload.data(), sizeof(h));
-    h.token[sizeof(h.token) - 1] = '\0';
-    ok = ok && h.rank > me && h.rank < n && socks_[h.rank] < 0 && token == h.token;
-    if (!ok) {
-      ::close(s);
-      SYMCOMM_LOG_WARN("rank {}: refused a mesh connection with a bad hello", me);
-      --accepted;
-      continue;
-    }
-    socks_[h.rank] = s;
   }
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    ucred cred{};
-    socklen_t cl = sizeof(cred);
-    if (::getsockopt(socks_[p], SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) pids_[p] = cred.pid;
+}
+
+/// Accepts one connection into `pending`; false if there was none or it was dropped at once.
+bool PeerMeshImpl::accept_one(int listener, std::vector<PendingHello>& pending) {
+  int s = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  if (s < 0 && (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  SYMCOMM_CHECK_SYS(s, "accept");
+  ucred cred{};
+  socklen_t cl = sizeof(cred);
+  if (::getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != ::geteuid()) {
+    SYMCOMM_LOG_WARN("rank {}: dropped a connection to its mesh socket from uid {} (pid {})", ranks_.rank,
+                     static_cast<long>(cred.uid), cred.pid);
+    ::close(s);
+    return false;
   }
-  // Every higher rank read the mesh key before connecting, lower ranks never read it; once this rank is
-  // connected to everyone, nobody waits for it any more, so its pid key is not needed either.
-  store.remove(my_key);
-  store.remove(pid_key(prefix, me));
+  pending.push_back(PendingHello{.fd = s, .give_up = Clock::now() + kHelloTimeout});
+  return true;
+}
+
+/// Takes a complete hello's connection as the mesh socket of the rank it names, if that is right.
+bool PeerMeshImpl::adopt(const PendingHello& c, const std::string& token) {
+  Hello h{};
+  std::memcpy(&h, c.bytes.data() + sizeof(FrameHeader), sizeof(h));
+  h.token[sizeof(h.token) - 1] = '\0';
+  if (h.rank <= ranks_.rank || h.rank >= ranks_.world_size || socks_[h.rank] >= 0 || token != h.token) return false;
+  socks_[h.rank] = c.fd;
+  return true;
 }
 
 }  // namespace
+
+std::string mesh_socket_name(const std::string& token, const std::string& prefix, int rank) {
+  return fmt::format("symcomm.{:016x}.{}", fnv1a(token + "|" + prefix), rank);
+}
 
 std::unique_ptr<PeerMesh> PeerMesh::create(Store& store, const std::string& prefix, const RankInfo& ranks,
                                            const std::string& token, Deadline deadline) {

@@ -29,6 +29,10 @@ struct MeshMessage {
   std::vector<int> fds;
 };
 
+/// Name of a rank's listening socket in the abstract namespace (without the leading NUL). Anyone on the node can
+/// read it from /proc/net/unix and connect (NOTE [mesh hellos] in peer_mesh.cc); tests play such strangers.
+std::string mesh_socket_name(const std::string& token, const std::string& prefix, int rank);
+
 class PeerMesh {
  public:
   /// Collective: every rank listens, publishes "<prefix>/mesh/<rank>" in the store, and connects to the

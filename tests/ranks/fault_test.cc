@@ -5,12 +5,16 @@
 #include <dirent.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -232,6 +236,90 @@ TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
         EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();  // mesh rank 0: harness rank 1
         EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
         EXPECT_LT(took, 1500ms) << std::chrono::duration<double>(took).count() << " s";
+      },
+      opts);
+}
+
+/// Connects to an abstract-namespace Unix socket, as any process on the node could; -1 on failure.
+int connect_abstract(const std::string& name) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+/// True if the peer closed fd within `limit` (what was sent to it, if anything, is read and discarded).
+bool closed_by_peer(int fd, std::chrono::milliseconds limit) {
+  auto until = SteadyClock::now() + limit;
+  while (SteadyClock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    char buf[256];
+    if (::recv(fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0) return true;
+  }
+  return false;
+}
+
+// NOTE [mesh hellos] in src/bootstrap/peer_mesh.cc: anyone on the node can connect to a rank's mesh socket (its
+// name is in /proc/net/unix). Strangers that connect before the real peer (silent; half a hello; a header
+// announcing 1 GiB; a whole hello with a wrong token; junk) must not hold up the creation: it completes as soon
+// as the peer has connected, the peer's connection is the one adopted (messages go both ways), and every stranger
+// is disconnected. Before, rank 0 read each hello with blocking reads and hung for ever on the half hello.
+TEST(Faults, PeerMeshCreationCompletesDespiteStrangersOnItsSocket) {
+  HarnessOptions opts;
+  opts.timeout = 40s;  // a hang fails the test here, not at the harness's default 120 s
+  const std::string token = "mesh-token", prefix = "strangers";
+  expect_success(
+      2,
+      [&](RankEnv& env) {
+        if (env.info.rank == 0) {
+          auto mesh = detail::PeerMesh::create(*env.store, prefix, env.info, token, detail::Deadline(10s));
+          const int64_t created = now_ns();
+          EXPECT_LT(created - std::stoll(env.store->get_string("joining_at")), 1'000'000'000);
+          EXPECT_EQ(mesh->receive(1, 5, detail::Deadline(10s), nullptr).payload, std::vector<uint8_t>{1});
+          mesh->send(1, 6, {2});
+          store_barrier(*env.store, "strangers/done", 2);
+          return;
+        }
+        // White-box: the mesh key is published once rank 0 listens (mesh_key()); the frame header is four u32
+        // (magic "SYMC", tag 1 = hello, payload length, descriptor count) and a hello's payload is 68 bytes.
+        while (!env.store->check(prefix + "/mesh/0")) std::this_thread::sleep_for(1ms);
+        const std::string name = detail::mesh_socket_name(token, prefix, 0);
+        auto header = [](uint32_t len) {
+          const uint32_t h[4] = {0x53594d43, 1, len, 0};
+          return std::string(reinterpret_cast<const char*>(h), sizeof(h));
+        };
+        std::string wrong_token_hello(68, '\0');
+        wrong_token_hello[0] = 1;  // rank 1
+        std::memcpy(wrong_token_hello.data() + 4, "wrong", 5);
+        const std::vector<std::string> sends = {
+            "",                                   // silent
+            header(68) + std::string(10, 'x'),    // half a hello, then nothing
+            header(1u << 30),                     // a hello announcing 1 GiB
+            header(68) + wrong_token_hello,       // a whole hello with a wrong token
+            "GET / HTTP/1.0\r\nHost: x\r\n\r\n",  // junk
+        };
+        std::vector<int> strangers;
+        for (const std::string& bytes : sends) {
+          int fd = connect_abstract(name);
+          ASSERT_GE(fd, 0) << std::strerror(errno);
+          ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+          strangers.push_back(fd);
+        }
+        std::this_thread::sleep_for(200ms);  // rank 0 has accepted them by now
+        env.store->set("joining_at", std::to_string(now_ns()));
+        auto mesh = detail::PeerMesh::create(*env.store, prefix, env.info, token, detail::Deadline(10s));
+        mesh->send(0, 5, {1});
+        EXPECT_EQ(mesh->receive(0, 6, detail::Deadline(10s), nullptr).payload, std::vector<uint8_t>{2});
+        for (size_t i = 0; i < strangers.size(); ++i) {
+          EXPECT_TRUE(closed_by_peer(strangers[i], 2s)) << "stranger " << i << " still connected";
+          ::close(strangers[i]);
+        }
+        store_barrier(*env.store, "strangers/done", 2);
       },
       opts);
 }
