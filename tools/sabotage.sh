@@ -64,6 +64,9 @@ case_def host nested-group-cancel src/core/comm_core.cc \
 case_def host bucket-large-buffers src/core/bucketer.cc \
   "  impl_->retire_large_buffers();" "" \
   symcomm_rank_tests HostBucketerRules.LargeInputBuffersAreReusedNotHeldUntilTeardown 60
+case_def host split-default-names src/core/communicator.cc \
+  "    g_comm_counter.fetch_add(1);" "" \
+  symcomm_rank_tests Split.DefaultNamesStayInStepAfterARankOptsOut 60
 case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_rank_tests "AllWays/RankDeath.*/rendezvous_sigkill" 120

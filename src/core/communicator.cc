@@ -48,13 +48,16 @@ void validate_rank_info(const RankInfo& r) {
 // staging differently, and every block's barrier still passes). So at creation every rank sends its settings
 // to every other, and each rank fails with kMismatch naming the settings that differ and the ranks whose
 // values differ from its own; all ranks see the same settings, so all fail alike. Settings that only concern
-// the rank itself may differ: log level, operations remembered, timeout. The memory sizes are left to the heap
-// exchanges, which compare them with a message of their own (and whose failure paths the lifecycle tests
-// exercise through them).
+// the rank itself may differ: log level, operations remembered, timeout. On the host backend the memory sizes
+// are left to the heap exchange, which compares them with a message of its own (and whose failure paths the
+// lifecycle tests exercise through it). The CUDA heap's exchange does not compare them, so there they are
+// compared here: with heaps of different sizes, a rank whose heap was full refused an alloc() before its
+// exchange while its peers went on into theirs, and every later alloc() paired different allocations
+// (a review found it, twenty-first session).
 constexpr uint32_t kTagConfig = 3;
 constexpr uint32_t kTagSplit = 4;
 
-void check_same_config(CommContext& ctx) {
+void check_same_config(CommContext& ctx, BackendKind backend) {
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
   if (n == 1) return;
   static const std::set<std::string> kPerRank = {"SYMCOMM_LOG", "SYMCOMM_OP_HISTORY", "SYMCOMM_TIMEOUT_MS"};
@@ -62,7 +65,8 @@ void check_same_config(CommContext& ctx) {
                                                 "SYMCOMM_CUDA_SCRATCH_BYTES"};
   std::string mine;
   for (const auto& [name, value] : ctx.config.settings()) {
-    if (!kPerRank.contains(name) && !kByHeap.contains(name)) mine += name + "=" + value + "\n";
+    if (kPerRank.contains(name) || (backend == BackendKind::kHost && kByHeap.contains(name))) continue;
+    mine += name + "=" + value + "\n";
   }
   // Each rank's settings by name; `order` lists every name any rank sent, in the order first seen.
   std::vector<std::map<std::string, std::string>> by_rank(n);
@@ -156,7 +160,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     throw;
   }
   if (ranks.rank == 0) ctx->store->remove(nonce_key);  // every rank read it before connecting to rank 0
-  check_same_config(*ctx);                             // NOTE [configuration agreement]
+  check_same_config(*ctx, options.backend);            // NOTE [configuration agreement]
 
   auto core = std::make_unique<CommCore>(std::move(ctx), options.backend, options.device);
   SYMCOMM_LOG_INFO("communicator {} ready: rank {}/{}, backend {}", core->ctx().prefix, ranks.rank, ranks.world_size,
@@ -207,7 +211,13 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
     std::memcpy(theirs, all[p].data(), sizeof(theirs));
     if (color != kSplitNoColor && theirs[0] == color) members.emplace_back(theirs[1], p);
   }
-  if (color == kSplitNoColor) return nullptr;
+  if (color == kSplitNoColor) {
+    // The ranks with a color each create() a communicator, which takes a number from g_comm_counter; take one
+    // too, so that the next communicator created without a name gets the same default name on every rank
+    // (it used to be c<k> here and c<k+1> there: both sides waited for keys that never came).
+    g_comm_counter.fetch_add(1);
+    return nullptr;
+  }
   std::sort(members.begin(), members.end());
   const int new_rank = static_cast<int>(
       std::find_if(members.begin(), members.end(), [me](const auto& m) { return m.second == me; }) - members.begin());

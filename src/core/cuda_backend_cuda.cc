@@ -245,8 +245,21 @@ void CudaBackend::init_nccl() {
   }
   // Every rank first shows, through the mesh (bounded by the deadline, a dead peer reported as such), that it
   // is alive and holds the id; a rank that dies after this is caught by nccl_settle() (NOTE [nonblocking NCCL]).
-  (void)agree_all(ctx_, true);
   // Every rank read the id before agreeing: the key goes, so the store does not grow with every communicator.
+  // Also when the agreement fails (a peer died, abort, deadline): a stale id left under this name would be
+  // read by a later creation's ranks before its rank 0 set the new one, and their NCCL creations would wait
+  // for each other until the deadline.
+  try {
+    (void)agree_all(ctx_, true);
+  } catch (...) {
+    if (ctx_.ranks.rank == 0) {
+      try {
+        ctx_.store->remove(key);
+      } catch (const Error&) {  // the store itself may be what failed
+      }
+    }
+    throw;
+  }
   if (ctx_.ranks.rank == 0) ctx_.store->remove(key);
   const auto t0 = std::chrono::steady_clock::now();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

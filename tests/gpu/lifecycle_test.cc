@@ -440,6 +440,34 @@ TEST(GpuMemoryUse, MismatchedAllocIsAnErrorOnEveryRankAndTheCommunicatorStaysUsa
   });
 }
 
+// NOTE [configuration agreement]: the CUDA heap's exchange does not compare heap sizes, so ranks whose
+// heaps differ fail at creation, naming the setting. Before, they created fine, and a rank whose smaller heap
+// was full refused an alloc() on its own while its peers went into their exchange: every later alloc() paired
+// different allocations.
+TEST(GpuMemoryUse, DifferentHeapSizesAreAMismatchAtCreation) {
+  const int world = testing::gpu_test_world();
+  if (world < 2) GTEST_SKIP() << "needs 2 ranks";
+  testing::expect_success(world, [](RankEnv& env) {
+    ASSERT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
+    Config differs = env.config;
+    differs.heap_bytes = (size_t{64} << 20) * (env.info.rank + 1);
+    CommOptions o = cuda_comm_options_without_nccl(differs);
+    o.name = "heap-sizes-differ";
+    try {
+      env.make_comm(o);
+      ADD_FAILURE() << "ranks with different heap sizes made a communicator";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+      EXPECT_NE(std::string(e.what()).find("SYMCOMM_HEAP_BYTES"), std::string::npos) << e.what();
+    }
+    CommOptions ok = cuda_comm_options_without_nccl(env.config);
+    ok.name = "heap-sizes-agree";
+    auto comm = env.make_comm(ok);
+    void* p = comm->alloc(size_t{16} << 20);
+    comm->free(p);
+  });
+}
+
 /// all_reduce with algorithm `algo` on `s` (non-default stream), expected to throw Error(code); returns its
 /// message.
 std::string all_reduce_error(Communicator& comm, int32_t* dev, cudaStream_t s, Algorithm algo, ErrorCode code) {

@@ -75,6 +75,25 @@ TEST(Split, ColorsFormCommunicatorsRankedByKey) {
   });
 }
 
+// A rank that opts out of a split creates no child, but the next communicator created without a name must
+// still get the same default name on every rank (it was c<k> on the opted-out rank and c<k+1> on the others,
+// which then waited for each other's keys until the deadline).
+TEST(Split, DefaultNamesStayInStepAfterARankOptsOut) {
+  HarnessOptions opts;
+  opts.config.timeout = std::chrono::seconds(5);
+  expect_success(
+      3,
+      [](RankEnv& env) {
+        auto parent = env.make_comm();
+        const int me = parent->rank();
+        auto child = parent->split(me < 2 ? 0 : kSplitNoColor, me);
+        EXPECT_EQ(child == nullptr, me == 2);
+        auto next = env.make_comm();  // default name
+        expect_sum(*next, {1, 2, 3}, "a communicator created after the split");
+      },
+      opts);
+}
+
 // The parent made by create(Rendezvous) owns the store server (rank 0). The child keeps it alive: with debug
 // checks on, every child collective goes through the store, after every parent is destroyed.
 TEST(Split, ChildKeepsTheParentsStoreServerAlive) {
