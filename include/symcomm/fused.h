@@ -114,7 +114,8 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
                            const TensorRef& out, const CollOptions& coll = {}, const FusedOptions& fused = {});
 
 /// Workspace bytes the pipelined path of all_gather_matmul needs for these arguments (`chunks` as in
-/// FusedOptions; `want_gathered`: a_gathered is passed). 0 if the arguments never take that path.
+/// FusedOptions; `want_gathered`: a_gathered is passed); at least 1, since a path that stages nothing still
+/// runs on the workspace's streams. FusedWorkspace::create(comm, this) enables the pipelined path.
 size_t all_gather_matmul_workspace_bytes(int world_size, const TensorRef& a_shard, int gather_dim, bool want_gathered,
                                          int chunks = 0);
 /// Workspace bytes the pipelined path of matmul_reduce_scatter needs for these arguments.

@@ -76,9 +76,18 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
         break;
       }
       // In place, grouped send/recv would overwrite blocks not yet sent: send each chunk of every block from
-      // a copy in the staging buffer (stream-ordered with this communicator's kernels, its only other user).
+      // a copy in a buffer of this op's own, allocated and freed in stream order (memory nodes in a graph).
+      // Not the staging buffer: the peers' staged kernels push into it before their first barrier (NOTE
+      // [rounds]), and an NCCL op has no barrier with them, so a peer done with its part of this op could
+      // overwrite a chunk here before NCCL sent it (a review found it, twenty-first session; 3+ ranks).
       const size_t chunk = std::max<size_t>(1, 2 * comm_.scratch_half_bytes / (n * es));
-      char* stage = static_cast<char*>(scratch_);
+      char* stage = nullptr;
+      SYMCOMM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stage), std::min(chunk, r.count) * n * es, s));
+      struct FreeStage {
+        char* p;
+        cudaStream_t s;
+        ~FreeStage() { cudaFreeAsync(p, s); }
+      } free_stage{stage, s};
       char* buf = static_cast<char*>(r.out);
       for (size_t j = 0; j < r.count; j += chunk) {
         const size_t m = std::min(chunk, r.count - j);
@@ -94,9 +103,15 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
       break;
     }
     case Collective::kBarrier:
-      // A barrier has no payload for NCCL; the symcomm kernel is always available when P2P works.
-      SYMCOMM_CHECK(caps_.full_nvlink, kUnsupported, "barrier needs the symcomm kernels");
-      launch(r, Algorithm::kDirect, s);
+      // With P2P the symcomm kernel (a barrier has no payload for NCCL). Without it (a PCIe-only node, where
+      // select() routes the barrier here) a one-byte NCCL all-reduce, on the staging buffer's first byte:
+      // without P2P no peer writes that buffer, and its contents do not matter. Before, this threw
+      // kUnsupported, so barrier() never worked without NVLink (a review found it; no such node here to test).
+      if (caps_.full_nvlink) {
+        launch(r, Algorithm::kDirect, s);
+      } else {
+        SYMCOMM_NCCL_RUN(ncclAllReduce(scratch_, scratch_, 1, ncclUint8, ncclSum, nccl_, s));
+      }
       break;
   }
 }

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/check.h"
@@ -323,16 +324,21 @@ size_t all_gather_matmul_workspace_bytes(int world_size, const TensorRef& a_shar
                                          int chunks) {
   using namespace detail::fused;
   SYMCOMM_CHECK_ARG(world_size >= 1 && a_shard.ndim() >= 2, "bad world size or shard shape");
+  check_extents(a_shard, "a_shard");
   const int dim = normalize_dim(gather_dim, a_shard.ndim(), "gather_dim");
   const RowSplit s = split_rows(a_shard.shape, dim, 1);
   const bool direct = want_gathered && s.outer == 1 && row_chunks(s, world_size, chunks, want_gathered).size() == 1;
-  return ag_staging_bytes(world_size, s, dtype_size(a_shard.dtype), direct);
+  // At least 1: a path that stages nothing (gathered straight into a_gathered) still needs a workspace, for its
+  // streams; 0 made callers who followed the header create none (or create(comm, 0), which throws).
+  return std::max<size_t>(1, ag_staging_bytes(world_size, s, dtype_size(a_shard.dtype), direct));
 }
 
 size_t matmul_reduce_scatter_workspace_bytes(int world_size, const TensorRef& a, const TensorRef& b, int scatter_dim,
                                              int chunks) {
   using namespace detail::fused;
   SYMCOMM_CHECK_ARG(world_size >= 1 && a.ndim() >= 2 && b.ndim() == 2, "bad world size or shapes");
+  check_extents(a, "a");
+  check_extents(b, "b");
   const int dim = normalize_dim(scatter_dim, a.ndim(), "scatter_dim");
   SYMCOMM_CHECK_ARG(a.shape[dim] % world_size == 0, "scatter extent not divisible by the world size");
   const RowSplit s = split_rows(a.shape, dim, world_size);

@@ -21,10 +21,7 @@ bool fused_dtype(DataType d) { return d == DataType::kBFloat16 || d == DataType:
 void check_tensor(const TensorRef& t, const char* what, DataType dtype, int min_ndim) {
   SYMCOMM_CHECK_ARG(static_cast<int>(t.shape.size()) >= min_ndim, "{} needs at least {} dims, has shape {}", what,
                     min_ndim, shape_str(t.shape));
-  for (int64_t e : t.shape) {
-    SYMCOMM_CHECK_ARG(e >= 0 && e <= kMaxExtent, "{} has an extent outside [0, 2^31) in shape {}", what,
-                      shape_str(t.shape));
-  }
+  check_extents(t, what);
   SYMCOMM_CHECK_ARG(t.dtype == dtype, "{} is {}, expected {}", what, to_string(t.dtype), to_string(dtype));
   SYMCOMM_CHECK_ARG(t.data != nullptr || t.numel() == 0, "{} has a null data pointer", what);
 }
@@ -48,6 +45,19 @@ int auto_row_chunks(const RowSplit& s, int world_size, bool want_gathered) {
 int auto_col_chunks(int64_t n) { return static_cast<int>(std::clamp<int64_t>(n / 1024, 2, 4)); }
 
 }  // namespace
+
+void check_extents(const TensorRef& t, const char* what) {
+  // Each extent, and the whole tensor's bytes below 2^62 (so numel(), the byte sizes and the staging sizes
+  // derived from them cannot overflow: a [2^29, 2^30, 32] shard wrapped numel() to 0 and passed a null pointer).
+  uint64_t bytes = std::max<size_t>(dtype_size(t.dtype), 1);
+  for (int64_t e : t.shape) {
+    SYMCOMM_CHECK_ARG(e >= 0 && e <= kMaxExtent, "{} has an extent outside [0, 2^31) in shape {}", what,
+                      shape_str(t.shape));
+    SYMCOMM_CHECK_ARG(e == 0 || bytes <= (uint64_t{1} << 62) / static_cast<uint64_t>(e),
+                      "{} of shape {} holds 2^62 bytes or more", what, shape_str(t.shape));
+    bytes = e == 0 ? 0 : bytes * static_cast<uint64_t>(e);
+  }
+}
 
 FusedPath select_fused_path(const FusedSelect& s) {
   if (s.force_unfused || s.empty || s.world_size < 2 || !s.has_workspace) return FusedPath::kUnfused;

@@ -99,6 +99,8 @@ struct FusedSelect {
 FusedPath select_fused_path(const FusedSelect& s);
 
 /// Normalises a dim in [-ndim, ndim - 1) to [0, ndim - 1); throws kInvalidArgument otherwise.
+/// Throws kInvalidArgument for an extent outside [0, 2^31) or a tensor of 2^62 bytes or more.
+void check_extents(const TensorRef& t, const char* what);
 int normalize_dim(int dim, int ndim, const char* what);
 RowSplit split_rows(const std::vector<int64_t>& shape, int dim, int64_t divide_by);
 /// Chunk counts after clamping (automatic when `requested` is 0).

@@ -163,8 +163,7 @@ void run_ag(Communicator& comm, const AgCase& c, Mode mode, uint64_t seed0) {
   TensorRef a{a_dev, c.dt, c.shard};
   std::unique_ptr<FusedWorkspace> ws;
   if (pipelined(mode)) {
-    ws = FusedWorkspace::create(
-        comm, std::max<size_t>(256, all_gather_matmul_workspace_bytes(world, a, c.dim, true, c.chunks)));
+    ws = FusedWorkspace::create(comm, all_gather_matmul_workspace_bytes(world, a, c.dim, true, c.chunks));
   }
   cudaStream_t s;
   GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

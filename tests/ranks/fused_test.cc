@@ -113,7 +113,7 @@ void run_ag_case(Communicator& comm, const AgCase& c, DataType dt, WsMode ws_mod
   const size_t need = all_gather_matmul_workspace_bytes(world, a, c.dim, c.gathered, chunks);
   std::unique_ptr<FusedWorkspace> ws;
   if (ws_mode == WsMode::kExact || ws_mode == WsMode::kForced)
-    ws = FusedWorkspace::create(comm, std::max<size_t>(need, 256));
+    ws = FusedWorkspace::create(comm, need);  // exactly what the header says suffices
   if (ws_mode == WsMode::kTooSmall && need > 1) ws = FusedWorkspace::create(comm, need - 1);
   FusedPath path = FusedPath::kPipelined;
   FusedOptions fo{.workspace = ws.get(),

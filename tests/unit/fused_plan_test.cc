@@ -121,7 +121,9 @@ TEST(FusedPlans, AllGatherPathsAndStaging) {
   EXPECT_EQ(p.path, FusedPath::kPipelined) << "one chunk gathers straight into a_gathered: no staging";
   EXPECT_TRUE(p.direct);
   EXPECT_EQ(p.staging_bytes, 0u);
-  EXPECT_EQ(all_gather_matmul_workspace_bytes(2, a, 0, true), 0u);
+  // Nothing staged, but the path runs on the workspace's streams: at least 1 byte, never 0 (which told callers
+  // to pass no workspace, and FusedWorkspace::create refuses).
+  EXPECT_EQ(all_gather_matmul_workspace_bytes(2, a, 0, true), 1u);
   EXPECT_EQ(all_gather_matmul_workspace_bytes(2, a, 0, false), align_up(2 * 4 * 8 * 2));
   p = plan_all_gather_matmul(2, a, bs, 0, outs, nullptr, o, align_up(2 * 4 * 8 * 2) - 1);
   EXPECT_EQ(p.path, FusedPath::kUnfused);
@@ -129,6 +131,10 @@ TEST(FusedPlans, AllGatherPathsAndStaging) {
   o.min_pipelined_flops = 1e12;
   EXPECT_EQ(plan_all_gather_matmul(2, a, bs, 0, outs, nullptr, o, 1 << 20).path, FusedPath::kUnfused);
   EXPECT_THROW(plan_all_gather_matmul(2, a, bs, 1, outs, nullptr, o, 0), Error) << "contraction dim";
+  // Every extent below 2^31, but 2^29 * 2^30 * 32 elements: numel() wrapped to 0 and a null pointer passed.
+  TensorRef huge{nullptr, dt, {int64_t{1} << 29, int64_t{1} << 30, 32}};
+  EXPECT_THROW(plan_all_gather_matmul(2, huge, bs, 0, outs, nullptr, o, 0), Error) << "2^64 bytes";
+  EXPECT_THROW(all_gather_matmul_workspace_bytes(2, huge, 0, false), Error) << "2^64 bytes";
 }
 
 TEST(FusedPlans, ReduceScatterPathsAndWorkspace) {
