@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,19 +64,32 @@ class Reporter {
   Reporter(bool is_root, const std::string& json_path);
   ~Reporter();
   void header(const std::string& title);
+  /// Every rank calls add() for every measurement, in the same order; `m.wrong` is this rank's count, and
+  /// what is printed and written is every rank's (see set_wrong_sum).
   void add(const Measurement& m);
+  /// How add() combines the ranks' wrong counts (a collective; without it, rank 0's count alone is reported,
+  /// so an error seen only on another rank, such as a wrong reduce-scatter block there, never reached the JSON).
+  void set_wrong_sum(std::function<long long(long long)> sum) { wrong_sum_ = std::move(sum); }
   /// Prints "ratio symcomm / <impl>" lines for matching (collective, mode, bytes) points.
   void print_ratios(const std::string& baseline_impl);
   const std::vector<Measurement>& all() const { return all_; }
 
  private:
   bool root_;
+  std::function<long long(long long)> wrong_sum_;
   FILE* json_ = nullptr;
   std::vector<Measurement> all_;
 };
 
 /// Sizes from min to max multiplying by factor, each rounded to a multiple of `align` bytes.
 std::vector<size_t> size_sweep(const BenchOptions& o, size_t align);
+
+/// Every rank's wrong count summed (a collective over `comm`); -1 (unverified) if any rank did not verify.
+long long wrong_on_all_ranks(Communicator& comm, long long wrong);
+#if defined(SYMCOMM_BENCH_CUDA)
+/// In-place all-reduce (sum) of `n` int64 host values over a CUDA communicator (through a device buffer).
+void cuda_sum_int64(Communicator& comm, int64_t* values, int n);
+#endif
 
 /// Median of the values.
 double median(std::vector<double> v);

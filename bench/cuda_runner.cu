@@ -114,7 +114,7 @@ void CudaBench::init_nccl() { nccl_ = make_nccl_comm(comm_); }
 long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t s) {
   if (o_.op != ReduceOp::kSum ||
       !(o_.dtype == DataType::kBFloat16 || o_.dtype == DataType::kFloat16 || o_.dtype == DataType::kFloat32)) {
-    return 0;
+    return -1;  // not verified (0 would read as "verified, all correct")
   }
   const size_t es = dtype_size(o_.dtype);
   size_t in_count = c == Collective::kReduceScatter || c == Collective::kAllToAll ? count * n_ : count;
@@ -261,8 +261,8 @@ long long CudaBench::run() {
       const size_t count = count_for(c, bytes);
       for (Impl& impl : impls) {
         if (impl.name.rfind("symcomm_", 0) == 0 && c != Collective::kAllReduce) continue;
-        long long wrong = o_.check ? verify(impl, c, count, s) : 0;
-        wrong_total += wrong;
+        long long wrong = o_.check ? verify(impl, c, count, s) : -1;
+        wrong_total += std::max<long long>(wrong, 0);
         std::string algo = impl.algo();
         for (const std::string& mode : modes) {
           comm_.barrier({.stream = s});

@@ -123,4 +123,13 @@ void BenchGemm::run(cudaStream_t s) {
                               c_, lt_->layout, &lt_->algo, ws_, ws_bytes_, s));
 }
 
+void cuda_sum_int64(Communicator& comm, int64_t* values, int n) {
+  void* dev = nullptr;
+  BENCH_CUDA(cudaMalloc(&dev, n * sizeof(int64_t)));
+  BENCH_CUDA(cudaMemcpy(dev, values, n * sizeof(int64_t), cudaMemcpyHostToDevice));
+  comm.all_reduce(dev, dev, n, DataType::kInt64, ReduceOp::kSum);  // the legacy stream: ordered with the copies
+  BENCH_CUDA(cudaMemcpy(values, dev, n * sizeof(int64_t), cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaFree(dev));
+}
+
 }  // namespace symcomm::bench

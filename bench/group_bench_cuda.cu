@@ -108,7 +108,7 @@ long long run_cuda_patterns(Communicator& comm, const BenchOptions& o, Reporter&
       comm.barrier({.stream = s});
       v.issue();
       BENCH_CUDA(cudaStreamSynchronize(s));
-      v.wrong = o.check && op == ReduceOp::kSum ? check(buf, dt, total, n, [](size_t i) { return i; }) : 0;
+      v.wrong = o.check && op == ReduceOp::kSum ? check(buf, dt, total, n, [](size_t i) { return i; }) : -1;
     }
     PatternSpec spec{.pattern = "group_all_reduce",
                      .backend = "cuda",
@@ -182,7 +182,7 @@ long long run_cuda_patterns(Communicator& comm, const BenchOptions& o, Reporter&
       copy_results = false;
       BENCH_CUDA(cudaStreamSynchronize(s));
       const bool flat = v.name.find("flattened") != std::string::npos;
-      v.wrong = !o.check || op != ReduceOp::kSum ? 0
+      v.wrong = !o.check || op != ReduceOp::kSum ? -1
                 : flat                           ? check(out, dt, total, n, [&](size_t i) { return me * total + i; })
                                                  : check(out, dt, total, n, per_op);
     }

@@ -118,6 +118,7 @@ int run(int argc, char** argv) {
   long long wrong = 0;
   {
     bench::Reporter rep(comm->rank() == 0, o.json_path);
+    rep.set_wrong_sum([&c = *comm](long long w) { return bench::wrong_on_all_ranks(c, w); });
     const bool coalescing = std::find(o.extra.begin(), o.extra.end(), "group") != o.extra.end() ||
                             std::find(o.extra.begin(), o.extra.end(), "bucket") != o.extra.end();
     if (coalescing) {

@@ -63,7 +63,22 @@ void Reporter::header(const std::string& title) {
   std::fflush(stdout);
 }
 
-void Reporter::add(const Measurement& m) {
+long long wrong_on_all_ranks(Communicator& comm, long long wrong) {
+  if (comm.world_size() == 1) return wrong;
+  int64_t v[2] = {std::max<long long>(wrong, 0), wrong < 0 ? 1 : 0};
+  if (comm.backend() == BackendKind::kCuda) {
+#if defined(SYMCOMM_BENCH_CUDA)
+    cuda_sum_int64(comm, v, 2);
+#endif
+  } else {
+    comm.all_reduce(v, v, 2, DataType::kInt64, ReduceOp::kSum);
+  }
+  return v[1] > 0 ? -1 : v[0];
+}
+
+void Reporter::add(const Measurement& measured) {
+  Measurement m = measured;
+  if (wrong_sum_) m.wrong = wrong_sum_(m.wrong);
   all_.push_back(m);
   if (!root_) return;
   std::printf("  %-14s %-6s %-15s %-11s %-5s %-8s %-4s %12zu %12zu %10.2f %10.2f %10.2f %6lld\n", m.collective.c_str(),

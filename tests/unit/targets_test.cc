@@ -200,6 +200,60 @@ TEST(Targets, Issue4ContentionAndTheCopyEngineAlone) {
   EXPECT_EQ(find(none, "GEMM slowdown beside symcomm's low-contention all_gather").verdict, Verdict::kNoData);
 }
 
+// The SM all-gather rows (bench.json) and the copy-engine rows (ce_bench.json) of the same sizes are fed together,
+// as the documented call does; the SM rows are faster. The copy-engine target must still see its own rows (it
+// used to find none, "no data", because only the fastest row per size was kept whatever its algorithm), and the
+// all-gather bandwidth target over NCCL still takes the fastest algorithm.
+TEST(Targets, CopyEngineRowsSurviveFasterSmRowsOfTheSameSize) {
+  const std::vector<R> rs = {
+      {"all_gather", "symcomm", "graph", 64 * kMB, 101.2, 331.4, "direct"},
+      {"all_gather", "symcomm", "graph", 64 * kMB, 113.0, 297.1, "copy_engine"},
+      {"all_gather", "symcomm", "graph", 256 * kMB, 377.0, 356.0, "direct"},
+      {"all_gather", "symcomm", "graph", 256 * kMB, 394.7, 340.1, "copy_engine"},
+      {"all_gather", "nccl", "graph", 64 * kMB, 155.2, 0, "nccl"},
+      {"all_gather", "nccl", "graph", 256 * kMB, 544.6, 0, "nccl"},
+  };
+  const std::vector<Result> res = evaluate(rows_of(rs), 2);
+  const Result ce = find(res, "copy-engine all-gather alone");
+  EXPECT_EQ(ce.verdict, Verdict::kMissed);
+  EXPECT_EQ(ce.measured, "64M graph 297.1, 256M graph 340.1");
+  const Result over = find(res, "all_gather: bus bandwidth >= 1.3 x NCCL's");
+  EXPECT_EQ(over.measured, fmt::format("64M {:.2f}, 256M {:.2f}", 155.2 / 101.2, 544.6 / 377.0));
+}
+
+// A contention row whose collectives ended before the GEMMs, or of which none ended inside the GEMM window, proves
+// neither issue-4 target: it fails them, marked, however good its numbers (it used to pass, or drop out with
+// a time of 0).
+TEST(Targets, ContentionRowsThatDoNotCoverTheGemmFail) {
+  auto row = [](size_t bytes, const char* more) {
+    return R{"all_gather",
+             "symcomm_low_inplace",
+             "overlap",
+             bytes,
+             200.0,
+             0,
+             "copy_engine",
+             2,
+             0,
+             "cuda",
+             contention(0.1, 1.01) + ", " + more};
+  };
+  const std::vector<Result> ended = evaluate(
+      rows_of({row(128 * kMB, R"("inside": 9, "covered": true)"), row(256 * kMB, R"("inside": 5, "covered": false)")}),
+      2);
+  const Result slow = find(ended, "GEMM slowdown beside symcomm_low_inplace all_gather");
+  EXPECT_EQ(slow.verdict, Verdict::kMissed);
+  EXPECT_EQ(slow.measured, "128M 0.10, 256M (ended before the GEMMs) 0.10");
+  EXPECT_EQ(find(ended, "symcomm_low_inplace all_gather overlapped").verdict, Verdict::kMissed);
+  const std::vector<Result> none = evaluate(rows_of({row(256 * kMB, R"("inside": 0, "covered": true)")}), 2);
+  EXPECT_EQ(find(none, "GEMM slowdown beside symcomm_low_inplace all_gather").verdict, Verdict::kMet);
+  const Result ov = find(none, "symcomm_low_inplace all_gather overlapped");
+  EXPECT_EQ(ov.verdict, Verdict::kMissed);
+  EXPECT_EQ(ov.measured, "256M (none inside the GEMM window) 1.010");
+  const std::vector<Result> good = evaluate(rows_of({row(256 * kMB, R"("inside": 3, "covered": true)")}), 2);
+  EXPECT_EQ(find(good, "symcomm_low_inplace all_gather overlapped").verdict, Verdict::kMet);
+}
+
 TEST(Targets, Issue6GroupAndBucketAgainstOneFlattenedCollective) {
   auto cpu = [](double us) { return fmt::format(R"("cpu_us_per_coll": {}, "collectives": 64)", us); };
   const size_t group = 8 * kMB, bucket = 8 * kKB;
