@@ -67,6 +67,9 @@ case_def host bucket-large-buffers src/core/bucketer.cc \
 case_def host split-default-names src/core/communicator.cc \
   "    g_comm_counter.fetch_add(1);" "" \
   symcomm_rank_tests Split.DefaultNamesStayInStepAfterARankOptsOut 60
+case_def host sticky-dump src/core/comm_context.cc \
+  '  SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), prefix, history.dump());' "" \
+  symcomm_rank_tests Faults.FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce 60
 case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_rank_tests "AllWays/RankDeath.*/rendezvous_sigkill" 120
@@ -80,7 +83,7 @@ case_def host creation-store-deadline src/core/communicator.cc \
   "ctx->store_get(nonce_key, ctx->deadline())" "ctx->store->get(nonce_key)" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def host config-agreement src/core/communicator.cc \
-  "  check_same_config(*ctx);" "  // check_same_config(*ctx);" \
+  "  check_same_config(*ctx, options.backend);" "  // check_same_config(*ctx, options.backend);" \
   symcomm_rank_tests Faults.RanksWithDifferentSettingsFailAtCreationNamingThem 60
 case_def host split-store-server src/core/communicator.cc \
   "  comm->core_->ctx().server = ctx.server;" "" \

@@ -206,6 +206,7 @@ void Launcher::spawn(int rank, const std::vector<std::string>& env) {
     ::signal(SIGPIPE, SIG_DFL);
     int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    if (null_fd > STDIN_FILENO) ::close(null_fd);  // every rank inherited it as an extra descriptor
     if (!o_.no_prefix) {
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
@@ -306,16 +307,25 @@ void Launcher::on_signal() {
   reap();
 }
 
+// Each deadline is cleared once it has passed, so that poll() waits again instead of returning at once (the
+// launcher spun at 100% CPU through the SIGTERM grace period after a timeout). The timeout only counts while
+// ranks run and nothing else ended the job: a rank that failed first, or ranks that all finished and whose
+// output is being drained, keep their own exit status (124 used to override both).
 void Launcher::check_deadlines(Clock::time_point now) {
-  if (timeout_at_ && now >= *timeout_at_ && !timed_out_) {
-    timed_out_ = true;
-    note(fmt::format("timed out after {} s; terminating the ranks", o_.timeout_s));
-    terminate(SIGTERM);
+  if (timeout_at_ && now >= *timeout_at_) {
+    timeout_at_.reset();
+    if (any_running() && !failure_ && forwarded_signal_ == 0) {
+      timed_out_ = true;
+      note(fmt::format("timed out after {} s; terminating the ranks", o_.timeout_s));
+      terminate(SIGTERM);
+    }
   }
-  if (kill_at_ && now >= *kill_at_ && any_running()) {
-    note("ranks still running after SIGTERM; sending SIGKILL");
-    terminate(SIGKILL);
+  if (kill_at_ && now >= *kill_at_) {
     kill_at_.reset();
+    if (any_running()) {
+      note("ranks still running after SIGTERM; sending SIGKILL");
+      terminate(SIGKILL);
+    }
   }
 }
 

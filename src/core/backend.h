@@ -40,7 +40,9 @@ struct CommContext {
   /// result[r] is rank r's payload.
   std::vector<std::vector<uint8_t>> mesh_all_gather(uint32_t tag, const std::vector<uint8_t>& mine);
 
-  /// Records the first fatal error (peer death, timeout, abort); later operations rethrow it.
+  /// Records the first fatal error (peer death, timeout, abort); later operations rethrow it. The first one is
+  /// also logged with the last operations (history), once, whichever path found it (a collective, a Work's
+  /// wait, the host backend's worker thread, a device error word).
   void set_sticky(const Error& e);
   std::optional<Error> sticky() const;
   /// Throws the sticky error if any, else kAborted if aborted, else kPeerDead if the mesh reports a dead
@@ -105,8 +107,8 @@ class Backend {
 std::shared_ptr<Work> make_composite_work(std::vector<std::shared_ptr<Work>> parts);
 /// `work` as handed to the caller of asynchronous collectives `seqs`: once its completion is seen (through
 /// any of its calls), their op-history records become done, or failed if it completed with an error.
-/// `history` must outlive the Work (it is the communicator's, which outlives its Works).
-std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory& history, std::vector<uint64_t> seqs);
+/// `history` is a handle on the communicator's records (OpHistory copies share them).
+std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory history, std::vector<uint64_t> seqs);
 
 std::unique_ptr<Backend> make_host_backend(CommContext& ctx);
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).

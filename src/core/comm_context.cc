@@ -5,12 +5,17 @@
 
 #include "core/backend.h"
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace symcomm::detail {
 
 void CommContext::set_sticky(const Error& e) {
-  std::lock_guard lock(mu_);
-  if (!sticky_) sticky_ = e;
+  {
+    std::lock_guard lock(mu_);
+    if (sticky_) return;
+    sticky_ = e;
+  }
+  SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), prefix, history.dump());
 }
 
 std::optional<Error> CommContext::sticky() const {

@@ -112,10 +112,7 @@ std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
 
 void CommCore::failed(uint64_t seq, const Error& e) {
   ctx_->history.set_state(seq, OpState::kFailed);
-  if (is_fatal(e.code())) {
-    ctx_->set_sticky(e);
-    SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), ctx_->prefix, ctx_->history.dump());
-  }
+  if (is_fatal(e.code())) ctx_->set_sticky(e);  // logs it with the history, the first time
 }
 
 bool CommCore::reduce_scatter_gathered(const GatheredReduceScatter& g) {
@@ -264,10 +261,7 @@ std::shared_ptr<Work> CommCore::group_end(bool async) {
   } catch (const Error& e) {
     for (uint64_t seq : g.seqs) ctx_->history.set_state(seq, OpState::kFailed);
     bind_all(nullptr, std::current_exception());
-    if (is_fatal(e.code())) {
-      ctx_->set_sticky(e);
-      SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), ctx_->prefix, ctx_->history.dump());
-    }
+    if (is_fatal(e.code())) ctx_->set_sticky(e);  // logs it with the history, the first time
     throw;
   }
 }

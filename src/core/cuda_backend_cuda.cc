@@ -57,7 +57,7 @@ class CudaWork final : public Work {
     if (error_) std::rethrow_exception(error_);
   }
   bool wait_for(std::chrono::milliseconds timeout) override {
-    auto until = std::chrono::steady_clock::now() + timeout;
+    const auto until = time_after(timeout);
     PollPause pause;  // NOTE [polling pauses]
     while (!is_completed()) {
       if (std::chrono::steady_clock::now() >= until) return false;

@@ -9,6 +9,15 @@ namespace symcomm::detail {
 
 using Clock = std::chrono::steady_clock;
 
+/// now + budget, saturated at the clock's end: Work::wait_for(milliseconds::max()) overflowed into the past
+/// and returned false at once.
+inline Clock::time_point time_after(std::chrono::milliseconds budget) {
+  const Clock::time_point now = Clock::now();
+  if (budget <= std::chrono::milliseconds::zero()) return now;
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return budget >= room ? Clock::time_point::max() : now + budget;
+}
+
 class Deadline {
  public:
   explicit Deadline(std::chrono::milliseconds budget) : at_(Clock::now() + budget) {}

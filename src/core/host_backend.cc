@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/check.h"
 #include "core/comm_core.h"
+#include "core/deadline.h"
 #include "core/logging.h"
 #include "memory/heap_allocator.h"
 #include "memory/host_heap.h"
@@ -31,7 +32,7 @@ class HostWork final : public Work {
   }
   bool wait_for(std::chrono::milliseconds timeout) override {
     std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    if (!cv_.wait_until(lock, time_after(timeout), [&] { return done_; })) return false;
     if (error_) std::rethrow_exception(error_);
     return true;
   }

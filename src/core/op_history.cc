@@ -19,31 +19,31 @@ const char* state_name(OpState s) {
 }  // namespace
 
 void OpHistory::set_capacity(size_t capacity) {
-  std::lock_guard lock(mu_);
-  capacity_ = capacity ? capacity : 1;
+  std::lock_guard lock(s_->mu);
+  s_->capacity = capacity ? capacity : 1;
 }
 
 uint64_t OpHistory::record(OpRecord r) {
-  std::lock_guard lock(mu_);
-  r.seq = next_seq_++;
-  if (ring_.size() < capacity_) {
-    ring_.push_back(r);
+  std::lock_guard lock(s_->mu);
+  r.seq = s_->next_seq++;
+  if (s_->ring.size() < s_->capacity) {
+    s_->ring.push_back(r);
   } else {
-    ring_[(r.seq - 1) % capacity_] = r;
+    s_->ring[(r.seq - 1) % s_->capacity] = r;
   }
   return r.seq;
 }
 
 void OpHistory::set_state(uint64_t seq, OpState state) {
-  std::lock_guard lock(mu_);
-  for (auto& r : ring_) {
+  std::lock_guard lock(s_->mu);
+  for (auto& r : s_->ring) {
     if (r.seq == seq) r.state = state;
   }
 }
 
 std::vector<OpRecord> OpHistory::snapshot() const {
-  std::lock_guard lock(mu_);
-  std::vector<OpRecord> out = ring_;
+  std::lock_guard lock(s_->mu);
+  std::vector<OpRecord> out = s_->ring;
   std::sort(out.begin(), out.end(), [](const OpRecord& a, const OpRecord& b) { return a.seq < b.seq; });
   return out;
 }

@@ -3,6 +3,7 @@
 // the log on error, timeout or abort so that a hang report names the op where ranks diverged.
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,9 +24,11 @@ struct OpRecord {
   OpState state = OpState::kIssued;
 };
 
+/// Copies are handles on the same records: a Work of an asynchronous collective keeps one, so it can mark its
+/// records after the communicator (and its own OpHistory) is gone.
 class OpHistory {
  public:
-  explicit OpHistory(size_t capacity = 64) : capacity_(capacity ? capacity : 1) {}
+  explicit OpHistory(size_t capacity = 64) : s_(std::make_shared<State>()) { s_->capacity = capacity ? capacity : 1; }
   void set_capacity(size_t capacity);
   /// Appends a record and returns its seq (1, 2, ...).
   uint64_t record(OpRecord r);
@@ -34,10 +37,13 @@ class OpHistory {
   std::string dump() const;
 
  private:
-  mutable std::mutex mu_;
-  size_t capacity_;
-  uint64_t next_seq_ = 1;
-  std::vector<OpRecord> ring_;
+  struct State {
+    std::mutex mu;
+    size_t capacity = 64;
+    uint64_t next_seq = 1;
+    std::vector<OpRecord> ring;
+  };
+  std::shared_ptr<State> s_;
 };
 
 }  // namespace symcomm::detail

@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/check.h"
+#include "core/deadline.h"
 
 namespace symcomm::detail {
 namespace {
@@ -25,7 +26,7 @@ class CompositeWork final : public Work {
     }
   }
   bool wait_for(std::chrono::milliseconds timeout) override {
-    auto until = std::chrono::steady_clock::now() + timeout;
+    const auto until = time_after(timeout);
     for (auto& p : parts_) {
       if (!p) continue;
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
@@ -48,11 +49,12 @@ class CompositeWork final : public Work {
 
 // The Work of asynchronous collectives as handed to the caller: once it is seen complete (is_completed,
 // wait, wait_for or exception), their records in the op history become done or failed, so a dump after a
-// later error does not list long-finished ops as running. The history belongs to the communicator, which
-// outlives its Work objects (the rule of Work).
+// later error does not list long-finished ops as running. It keeps a handle on the records, so that marking them
+// is safe even where the Work is used after its communicator was destroyed (the host backend's Works allow
+// that; the first version kept a reference and read freed memory then).
 class TrackedWork final : public Work {
  public:
-  TrackedWork(std::shared_ptr<Work> inner, OpHistory& history, std::vector<uint64_t> seqs)
+  TrackedWork(std::shared_ptr<Work> inner, OpHistory history, std::vector<uint64_t> seqs)
       : inner_(std::move(inner)), history_(history), seqs_(std::move(seqs)) {}
   bool is_completed() override {
     if (!inner_->is_completed()) return false;
@@ -91,7 +93,7 @@ class TrackedWork final : public Work {
     for (uint64_t seq : seqs_) history_.set_state(seq, failed ? OpState::kFailed : OpState::kDone);
   }
   std::shared_ptr<Work> inner_;
-  OpHistory& history_;
+  OpHistory history_;  ///< a handle on the communicator's records, alive as long as this Work
   std::vector<uint64_t> seqs_;
   std::atomic<bool> settled_{false};
 };
@@ -102,7 +104,7 @@ std::shared_ptr<Work> make_composite_work(std::vector<std::shared_ptr<Work>> par
   return std::make_shared<CompositeWork>(std::move(parts));
 }
 
-std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory& history, std::vector<uint64_t> seqs) {
+std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory history, std::vector<uint64_t> seqs) {
   return std::make_shared<TrackedWork>(std::move(work), history, std::move(seqs));
 }
 

@@ -524,6 +524,64 @@ TEST(Faults, RanksWithDifferentSettingsFailAtCreationNamingThem) {
   });
 }
 
+// Issue 7, observability: the first fatal error is logged once with the last operations, whichever path finds
+// it. An asynchronous collective's timeout (found on the host backend's worker thread) used to be neither
+// logged nor dumped, and a later group_end() logged the same sticky error again.
+TEST(Faults, FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce) {
+  HarnessOptions opts;
+  opts.config.timeout = 500ms;
+  expect_success(
+      2,
+      [&](RankEnv& env) {
+        Config c = env.config;
+        c.log_level = LogLevel::kError;
+        auto comm = env.make_comm({.config = c});
+        if (env.info.rank == 1) {
+          env.store->wait({"dump/done"}, 20s);  // never calls: rank 0 times out waiting for it
+          return;
+        }
+        // stderr into a file while the errors happen.
+        char path[] = "/tmp/symcomm-dump-XXXXXX";
+        const int fd = ::mkstemp(path);
+        ASSERT_GE(fd, 0);
+        const int saved = ::dup(STDERR_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+        int32_t x = 1, y = 0;
+        auto w = comm->all_reduce_async(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
+        EXPECT_THROW(w->wait(), Error);
+        EXPECT_THROW(comm->group_end(), Error);  // no group open: an argument error, nothing logged
+        comm->group_start();
+        EXPECT_THROW(comm->group_end(), Error);  // the sticky error again: not logged again
+        ::dup2(saved, STDERR_FILENO);
+        ::close(saved);
+        std::string text(static_cast<size_t>(::lseek(fd, 0, SEEK_END)), '\0');
+        ASSERT_EQ(::pread(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+        ::close(fd);
+        ::unlink(path);
+        size_t dumps = 0;
+        for (size_t at = text.find("last operations"); at != std::string::npos;
+             at = text.find("last operations", at + 1))
+          ++dumps;
+        EXPECT_EQ(dumps, 1u) << text;
+        EXPECT_NE(text.find("all_reduce dtype=int32"), std::string::npos) << text;
+        env.store->set("dump/done", std::string_view("1"));
+      },
+      opts);
+}
+
+// Work::wait_for with the largest timeout waits (it overflowed into a deadline in the past and returned false
+// at once while the collective still waited for the late rank).
+TEST(Faults, WaitForTheLargestTimeoutWaits) {
+  expect_success(2, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    if (env.info.rank == 1) std::this_thread::sleep_for(200ms);
+    int32_t x = env.info.rank + 1, y = 0;
+    auto w = comm->all_reduce_async(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_TRUE(w->wait_for(std::chrono::milliseconds::max()));
+    EXPECT_EQ(y, 3);
+  });
+}
+
 TEST(Faults, StoreServerDeathDuringRendezvousFailsFast) {
   HarnessOptions opts;
   opts.config.timeout = 30s;

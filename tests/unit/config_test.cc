@@ -498,6 +498,10 @@ TEST(RendezvousFromEnv, MalformedVariablesAreNamed) {
   expect_rendezvous_rejected(with(kTorchrun, "WORLD_SIZE", "99999999999999999999"), "WORLD_SIZE");
   expect_rendezvous_rejected(with(kTorchrun, "LOCAL_RANK", "one"), "LOCAL_RANK");
   expect_rendezvous_rejected(with(kTorchrun, "LOCAL_WORLD_SIZE", "4.0"), "LOCAL_WORLD_SIZE");
+  // Digits only, as for Config's variables (strtol alone took a sign and leading blanks).
+  expect_rendezvous_rejected(with(kTorchrun, "RANK", "+3"), "RANK");
+  expect_rendezvous_rejected(with(kTorchrun, "RANK", " 3"), "RANK");
+  expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "+29500"), "MASTER_PORT");
   expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "http"), "MASTER_PORT");
   expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "0"), "MASTER_PORT");
   expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "65536"), "MASTER_PORT");

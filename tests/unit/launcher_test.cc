@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -179,6 +180,24 @@ TEST_F(LauncherTest, TimeoutKillsEverythingAndExits124) {
   RunResult r = run_sh(2, "sleep 1000", {"--timeout", "0.3"});
   EXPECT_EQ(r.status, 124) << r.err;
   EXPECT_LT(r.seconds, 3.0);
+}
+
+// A rank's failure before the timeout keeps its own exit status: the timeout used to fire during the SIGTERM
+// grace period (rank 1 ignores SIGTERM) and exit 124. The launcher waits in poll() meanwhile: it used to spin
+// at 100% CPU through the grace period once a deadline had passed.
+TEST_F(LauncherTest, AFailureBeforeTheTimeoutKeepsItsExitCodeAndTheLauncherDoesNotSpin) {
+  rusage before{};
+  ::getrusage(RUSAGE_CHILDREN, &before);
+  RunResult r = run_sh(2, "if [ $RANK = 0 ]; then sleep 0.3; exit 7; fi; trap '' TERM; sleep 30", {"--timeout", "1"});
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_EQ(r.err.find("timed out"), std::string::npos) << r.err;
+  rusage after{};
+  ::getrusage(RUSAGE_CHILDREN, &after);
+  auto cpu_s = [](const rusage& u) {
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  EXPECT_LT(cpu_s(after) - cpu_s(before), 0.5)
+      << "CPU seconds of the launcher and its ranks over " << r.seconds << " s of grace period";
 }
 
 // --timeout is bounded (NOTE [launcher behaviour]): a value whose deadline steady_clock cannot hold (1e10 s,

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/backend.h"
+#include "core/deadline.h"
 #include "core/op_history.h"
 
 namespace symcomm::detail {
@@ -74,6 +75,32 @@ TEST(TrackedWork, MarksItsOpsFailedWhenItCompletesWithAnError) {
     EXPECT_EQ(state_of(h, a), OpState::kFailed) << "seen through call " << how;
     EXPECT_TRUE(w->is_completed());
   }
+}
+
+// The Work may be used after the communicator (and its OpHistory) is gone: it keeps a handle on the records
+// (the first version kept a reference, and marking the records read freed memory: valgrind, a review).
+TEST(TrackedWork, OutlivesTheHistoryItWasMadeWith) {
+  auto fake = std::make_shared<FakeWork>();
+  std::shared_ptr<Work> w;
+  OpHistory survivor;
+  {
+    OpHistory h;
+    const uint64_t a = h.record({.state = OpState::kRunning});
+    w = make_tracked_work(fake, h, {a});
+    survivor = h;  // a handle kept elsewhere sees what the Work does after h is gone
+  }
+  fake->done = true;
+  w->wait();
+  ASSERT_EQ(survivor.snapshot().size(), 1u);
+  EXPECT_EQ(survivor.snapshot()[0].state, OpState::kDone);
+}
+
+TEST(TimeAfter, SaturatesInsteadOfOverflowing) {
+  EXPECT_EQ(time_after(std::chrono::milliseconds::max()), Clock::time_point::max());
+  const auto before = Clock::now();
+  EXPECT_GE(time_after(std::chrono::hours(1)), before + std::chrono::hours(1));
+  const auto negative = time_after(std::chrono::milliseconds(-5));
+  EXPECT_LE(negative, Clock::now());
 }
 
 }  // namespace
