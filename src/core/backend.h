@@ -74,7 +74,7 @@ class Backend {
   /// Runs a validated request with the selected algorithm. Host: returns when done. CUDA: returns when
   /// enqueued on r.options.stream.
   virtual void run(const Request& r, Algorithm algo) = 0;
-  /// Asynchronous run; the Work completes when the collective has.
+  /// Asynchronous run of a request that passed check_async(); the Work completes when the collective has.
   virtual std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) = 0;
   /// Checks that r may be issued asynchronously (CUDA: not on a capturing stream); called before an
   /// `*_async` call is run or recorded in a group. Throws kInvalidArgument.

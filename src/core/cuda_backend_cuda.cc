@@ -482,7 +482,8 @@ void CudaBackend::check_async(const Request& r) {
 }
 
 std::shared_ptr<Work> CudaBackend::run_async(const Request& r, Algorithm algo) {
-  check_async(r);
+  // check_async(r) passed in CommCore::enqueue, the only caller (groups go through this backend's own
+  // run_group_async, which checks its streams itself).
   DeviceScope on_device(device_);  // the event too
   run(r, algo);
   return record_work(reinterpret_cast<cudaStream_t>(r.options.stream));

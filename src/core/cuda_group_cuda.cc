@@ -70,22 +70,23 @@ class StreamChain {
  public:
   // Orders `s` after everything enqueued so far in the group.
   void enter(cudaStream_t s) {
-    if (!streams_.empty() && s != streams_.back()) wait_for_last(s);
+    if (!streams_.empty() && s != streams_.back()) wait_for_last(&s, 1);
     std::erase(streams_, s);
     streams_.push_back(s);  // the last one is where the group's latest run went
   }
   // Orders every stream of the group after its last run.
   void join() {
-    for (size_t k = 0; k + 1 < streams_.size(); ++k) wait_for_last(streams_[k]);
+    if (streams_.size() > 1) wait_for_last(streams_.data(), streams_.size() - 1);
   }
 
  private:
-  void wait_for_last(cudaStream_t s) {
+  // One event recorded after the latest run; each of the n streams waits for it.
+  void wait_for_last(const cudaStream_t* waiters, size_t n) {
     cudaEvent_t ev = nullptr;
     SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     cudaError_t err = cudaEventRecord(ev, streams_.back());
-    if (err == cudaSuccess) err = cudaStreamWaitEvent(s, ev, 0);
-    cudaEventDestroy(ev);  // released once the wait no longer needs it
+    for (size_t k = 0; k < n && err == cudaSuccess; ++k) err = cudaStreamWaitEvent(waiters[k], ev, 0);
+    cudaEventDestroy(ev);  // released once the waits no longer need it
     SYMCOMM_CUDA_CHECK(err);
   }
   std::vector<cudaStream_t> streams_;  ///< the group's streams so far, the latest run's last
