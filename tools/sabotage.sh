@@ -109,7 +109,7 @@ case_def gpu ce-watchdog src/core/cuda_copy_engine_cuda.cc \
   "$SHARED2"
 # The watchdog never reports kMismatch (every stall reading, early or at the deadline, becomes kTimeout).
 case_def gpu ce-mismatch src/core/cuda_copy_engine_cuda.cc \
-  "stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout" "DeviceError::kTimeout" \
+  "stall.kind == CeStall::kMismatch    ? DeviceError::kMismatch" "stall.kind == CeStall::kMismatch    ? DeviceError::kTimeout" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*" 200 \
   "$SHARED2"
 case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
@@ -168,7 +168,7 @@ case_def gpu ce-instance src/core/cuda_copy_engine_cuda.cc \
 # through two ops leaves no trace of having gone on, and a slower peer blames it for another rank's skipped
 # call. A race (which rank reaches its deadline first), so at 4 ranks and three times.
 case_def gpu ce-gave-up src/core/cuda_copy_engine_cuda.cc \
-  "    if (p != me) ops.push_back(write_op(pads_[p] + kGaveUp + me, header));" "    (void)p;" \
+  "    ops.push_back(write_op(pads_[p] + kGaveUp + me, header));" "    (void)header;" \
   symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*:Cases/GpuMismatch.*/skipped_copy_engine" 300 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=10 GTEST_REPEAT=4"
 # The watchdog never acts on its early readings (NOTE [copy-engine early mismatch]): mismatches are reported at
@@ -177,6 +177,28 @@ case_def gpu ce-early src/core/cuda_copy_engine_cuda.cc \
   "      if (early.peer >= 0 && early.peer == suspect) fail_and_release(" "      if (false) fail_and_release(" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*:GpuCopyEngineFaults.Skipped*" 200 \
   "$SHARED2"
+# The last barrier does not wait for the peers' abandon words (NOTE [copy-engine late peer]): a rank that calls
+# after every peer's deadline passes the barriers their watchdogs released and completes, reading buffers the
+# peers have moved on from, with no error.
+case_def gpu ce-late-peer src/core/cuda_copy_engine_cuda.cc \
+  "    if (p != me) ops_.push_back(wait_top_bit_clear(pads_[me] + kAbandon + p));" "    (void)p;" \
+  symcomm_gpu_tests "GpuCopyEngineFaults.*AfterThePeersGaveUp*" 120 "$SHARED2"
+# The early reading never names a peer that abandoned the op: the late rank's call then fails only at its own
+# deadline, which the tests refuse (nothing else can end that wait).
+case_def gpu ce-abandon-early src/core/cuda_copy_engine_cuda.cc \
+  "  return abandoned_ce_op(words + kArrive, words + kDepart, words + kGaveUp, n, me, header);" "  return {};" \
+  symcomm_gpu_tests "GpuCopyEngineFaults.*AfterThePeersGaveUp*" 120 "$SHARED2"
+# The creation's set-up exchange ignores a peer whose copy engine could not be set up: that rank fails its
+# creation alone, and the others make a communicator it never joins.
+case_def gpu ce-setup-agreement src/core/cuda_backend_cuda.cc \
+  "    if (theirs.ce_failed) ce_failed.push_back(p);" "    (void)theirs.ce_failed;" \
+  symcomm_gpu_tests "GpuMemoryUse.CopyEngineSetUp*" 120 "$SHARED2"
+# alloc() without its second exchange: a rank that cannot map a peer's part fails alone, and its peers return
+# the allocation.
+case_def gpu heap-mapped-exchange src/memory/cuda_heap_cuda.cc \
+  "    const std::vector<int> unmapped = exchange_mapped(id, map_error != nullptr);" \
+  "    const std::vector<int> unmapped;" \
+  symcomm_gpu_tests "GpuMemoryUse.SymmetricAllocFailingToMap*" 120 "$SHARED2"
 case_def gpu ll-gather-store src/algos/cuda_all_reduce_ll.cu \
   "store8(dst, i, bytes, aligned8(dst), vals[q].v);" "store8(dst, i, bytes, aligned8(dst), make_uint2(0, 0));" \
   symcomm_gpu_tests "GpuCollectives.AllGather*" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"

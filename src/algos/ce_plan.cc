@@ -321,4 +321,30 @@ CeStall definite_ce_mismatch(const uint32_t* arrive, const uint32_t* depart, con
   return {};
 }
 
+// NOTE [copy-engine late peer] The watchdog releases a failed op by writing every wait's value into this rank's
+// own slots (NOTE [copy-engine watchdog]); its stream then runs the op's remaining barriers, whose writes land in
+// the peers' slots as if this rank had taken part. A peer that arrives only after that (later than this rank's
+// whole deadline, or while this rank is aborted mid-op) would find every barrier passed, read buffers this rank
+// has since moved on from, and complete with wrong data and no error. So the first time a rank gives up, its
+// watchdog also writes the top bit into its abandon word in every peer's pad (with the gave-up word, before it
+// releases anything: the fences order them), and the last batch of every op waits, after its slot waits, until
+// the abandon word of every peer has the top bit clear (a GEQ-0 wait: one stream memory op per peer, no SM). An
+// op that a peer abandoned therefore never completes; the stuck rank's watchdog reports it, and its release
+// clears this rank's abandon words so that the stream drains (the communicator has failed by then). A peer
+// that gave up on this very op is not evidence of a mismatch (NOTE [copy-engine early mismatch]), but once
+// every other peer is in the op (none has written nothing), nothing else can explain the stall and nothing can
+// end it: the early reading then names the peer that gave up (kAbandoned, reported as kTimeout) instead of
+// waiting for this rank's deadline. While some peer is missing, the fellow waiters of a peer that gave up wait
+// for their own deadline and name the missing one, as before.
+CeStall abandoned_ce_op(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
+                        int rank, uint32_t header) {
+  int quitter = -1;
+  for (int p = 0; p < world_size; ++p) {
+    if (p == rank) continue;
+    if (arrive[p] == 0 && depart[p] == 0 && gave_up[p] == 0) return {};
+    if (gave_up[p] == header && quitter < 0) quitter = p;
+  }
+  return quitter < 0 ? CeStall{} : CeStall{CeStall::kAbandoned, quitter};
+}
+
 }  // namespace symcomm::detail

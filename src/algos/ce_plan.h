@@ -100,9 +100,10 @@ CePlan make_ce_plan(const CePlanInput& in);
 /// on which peer p's watchdog first gave up (0: none), `header` is the stuck op's.
 struct CeStall {
   enum Kind : uint8_t {
-    kMismatch,  ///< `peer`'s slot holds another op's header: it runs something else
-    kMissing,   ///< `peer` has written neither slot: it has not arrived
-    kUnknown,   ///< every peer arrived (e.g. stuck in a later barrier); no one to name
+    kMismatch,   ///< `peer`'s slot holds another op's header: it runs something else
+    kMissing,    ///< `peer` has written neither slot: it has not arrived
+    kUnknown,    ///< every peer arrived (e.g. stuck in a later barrier); no one to name
+    kAbandoned,  ///< `peer` gave up on this very op, and every other peer is in it: it can never complete
   } kind = kUnknown;
   int peer = -1;
 };
@@ -115,5 +116,10 @@ CeStall classify_ce_stall(const uint32_t* arrive, const uint32_t* depart, const 
 /// another op, so that this one can never complete (kMismatch), or kUnknown. Read while the op is in flight.
 CeStall definite_ce_mismatch(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
                              int rank, uint32_t header);
+/// Before the deadline (NOTE [copy-engine late peer] in ce_plan.cc): the first peer that gave up on this very op
+/// (kAbandoned) when no peer is missing from it, else kUnknown. Read while the op is in flight, after
+/// definite_ce_mismatch found nothing.
+CeStall abandoned_ce_op(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
+                        int rank, uint32_t header);
 
 }  // namespace symcomm::detail

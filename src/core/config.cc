@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "core/debug_fault.h"
 
 namespace symcomm {
 namespace {
@@ -224,3 +225,32 @@ std::string Config::env_help() {
 }
 
 }  // namespace symcomm
+
+namespace symcomm::detail {
+
+// Testing only (src/core/debug_fault.h): SYMCOMM_DEBUG_FAULT=<site>@<rank>[,...], read at each call.
+bool debug_fault(std::string_view site, int rank) {
+  const char* env = std::getenv("SYMCOMM_DEBUG_FAULT");
+  if (env == nullptr) return false;
+  std::string_view rest(env);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    const size_t at = item.find('@');
+    if (at == std::string_view::npos || item.substr(0, at) != site) continue;
+    int r = 0;
+    bool digits = at + 1 < item.size();
+    for (char c : item.substr(at + 1)) {
+      if (c < '0' || c > '9' || r > 100000) {
+        digits = false;
+        break;
+      }
+      r = r * 10 + (c - '0');
+    }
+    if (digits && r == rank) return true;
+  }
+  return false;
+}
+
+}  // namespace symcomm::detail

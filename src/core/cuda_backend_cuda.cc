@@ -2,12 +2,14 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -175,21 +177,12 @@ void CudaBackend::setup() {
                      probe.detail, p2p ? "ok" : "failed");
   }
   caps_.full_nvlink = agree_all(ctx_, mine);
-  // Grids of one block per SM use the ranks' smallest SM count, so that every rank slices alike (NOTE
-  // [configuration agreement]).
-  int sms = 0;
-  SYMCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-  const auto* sms_bytes = reinterpret_cast<const uint8_t*>(&sms);
-  fewest_sms_ = sms;
-  for (const auto& v : ctx_.mesh_all_gather(kTagSmCount, std::vector<uint8_t>(sms_bytes, sms_bytes + sizeof(sms)))) {
-    int theirs = 0;
-    SYMCOMM_CHECK(v.size() == sizeof(theirs), kInternal, "bad SM-count message ({} bytes)", v.size());
-    std::memcpy(&theirs, v.data(), sizeof(theirs));
-    fewest_sms_ = std::min(fewest_sms_, theirs);
-  }
   // Copy-engine collectives need the same peer mappings as the kernels (and the pads zeroed everywhere,
-  // which the functional P2P check's exchange has ordered before any peer's first signal).
+  // which the functional P2P check's exchange has ordered before any peer's first signal). The engine's local
+  // resources are made before the next exchange, which carries whether that worked: a rank that cannot make
+  // them (out of device memory for its staging buffer) fails the creation on every rank, not on its own.
   caps_.copy_engine = caps_.full_nvlink;
+  std::exception_ptr ce_error;
   if (caps_.copy_engine) {
     std::vector<uint32_t*> ce_pads(n);
     std::vector<char*> ce_scratch(n);
@@ -197,7 +190,37 @@ void CudaBackend::setup() {
       ce_pads[p] = static_cast<uint32_t*>(heap_->peer_ptr(ce_pad_, p));
       ce_scratch[p] = comm_.scratch[p];
     }
-    ce_ = std::make_unique<CopyEngine>(ctx_, device_, control_, control_dev_, *heap_, ce_pads, ce_scratch, 2 * half);
+    try {
+      ce_ = std::make_unique<CopyEngine>(ctx_, device_, control_, control_dev_, *heap_, ce_pads, ce_scratch, 2 * half);
+    } catch (...) {
+      ce_error = std::current_exception();
+    }
+  }
+  // Grids of one block per SM use the ranks' smallest SM count, so that every rank slices alike (NOTE
+  // [configuration agreement]). The message also says whether the copy engine was set up.
+  struct SetupMsg {
+    int32_t sms;
+    int32_t ce_failed;
+  };
+  SetupMsg own{0, ce_error ? 1 : 0};
+  SYMCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&own.sms, cudaDevAttrMultiProcessorCount, device_));
+  const auto* own_bytes = reinterpret_cast<const uint8_t*>(&own);
+  fewest_sms_ = own.sms;
+  std::vector<int> ce_failed;
+  const auto all = ctx_.mesh_all_gather(kTagSmCount, std::vector<uint8_t>(own_bytes, own_bytes + sizeof(own)));
+  for (int p = 0; p < static_cast<int>(all.size()); ++p) {
+    SetupMsg theirs{};
+    SYMCOMM_CHECK(all[p].size() == sizeof(theirs), kInternal, "bad set-up message ({} bytes)", all[p].size());
+    std::memcpy(&theirs, all[p].data(), sizeof(theirs));
+    fewest_sms_ = std::min(fewest_sms_, static_cast<int>(theirs.sms));
+    if (theirs.ce_failed) ce_failed.push_back(p);
+  }
+  if (ce_error) std::rethrow_exception(ce_error);
+  if (!ce_failed.empty()) {
+    throw Error(ErrorCode::kCuda,
+                fmt::format("rank {}: rank(s) {} could not set up their copy engine (see their errors)", me,
+                            fmt::join(ce_failed, ", ")),
+                __FILE__, __LINE__, ce_failed);
   }
   // Config::nccl (NcclInit). Without NVLink peer access NCCL is the only path, so it is created now whatever
   // the mode (except off). Lazily, NCCL counts as available until its creation fails (the same on every rank).
@@ -445,6 +468,12 @@ Error CudaBackend::device_error(uint64_t e) const {
                    fmt::format("rank {}: rank {} ran a different collective (collective, count, dtype, op, root or "
                                "buffer kind differ) at signal {}",
                                me, peer, device::error_seq(e)),
+                   __FILE__, __LINE__, ranks);
+    case DeviceError::kAbandoned:
+      return Error(ErrorCode::kTimeout,
+                   fmt::format("rank {}: rank {} gave up on this copy-engine collective (its deadline passed, it was "
+                               "aborted or it lost a peer) before this rank completed it; the output is invalid",
+                               me, peer),
                    __FILE__, __LINE__, ranks);
     case DeviceError::kTimeout:
     default:

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/cuda_backend_cuda.h"
 #include "core/cuda_check.h"
+#include "core/debug_fault.h"
 #include "core/driver_api_cuda.h"
 #include "core/logging.h"
 #include "core/memory_ledger.h"
@@ -19,8 +20,11 @@ namespace {
 static_assert(kCeMaxRanks == device::kMaxDeviceRanks);
 
 constexpr int kMax = device::kMaxDeviceRanks;
-// Word offsets in a pad: arrive and depart slots, and the gave-up words (NOTE [copy-engine stall]).
-constexpr size_t kArrive = 0, kDepart = kMax, kGaveUp = 2 * kMax;
+// Word offsets in a pad: arrive and depart slots, the gave-up words (NOTE [copy-engine stall]) and the
+// abandon words (NOTE [copy-engine late peer]).
+constexpr size_t kArrive = 0, kDepart = kMax, kGaveUp = 2 * kMax, kAbandon = 3 * kMax;
+// An abandon word's value once its peer gave up: the top bit, which a GEQ-0 wait reads as negative.
+constexpr uint32_t kAbandoned = 0x80000000u;
 // Local stage per lane (reduce-scatter chunks of every peer) and the chunk size: 8 MB chunks keep the copy
 // engine busy for ~20 us per chunk at 390 GB/s, long enough to hide the reduction of the previous one.
 constexpr size_t kStagePerLane = 16 << 20;
@@ -51,20 +55,25 @@ CUstreamBatchMemOpParams write_op(const uint32_t* addr, uint32_t value) {
   return op;
 }
 
-CUstreamBatchMemOpParams wait_op(const uint32_t* addr, uint32_t value) {
+CUstreamBatchMemOpParams wait_op(const uint32_t* addr, uint32_t value, unsigned flags = CU_STREAM_WAIT_VALUE_EQ) {
   CUstreamBatchMemOpParams op{};
   op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
   op.waitValue.address = reinterpret_cast<CUdeviceptr>(addr);
   op.waitValue.value = value;
-  op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  op.waitValue.flags = flags;
   return op;
 }
 
-// The error word for a stall reading (at the deadline or early): kMismatch or kTimeout naming the peer.
+// Passes while the word's top bit is clear: GEQ compares (int32_t)(*addr - value) >= 0.
+CUstreamBatchMemOpParams wait_top_bit_clear(const uint32_t* addr) { return wait_op(addr, 0, CU_STREAM_WAIT_VALUE_GEQ); }
+
+// The error word for a stall reading (at the deadline or early): kMismatch, kAbandoned or kTimeout naming the peer.
 uint64_t stall_error(const CeStall& stall, uint32_t header) {
   using device::DeviceError;
-  return device::pack_error(stall.kind == CeStall::kMismatch ? DeviceError::kMismatch : DeviceError::kTimeout,
-                            stall.peer, header);
+  const DeviceError code = stall.kind == CeStall::kMismatch    ? DeviceError::kMismatch
+                           : stall.kind == CeStall::kAbandoned ? DeviceError::kAbandoned
+                                                               : DeviceError::kTimeout;
+  return device::pack_error(code, stall.peer, header);
 }
 
 void batch(cudaStream_t s, std::vector<CUstreamBatchMemOpParams>& ops) {
@@ -90,16 +99,26 @@ CopyEngine::CopyEngine(CommContext& ctx, int device, std::shared_ptr<ControlBloc
   // Lanes get the highest stream priority: the block scheduler then dispatches the small reduction kernels
   // (and any copy the driver runs as a kernel) ahead of the pending blocks of compute queued on
   // normal-priority streams, instead of after the whole compute kernel.
-  int least = 0, greatest = 0;
-  SYMCOMM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  for (auto& l : lanes_) SYMCOMM_CUDA_CHECK(cudaStreamCreateWithPriority(&l, cudaStreamNonBlocking, greatest));
-  for (auto& e : join_) SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  SYMCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&release_stream_, cudaStreamNonBlocking));
-  stage_bytes_ = kLanes * kStagePerLane;
-  SYMCOMM_CUDA_CHECK(cudaMalloc(&stage_, stage_bytes_));
-  ledger_add(device_, MemoryKind::kDevice, stage_bytes_);
-  thread_ = std::thread([this] { watchdog(); });
+  // A failure part-way frees what was made (no destructor runs for an object whose constructor threw).
+  try {
+    int least = 0, greatest = 0;
+    SYMCOMM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (auto& l : lanes_) SYMCOMM_CUDA_CHECK(cudaStreamCreateWithPriority(&l, cudaStreamNonBlocking, greatest));
+    for (auto& e : join_) SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    SYMCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    SYMCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&release_stream_, cudaStreamNonBlocking));
+    const size_t stage_bytes = kLanes * kStagePerLane;
+    SYMCOMM_CHECK(!debug_fault("ce_setup", ctx_.ranks.rank), kCuda,
+                  "rank {}: cannot allocate the copy engine's {}-byte staging buffer (SYMCOMM_DEBUG_FAULT)",
+                  ctx_.ranks.rank, stage_bytes);
+    SYMCOMM_CUDA_CHECK(cudaMalloc(&stage_, stage_bytes));
+    stage_bytes_ = stage_bytes;
+    ledger_add(device_, MemoryKind::kDevice, stage_bytes_);
+    thread_ = std::thread([this] { watchdog(); });
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
 CopyEngine::~CopyEngine() {
@@ -108,17 +127,34 @@ CopyEngine::~CopyEngine() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  release();
+}
+
+void CopyEngine::release() {
   for (auto& l : lanes_) {
+    if (l == nullptr) continue;
     cudaStreamSynchronize(l);
     cudaStreamDestroy(l);
+    l = nullptr;
   }
-  cudaStreamSynchronize(release_stream_);
-  cudaStreamDestroy(release_stream_);
-  for (auto& e : join_) cudaEventDestroy(e);
-  cudaEventDestroy(fork_);
-  cudaFree(stage_);
-  ledger_remove(device_, MemoryKind::kDevice, stage_bytes_);
+  if (release_stream_ != nullptr) {
+    cudaStreamSynchronize(release_stream_);
+    cudaStreamDestroy(release_stream_);
+    release_stream_ = nullptr;
+  }
+  for (auto& e : join_) {
+    if (e != nullptr) cudaEventDestroy(e);
+    e = nullptr;
+  }
+  if (fork_ != nullptr) cudaEventDestroy(fork_);
+  fork_ = nullptr;
+  if (stage_ != nullptr) {
+    cudaFree(stage_);
+    ledger_remove(device_, MemoryKind::kDevice, stage_bytes_);
+  }
+  stage_ = nullptr;
+  stage_bytes_ = 0;
 }
 
 void* CopyEngine::resolve(const CeRef& ref, const Request& r) {
@@ -147,6 +183,10 @@ void CopyEngine::barrier(cudaStream_t s, bool arrive, uint32_t header, bool begi
   }
   for (int p = 0; p < n; ++p) {
     if (p != me) ops_.push_back(wait_op(pads_[me] + slot + p, header));
+  }
+  // The op completes only if no peer has abandoned it (NOTE [copy-engine late peer]).
+  for (int p = 0; p < n && end; ++p) {
+    if (p != me) ops_.push_back(wait_top_bit_clear(pads_[me] + kAbandon + p));
   }
   // The op's end is visible before the reset: a watchdog reading that still sees the op in flight afterwards
   // was taken before the reset (NOTE [copy-engine early mismatch] in src/algos/ce_plan.cc).
@@ -316,7 +356,7 @@ uint64_t CopyEngine::classify(uint32_t header, bool timed_out) {
 }
 
 bool CopyEngine::read_pad(uint32_t* words) {
-  static_assert(kPadWords == 3 * kMax);
+  static_assert(kPadWords == 4 * kMax);
   if (cudaMemcpyAsync(words, pads_[ctx_.ranks.rank], kPadBytes, cudaMemcpyDeviceToHost, release_stream_) !=
           cudaSuccess ||
       cudaStreamSynchronize(release_stream_) != cudaSuccess) {
@@ -336,8 +376,10 @@ CeStall CopyEngine::early_reading(uint32_t header) {
     const device::HostControl* h = control_->host;
     if (h == nullptr || __atomic_load_n(&h->ce_active, __ATOMIC_ACQUIRE) != kMarked) return {};
   }
-  return definite_ce_mismatch(words + kArrive, words + kDepart, words + kGaveUp, ctx_.ranks.world_size, ctx_.ranks.rank,
-                              header);
+  const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
+  const CeStall proven = definite_ce_mismatch(words + kArrive, words + kDepart, words + kGaveUp, n, me, header);
+  if (proven.peer >= 0) return proven;
+  return abandoned_ce_op(words + kArrive, words + kDepart, words + kGaveUp, n, me, header);
 }
 
 void CopyEngine::fail_and_release(uint32_t header, bool timed_out, uint64_t known) {
@@ -361,15 +403,20 @@ void CopyEngine::fail_and_release(uint32_t header, bool timed_out, uint64_t know
   const int me = ctx_.ranks.rank, n = ctx_.ranks.world_size;
   std::vector<CUstreamBatchMemOpParams> ops;
   // The first time, tell the peers on which op this rank gives up, before its queued ops can write their
-  // arrivals there (NOTE [copy-engine stall]).
+  // arrivals there (NOTE [copy-engine stall]), and that no op of theirs may complete with this rank any more
+  // (NOTE [copy-engine late peer]). Both land before the releasing writes below, which the fences order.
   for (int p = 0; p < n && !gave_up_; ++p) {
-    if (p != me) ops.push_back(write_op(pads_[p] + kGaveUp + me, header));
+    if (p == me) continue;
+    ops.push_back(write_op(pads_[p] + kGaveUp + me, header));
+    ops.push_back(write_op(pads_[p] + kAbandon + me, kAbandoned));
   }
   gave_up_ = true;
+  // Release every wait of this rank's own op, the abandon words that peers which gave up wrote here included.
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     ops.push_back(write_op(pads_[me] + kArrive + p, header));
     ops.push_back(write_op(pads_[me] + kDepart + p, header));
+    ops.push_back(write_op(pads_[me] + kAbandon + p, 0));
   }
   try {
     batch(release_stream_, ops);

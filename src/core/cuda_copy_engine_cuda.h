@@ -23,9 +23,11 @@
 // dead peer (HostControl::dead_mask) while an operation is in flight, it records the error in
 // HostControl::error (read by the host like a kernel's error: kTimeout naming the missing rank, kMismatch
 // naming the rank with another header, kPeerDead, kAborted), writes its gave-up word into every peer's pad
-// (whom a peer names: NOTE [copy-engine stall] in src/algos/ce_plan.cc) and writes every wait's value into
-// this rank's own slots from an internal stream, so the stuck stream drains (with garbage data; the
-// communicator is failed) and the CUDA context stays usable.
+// (whom a peer names: NOTE [copy-engine stall] in src/algos/ce_plan.cc) and its abandon word, which stops
+// every peer's op from completing with this rank (NOTE [copy-engine late peer]), and writes every wait's value
+// into this rank's own slots from an internal stream, so the stuck stream drains (with garbage data; the
+// communicator is failed) and the CUDA context stays usable. From 20 ms on, a reading that shows a peer gave up
+// on this very op while no peer is missing reports it at once too (kAbandoned, as kTimeout naming that peer).
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -49,8 +51,9 @@ class CudaHeap;
 
 class CopyEngine {
  public:
-  /// uint32 words of one rank's copy-engine pad: arrive and depart slots and a gave-up word per source rank.
-  static constexpr size_t kPadWords = 3 * device::kMaxDeviceRanks;
+  /// uint32 words of one rank's copy-engine pad: arrive and depart slots, a gave-up word and an abandon word
+  /// (NOTE [copy-engine late peer] in src/algos/ce_plan.cc) per source rank.
+  static constexpr size_t kPadWords = 4 * device::kMaxDeviceRanks;
   static constexpr size_t kPadBytes = kPadWords * sizeof(uint32_t);
   /// Internal copy streams: reduce-scatter alternates chunks over all; all-gather gives the last one to the
   /// local copy of the own block.
@@ -71,7 +74,10 @@ class CopyEngine {
   void run(const Request& r, cudaStream_t stream);
 
  private:
+  /// Frees the streams, events and staging buffer made so far (the destructor's, and a failed constructor's).
+  void release();
   void* resolve(const CeRef& ref, const Request& r);
+
   /// One batch: arrive (with header check) or depart barrier; `begin`/`end` add the in-flight word's writes.
   void barrier(cudaStream_t s, bool arrive, uint32_t header, bool begin, bool end);
   void watchdog();
@@ -81,7 +87,8 @@ class CopyEngine {
   uint64_t classify(uint32_t header, bool timed_out);
   /// This rank's pad (slots and gave-up words) as the device sees it now; false if it cannot be read.
   bool read_pad(uint32_t* words);
-  /// A peer proven to run another op than the one in flight (NOTE [copy-engine early mismatch]), read now.
+  /// A peer proven to run another op than the one in flight (NOTE [copy-engine early mismatch]) or to have
+  /// abandoned it (NOTE [copy-engine late peer]), read now.
   CeStall early_reading(uint32_t header);
 
   CommContext& ctx_;

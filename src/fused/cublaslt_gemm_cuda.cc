@@ -27,6 +27,8 @@ namespace {
 //   the rest of the process (as PyTorch keeps cuBLAS's); nothing to do per GEMM. A destroyed stream keeps its
 //   entry (nothing tells symcomm); a new stream that gets the same handle uses it, which is safe because the
 //   driver frees a stream, handle included, only after its work has completed.
+//   cudaStreamPerThread is not one stream but one per thread under one handle, so it never gets one: GEMMs on
+//   it from two threads would otherwise share a workspace while they run at once.
 // - Eager, on any other stream: a stream-ordered pool of symcomm's own (one per device, made outside any
 //   capture), allocated right before the GEMM and freed right after, both on the GEMM's stream. The pool holds
 //   as many workspaces as GEMMs were in flight at once on different streams: a block freed on a stream is reused
@@ -166,7 +168,9 @@ void cublaslt_gemm(const Gemm& g, int device, cudaStream_t stream) {
   const bool capturing = stream_capturing(stream);
   void* own_ws = nullptr;
   auto& own = s.own[device];
-  if (!capturing) {  // a captured GEMM takes its workspace from the pool (NOTE [cuBLASLt workspace])
+  // A captured GEMM takes its workspace from the pool, and so does one on cudaStreamPerThread: that one handle
+  // names a different stream in every thread, which must not share a workspace (NOTE [cuBLASLt workspace]).
+  if (!capturing && stream != cudaStreamPerThread) {
     if (auto o = own.find(stream); o != own.end()) {
       own_ws = o->second;
     } else if (own.size() < kMaxStreamWorkspaces) {

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/debug_fault.h"
 #include "core/driver_api_cuda.h"
 #include "core/logging.h"
 #include "core/memory_ledger.h"
@@ -24,6 +25,12 @@ struct AllocMsg {
   uint64_t stride;
   uint64_t requested;
   uint64_t failed;  ///< nonzero: this rank could not make its part (no fd follows); NOTE [failed symmetric alloc]
+};
+
+/// The second message of every alloc: whether the sender mapped every part (NOTE [failed symmetric alloc]).
+struct MappedMsg {
+  uint64_t id;
+  uint64_t failed;
 };
 
 CUmemAllocationProp allocation_prop(int device) {
@@ -79,6 +86,10 @@ void CudaHeap::unmap(Mapping& m) {
 // peer's before it decides. So all ranks fail the same allocation, none waits out the deadline for an fd
 // that will not come, and the next allocation finds no stale message (the communicator stays usable). The
 // rank that failed throws its own error; the others throw one naming it (kCuda, ranks() = the failed ranks).
+// Importing or mapping a peer's part can fail too, after the first exchange (the driver, page tables under
+// memory pressure), on one rank only: so every rank then sends every peer a second message, whether it mapped
+// every part, receives all of the peers', and all ranks fail that allocation alike in the same way. The
+// second exchange costs one more round trip per alloc(), which runs at set-up, not per collective.
 // Out of memory is reported with the request, what the driver says is free, and what symcomm already holds.
 void* CudaHeap::alloc(size_t bytes) {
   SYMCOMM_CHECK_ARG(bytes > 0, "alloc(0)");
@@ -138,6 +149,7 @@ void* CudaHeap::alloc(size_t bytes) {
     std::vector<int> failed;
     std::string mismatch;
     int mismatched = -1;
+    std::exception_ptr map_error;  // importing or mapping a peer's part failed here
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       MeshMessage r = ctx_.mesh->receive(p, kTagCudaHeap, ctx_.deadline(), &ctx_.aborted);
@@ -159,12 +171,32 @@ void* CudaHeap::alloc(size_t bytes) {
         }
         continue;
       }
-      if (own_error || !failed.empty() || mismatched >= 0) continue;
-      SYMCOMM_CU_CHECK(d.mem_import(&m.handles[p], reinterpret_cast<void*>(static_cast<uintptr_t>(peer.fd)),
-                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-      ledger_add(device_, MemoryKind::kPeerMapped, stride);
-      SYMCOMM_CU_CHECK(d.mem_map(m.va + p * stride, stride, 0, m.handles[p], 0));
+      if (own_error || !failed.empty() || mismatched >= 0 || map_error) continue;
+      try {
+        SYMCOMM_CHECK(!debug_fault("heap_import", me), kCuda,
+                      "rank {}: cannot import rank {}'s part of symmetric alloc #{} (SYMCOMM_DEBUG_FAULT)", me, p, id);
+        SYMCOMM_CU_CHECK(d.mem_import(&m.handles[p], reinterpret_cast<void*>(static_cast<uintptr_t>(peer.fd)),
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        ledger_add(device_, MemoryKind::kPeerMapped, stride);
+        SYMCOMM_CU_CHECK(d.mem_map(m.va + p * stride, stride, 0, m.handles[p], 0));
+      } catch (...) {
+        map_error = std::current_exception();
+      }
     }
+    if (!own_error && failed.empty() && mismatched < 0 && !map_error) {
+      try {
+        CUmemAccessDesc access;
+        std::memset(&access, 0, sizeof(access));
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = device_;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        SYMCOMM_CU_CHECK(d.mem_set_access(m.va, stride * n, &access, 1));
+      } catch (...) {
+        map_error = std::current_exception();
+      }
+    }
+    // The second exchange: whether each rank mapped every part (NOTE [failed symmetric alloc]).
+    const std::vector<int> unmapped = exchange_mapped(id, map_error != nullptr);
     if (own_error) std::rethrow_exception(own_error);
     if (mismatched >= 0) throw Error(ErrorCode::kMismatch, mismatch, __FILE__, __LINE__, {mismatched});
     if (!failed.empty()) {
@@ -174,12 +206,14 @@ void* CudaHeap::alloc(size_t bytes) {
                               me, id, bytes, fmt::join(failed, ", ")),
                   __FILE__, __LINE__, failed);
     }
-    CUmemAccessDesc access;
-    std::memset(&access, 0, sizeof(access));
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    SYMCOMM_CU_CHECK(d.mem_set_access(m.va, stride * n, &access, 1));
+    if (map_error) std::rethrow_exception(map_error);
+    if (!unmapped.empty()) {
+      throw Error(ErrorCode::kCuda,
+                  fmt::format("rank {}: symmetric alloc #{} of {} bytes failed: rank(s) {} could not map the peers' "
+                              "parts (see their errors)",
+                              me, id, bytes, fmt::join(unmapped, ", ")),
+                  __FILE__, __LINE__, unmapped);
+    }
   } catch (...) {
     unmap(m);
     throw;
@@ -189,6 +223,31 @@ void* CudaHeap::alloc(size_t bytes) {
   live_.emplace(reinterpret_cast<uintptr_t>(base), std::move(m));
   SYMCOMM_LOG_DEBUG("cuda heap: alloc #{} {} bytes at {} (stride {})", id, bytes, static_cast<void*>(base), stride);
   return base;
+}
+
+std::vector<int> CudaHeap::exchange_mapped(uint64_t id, bool failed_here) {
+  const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
+  const MappedMsg msg{id, failed_here ? 1u : 0u};
+  std::vector<uint8_t> payload(sizeof(msg));
+  std::memcpy(payload.data(), &msg, sizeof(msg));
+  for (int p = 0; p < n; ++p) {
+    if (p != me) ctx_.mesh->send(p, kTagCudaHeap, payload);
+  }
+  std::vector<int> failed;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    MeshMessage r = ctx_.mesh->receive(p, kTagCudaHeap, ctx_.deadline(), &ctx_.aborted);
+    for (int fd : r.fds) ::close(fd);
+    MappedMsg pm{};
+    SYMCOMM_CHECK(r.payload.size() == sizeof(pm), kInternal,
+                  "rank {}: symmetric alloc #{}: rank {} sent a {}-byte message where its mapping result belongs", me,
+                  id, p, r.payload.size());
+    std::memcpy(&pm, r.payload.data(), sizeof(pm));
+    SYMCOMM_CHECK(pm.id == id, kInternal, "rank {}: symmetric alloc #{}: rank {} reported on alloc #{}", me, id, p,
+                  pm.id);
+    if (pm.failed) failed.push_back(p);
+  }
+  return failed;
 }
 
 void CudaHeap::free(void* ptr) {

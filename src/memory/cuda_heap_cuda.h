@@ -50,6 +50,9 @@ class CudaHeap {
     std::vector<CUmemGenericAllocationHandle> handles;  ///< one per rank (own + imported)
   };
   void unmap(Mapping& m);
+  /// alloc()'s second exchange: sends whether this rank mapped every part of alloc `id`, returns the peers that
+  /// did not (NOTE [failed symmetric alloc]).
+  std::vector<int> exchange_mapped(uint64_t id, bool failed_here);
 
   CommContext& ctx_;
   int device_;

@@ -492,6 +492,88 @@ void run_skipped_copy_engine_case(RankEnv& env) {
   cudaStreamDestroy(s);
 }
 
+// A copy-engine call that rank 1 issues only after every other rank's deadline for it has passed (NOTE
+// [copy-engine late peer] in src/algos/ce_plan.cc). The others time out naming rank 1; their watchdogs released
+// their barriers, whose writes sit in rank 1's slots, and they move on (they overwrite their inputs). Rank 1's
+// call must then fail, naming a rank that gave up, well before its own deadline, and not complete by reading
+// moved-on buffers. Eagerly and as the replay of a graph captured once and replayed once matched before.
+void run_late_copy_engine_case(RankEnv& env, bool graph) {
+  auto comm = env.make_comm(cuda_comm_options());
+  const int me = comm->rank(), world = comm->world_size();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  {
+    const Path ag{.name = "ag", .kind = Collective::kAllGather, .count = 256 * kKB, .algo = Algorithm::kCopyEngine};
+    Calls calls(*comm, ag, s);
+    ASSERT_TRUE(calls.allocated());
+    ASSERT_NO_FATAL_FAILURE(run_matched(*comm, s, {&calls}));
+    if (graph) {
+      cudaGraph_t g = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+      calls.issue(true);
+      ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+      cudaGraphDestroy(g);
+      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      comm->check();
+      calls.prepare();
+    }
+    const auto call = [&]() -> std::shared_ptr<Work> {
+      if (!graph) return calls.issue(false);
+      EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      return nullptr;
+    };
+    testing::store_barrier(*env.store, "late_ce/armed", world);
+    if (me != 1) {
+      fail_and_check(*comm, calls, Fault::kMissing, s, call);
+      calls.prepare();  // moved on: the input holds other data now
+      env.store->set(fmt::format("late_ce/moved_on/{}", me), "1");
+    } else {
+      for (int r = 0; r < world; ++r) {
+        if (r != 1) env.store->get(fmt::format("late_ce/moved_on/{}", r));
+      }
+      const auto t0 = Clock::now();
+      std::optional<Error> err;
+      try {
+        if (auto w = call()) w->wait();
+        EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        comm->check();
+      } catch (const Error& e) {
+        err = e;
+      }
+      const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
+      ASSERT_TRUE(err.has_value()) << "the late call completed although every peer had given up on it";
+      SCOPED_TRACE(fmt::format("rank {} after {:.3f} s: {}", me, took, err->what()));
+      EXPECT_EQ(err->code(), ErrorCode::kTimeout);
+      const std::vector<int> named = err->ranks();
+      EXPECT_TRUE(named.size() == 1 && named[0] != 1) << "names a rank that gave up";
+      const double limit = std::chrono::duration<double>(comm->config().timeout).count();
+      EXPECT_LT(took, 0.8 * limit) << "nothing can end the wait: it is reported before the deadline";
+      EXPECT_THROW(comm->check(), Error) << "the error is not sticky";
+      EXPECT_TRUE(calls.guards_intact()) << "bytes around the output were written";
+      expect_gpu_usable();
+    }
+    wait_until_checked(env, "late_ce", [](int) { return true; });
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(s);
+}
+
+TEST(GpuCopyEngineFaults, CallAfterThePeersGaveUpFailsInsteadOfReadingMovedOnBuffers) {
+  const int world = testing::gpu_test_world();
+  testing::expect_success(
+      world, [](RankEnv& env) { run_late_copy_engine_case(env, false); }, fault_options(Fault::kMissing, world));
+}
+
+TEST(GpuCopyEngineFaults, ReplayAfterThePeersGaveUpFailsInsteadOfReadingMovedOnBuffers) {
+  const int world = testing::gpu_test_world();
+  testing::expect_success(
+      world, [](RankEnv& env) { run_late_copy_engine_case(env, true); }, fault_options(Fault::kMissing, world));
+}
+
 TEST(GpuCopyEngineFaults, SkippedCallIsNotCompletedByRanksThatWentOn) {
   const int world = testing::gpu_test_world();
   testing::expect_success(world, run_skipped_copy_engine_case, fault_options(Fault::kMissing, world));

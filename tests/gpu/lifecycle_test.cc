@@ -468,6 +468,109 @@ TEST(GpuMemoryUse, DifferentHeapSizesAreAMismatchAtCreation) {
   });
 }
 
+/// The code and named ranks of `e`, checked against a failure that rank `failing` had on its own: that rank
+/// throws its own error (`own` in its message), the others one naming it (`theirs` in theirs).
+void expect_failure_on_every_rank(const Error& e, int me, int failing, const std::string& own,
+                                  const std::string& theirs) {
+  const std::string msg = e.what();
+  EXPECT_EQ(e.code(), ErrorCode::kCuda) << msg;
+  if (me == failing) {
+    EXPECT_NE(msg.find(own), std::string::npos) << msg;
+  } else {
+    EXPECT_EQ(e.ranks(), std::vector<int>{failing}) << msg;
+    EXPECT_NE(msg.find(theirs), std::string::npos) << msg;
+  }
+}
+
+// A rank that cannot set up its copy engine at creation (its staging buffer: out of device memory, injected
+// with SYMCOMM_DEBUG_FAULT=ce_setup@1) fails the creation on every rank, the others naming it, and leaks
+// nothing; the next communicator (no fault) runs an exact copy-engine all-gather. Before, the set-up came after
+// the creation's last exchange: rank 1 failed alone, the others made a communicator that waited for it.
+TEST(GpuMemoryUse, CopyEngineSetUpFailingOnOneRankFailsTheCreationOnEveryRank) {
+  const int world = testing::gpu_test_world();
+  if (world < 2) GTEST_SKIP() << "needs 2 ranks";
+  testing::expect_success(world, [world](RankEnv& env) {
+    const int device = rank_device(env.info.local_rank);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+    const CudaMemoryUse before = cuda_memory_use(device);
+    CommOptions o = cuda_comm_options_without_nccl(env.config);
+    o.name = "ce-setup-fails";
+    ::setenv("SYMCOMM_DEBUG_FAULT", "ce_setup@1", 1);
+    try {
+      env.make_comm(o);
+      ADD_FAILURE() << "the communicator was made although rank 1's copy engine could not be set up";
+    } catch (const Error& e) {
+      expect_failure_on_every_rank(e, env.info.rank, 1, "staging buffer", "could not set up their copy engine");
+    }
+    ::unsetenv("SYMCOMM_DEBUG_FAULT");
+    EXPECT_EQ(cuda_memory_use(device), before) << "the failed creation left memory behind";
+    o.name = "ce-setup-works";
+    auto comm = env.make_comm(o);
+    const int me = comm->rank();
+    constexpr size_t kCount = 1 << 18;
+    std::vector<int32_t> host(kCount * world);
+    for (size_t j = 0; j < kCount; ++j) host[j] = static_cast<int32_t>(j * 7 + me);
+    int32_t *in = nullptr, *out = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&in), kCount * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), kCount * world * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(in, host.data(), kCount * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(out, 0xab, kCount * world * 4), cudaSuccess);
+    comm->all_gather(in, out, kCount, DataType::kInt32, {.algorithm = Algorithm::kCopyEngine});
+    ASSERT_EQ(cudaMemcpy(host.data(), out, kCount * world * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    comm->check();
+    size_t wrong = 0;
+    for (int r = 0; r < world; ++r) {
+      for (size_t j = 0; j < kCount; ++j) wrong += host[r * kCount + j] != static_cast<int32_t>(j * 7 + r);
+    }
+    EXPECT_EQ(wrong, 0u);
+    cudaFree(in);
+    cudaFree(out);
+  });
+}
+
+// A symmetric alloc whose import of a peer's part fails on one rank (the driver refusing the handle, injected
+// with SYMCOMM_DEBUG_FAULT=heap_import@1) after the exchange fails on every rank, the others naming it, leaves
+// nothing allocated, and the next alloc() pairs the right parts: an exact all-reduce in it. Before, rank 1
+// failed alone (the others returned the allocation) and left its peers' messages unread.
+TEST(GpuMemoryUse, SymmetricAllocFailingToMapOnOneRankFailsOnEveryRank) {
+  const int world = testing::gpu_test_world();
+  if (world < 2) GTEST_SKIP() << "needs 2 ranks";
+  testing::expect_success(world, [world](RankEnv& env) {
+    const int device = rank_device(env.info.local_rank);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    auto comm = env.make_comm(cuda_comm_options_without_nccl(env.config));
+    const int me = comm->rank();
+    const CudaMemoryUse before = cuda_memory_use(device);
+    ::setenv("SYMCOMM_DEBUG_FAULT", "heap_import@1", 1);
+    void* p = nullptr;
+    try {
+      p = comm->alloc(size_t{4} << 20);
+      ADD_FAILURE() << "the alloc succeeded on rank " << me << " although rank 1 could not map it";
+    } catch (const Error& e) {
+      expect_failure_on_every_rank(e, me, 1, "cannot import rank", "could not map the peers' parts");
+    }
+    ::unsetenv("SYMCOMM_DEBUG_FAULT");
+    if (p) comm->free(p);
+    EXPECT_EQ(cuda_memory_use(device), before) << "the failed alloc left memory behind";
+    auto* buf = static_cast<int32_t*>(comm->alloc(size_t{4} << 20));
+    constexpr size_t kCount = 1 << 20;
+    std::vector<int32_t> host(kCount);
+    for (size_t j = 0; j < kCount; ++j) host[j] = static_cast<int32_t>(j % 1000) * (me + 1);
+    ASSERT_EQ(cudaMemcpy(buf, host.data(), kCount * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    comm->all_reduce(buf, buf, kCount, DataType::kInt32, ReduceOp::kSum);
+    ASSERT_EQ(cudaMemcpy(host.data(), buf, kCount * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    comm->check();
+    size_t wrong = 0;
+    for (size_t j = 0; j < kCount; ++j) {
+      wrong += host[j] != static_cast<int32_t>(j % 1000) * (world * (world + 1) / 2);
+    }
+    EXPECT_EQ(wrong, 0u);
+    comm->free(buf);
+    EXPECT_EQ(cuda_memory_use(device), before);
+  });
+}
+
 /// all_reduce with algorithm `algo` on `s` (non-default stream), expected to throw Error(code); returns its
 /// message.
 std::string all_reduce_error(Communicator& comm, int32_t* dev, cudaStream_t s, Algorithm algo, ErrorCode code) {

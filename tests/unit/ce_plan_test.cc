@@ -480,6 +480,33 @@ TEST(CePlan, EarlyMismatchOnlyOnProof) {
   }
 }
 
+// NOTE [copy-engine late peer]: a peer that gave up on this very op is named before the deadline only when no
+// peer is missing from the op; otherwise the fellow waiters wait for their deadline and name the missing one.
+TEST(CePlan, AbandonedOpNamesThePeerThatGaveUpOnlyWhenNoOneIsMissing) {
+  constexpr uint32_t h = 77;
+  struct Row {
+    const char* what;
+    uint32_t arrive[4], depart[4], gave_up[4];
+    int peer;  ///< -1: no one
+  };
+  const Row rows[] = {
+      {"no one gave up", {0, h, h, h}, {}, {}, -1},
+      {"a late rank: every peer departed, peer 2 gave up on this op", {0, 0, 0, 0}, {0, h, h, h}, {0, 0, h, 0}, 2},
+      {"a late rank whose peer 1 gave up and went on", {0, 91, 0, 0}, {0, h, h, h}, {0, h, 0, 0}, 1},
+      {"peer 3 arrived, peer 1 gave up with no trace", {0, 0, h, h}, {}, {0, h, 0, 0}, 1},
+      {"the first peer that gave up is named", {0, h, h, h}, {}, {0, 0, h, h}, 2},
+      {"a missing peer leaves it to the deadline", {0, h, 0, h}, {}, {0, h, 0, 0}, -1},
+      {"a fellow waiter gave up on this op, peers 2 and 3 missing", {0, 91, 0, 0}, {}, {0, h, 0, 0}, -1},
+      {"a peer that gave up on another op is not this op's quitter", {0, h, h, h}, {}, {0, 91, 0, 0}, -1},
+      {"this rank's own words are ignored", {91, h, h, h}, {0, 0, 0, 0}, {h, 0, 0, 0}, -1},
+  };
+  for (const Row& r : rows) {
+    const CeStall s = abandoned_ce_op(r.arrive, r.depart, r.gave_up, 4, 0, h);
+    EXPECT_EQ(s.peer, r.peer) << r.what;
+    EXPECT_EQ(s.kind, r.peer >= 0 ? CeStall::kAbandoned : CeStall::kUnknown) << r.what;
+  }
+}
+
 TEST(CePlan, RejectsWhatItCannotRun) {
   CePlanInput in;
   in.world_size = 2;

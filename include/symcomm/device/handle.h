@@ -27,7 +27,16 @@ inline constexpr size_t kPadBytes =
     kSignalSlots * sizeof(uint32_t) + (kHeaderSlots + kAnnounceSlots) * sizeof(uint64_t);
 
 /// Why a kernel gave up (written to DeviceState::error and HostControl::error).
-enum class DeviceError : uint32_t { kNone = 0, kTimeout = 1, kAborted = 2, kPeerDead = 3, kMismatch = 4 };
+/// kAbandoned: a copy-engine op that a peer gave up on before this rank completed it (NOTE [copy-engine late
+/// peer] in src/algos/ce_plan.cc); reported as ErrorCode::kTimeout naming that peer.
+enum class DeviceError : uint32_t {
+  kNone = 0,
+  kTimeout = 1,
+  kAborted = 2,
+  kPeerDead = 3,
+  kMismatch = 4,
+  kAbandoned = 5
+};
 
 /// Packs an error: code in bits 56..63, peer rank in 48..55 (0xff: none), sequence number in 0..31.
 __host__ __device__ constexpr uint64_t pack_error(DeviceError code, int peer, uint32_t seq) {
