@@ -9,8 +9,10 @@
 //   SYMCOMM_TOKEN (32 random hex digits, shared by the ranks of this job) and NCCL_NVLS_ENABLE=0,
 //   TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 (NVLink multicast stays off). Stdin is
 //   /dev/null: ranks run in their own process groups, where reading the terminal would stop them.
-// - Every rank is the leader of its own process group so that the rank and everything it started can be
-//   signalled together.
+// - Every rank runs under a guardian process (NOTE [launcher death]) that leads the rank's own process group, so
+//   that the rank and everything it started can be signalled together, and that kills that group if the
+//   launcher dies without being able to (SIGKILL). The launcher knows each rank by its guardian's pid, which is
+//   also the group's id; the guardian exits as the rank did (the same code, or killed by the same signal).
 // - stdout/stderr of each rank go through pipes; each line is written to the launcher's stdout/stderr as
 //   "[rank K] line" (a partial last line is completed at EOF). --no-prefix lets ranks write to the
 //   launcher's stdout/stderr directly.
@@ -24,6 +26,38 @@
 //   follows after kGracePeriod); the launcher then exits with 128 + that signal unless a rank failed first.
 // - The launcher reaps every rank before it exits; output still held open by background processes of the
 //   ranks is read for at most kDrainTime after the last rank exited.
+//
+// NOTE [launcher death]
+// A launcher killed by SIGKILL can tell no one. PR_SET_PDEATHSIG on each rank killed the rank's own process
+// only: what it had started (a shell script's python, `sleep 1000 &`) was orphaned and outlived the job. So
+// the launcher forks a guardian per rank, and the guardian forks and execs the rank:
+//   launcher ── guardian (leads the rank's process group, never execs) ── rank ── what the rank starts
+// - The guardian learns of the launcher's death from the lifeline: a pipe whose write end only the launcher
+//   holds (the guardians close their copies first thing; the ranks never get it: O_CLOEXEC). The launcher
+//   never writes to it, so POLLHUP on the read end means the launcher is gone, however it died, even before
+//   the guardian started (PR_SET_PDEATHSIG would need a getppid() check for that race, and fires when the
+//   parent *thread* ends).
+// - Then the guardian sends SIGKILL to the rank and to its own process group (itself included). SIGKILL
+//   directly, not SIGTERM and a grace period: whoever killed the launcher with SIGKILL chose a hard stop
+//   (often after a SIGTERM, which the launcher has already forwarded to the groups and which gave the ranks
+//   their chance to clean up), nobody reads the ranks' output any more, and a rank ignoring SIGTERM would
+//   outlive the job by the grace period. The rank's own process got SIGKILL before this change too.
+// - Signals from the launcher go to the group, so they reach the guardian as well: it keeps SIGINT, SIGTERM
+//   and SIGHUP blocked (inherited from the launcher) and so ignores them; SIGKILL (the grace period's end)
+//   kills it with the rank, as it should. A signal that reached the group after the guardian created it but
+//   before it forked the rank is pending in the guardian only: the rank waits on a pipe until the guardian
+//   has passed such signals on (to the rank, which still blocks them, so one sent to both arrives once).
+// - The guardian waits for the rank (SIGCHLD through a signalfd), exits with its code, or re-raises the
+//   signal that killed it (no core dump of the guardian), so the launcher's exit codes stay 128 + signal.
+// - Descriptors: the guardian closes what the launcher opened (signalfd, lifeline write end, other ranks'
+//   pipes) and, once the rank is forked, its own copies of the rank's output pipes, so that EOF on the rank's
+//   output comes when the rank (and what it started) closes them; the rank gets stdin, stdout and stderr and
+//   whatever the launcher itself inherited, as before.
+// - Limits: processes that leave the rank's process group (setsid, setpgid) escape as they did before; a
+//   guardian killed by SIGKILL at the same time as the launcher leaves the rank's children behind (the rank
+//   itself still has PR_SET_PDEATHSIG). A guardian killed alone is a failed rank to the launcher, which then
+//   kills that rank's group. Guardians are named symcomm-guard (ps, `killall symcomm-run`), but share the
+//   launcher's command line (`pkill -f`). Only a cgroup would hold every descendant for sure.
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -31,6 +65,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -142,6 +177,8 @@ class Launcher {
  private:
   std::vector<std::string> environment(int rank, int port, const std::string& token) const;
   void spawn(int rank, const std::vector<std::string>& env);
+  [[noreturn]] void guard(char* const* argv, char* const* envp, int out, int err) const;
+  [[noreturn]] void exec_rank(char* const* argv, char* const* envp, int out, int err, int go, pid_t guardian) const;
   void on_signal();
   void reap();
   bool read_stream(int rank, Stream& s);
@@ -155,6 +192,7 @@ class Launcher {
   std::vector<Rank> ranks_;
   sigset_t old_mask_{};
   int signal_fd_ = -1;
+  int lifeline_[2] = {-1, -1};  // NOTE [launcher death]: the write end stays open until the launcher exits
   bool terminating_ = false;
   std::optional<int> failure_;  // wait status of the first failed rank
   int forwarded_signal_ = 0;
@@ -194,29 +232,20 @@ void Launcher::spawn(int rank, const std::vector<std::string>& env) {
   for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   argv.push_back(nullptr);
   envp.push_back(nullptr);
-  pid_t launcher = ::getpid();
+  // Descriptors of the launcher that the guardian closes (NOTE [launcher death]).
+  std::vector<int> launcher_fds = {signal_fd_, lifeline_[1], out[0], err[0]};
+  for (const Rank& r : ranks_) {
+    for (const Stream* s : {&r.out, &r.err}) launcher_fds.push_back(s->fd);
+  }
   pid_t pid = ::fork();
   if (pid < 0) die("fork");
   if (pid == 0) {
-    // Child. A rank must not outlive a launcher killed by SIGKILL (its process group would be orphaned).
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != launcher) ::_exit(127);
-    ::setpgid(0, 0);
-    ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    int null_fd = ::open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
-    if (null_fd > STDIN_FILENO) ::close(null_fd);  // every rank inherited it as an extra descriptor
-    if (!o_.no_prefix) {
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(err[1], STDERR_FILENO);
+    for (int fd : launcher_fds) {
+      if (fd >= 0) ::close(fd);
     }
-    ::execvpe(argv[0], argv.data(), envp.data());
-    // The launcher is single-threaded, so formatting after fork is safe.
-    write_all(STDERR_FILENO, fmt::format("symcomm-run: cannot execute {}: {}\n", argv[0], std::strerror(errno)));
-    ::_exit(127);
+    guard(argv.data(), envp.data(), out[1], err[1]);
   }
-  ::setpgid(pid, pid);  // also here, so that the group exists before the child gets to run
+  ::setpgid(pid, pid);  // also here, so that the group exists before the guardian gets to run
   Rank& r = ranks_[static_cast<size_t>(rank)];
   r.pid = pid;
   r.running = true;
@@ -228,6 +257,94 @@ void Launcher::spawn(int rank, const std::vector<std::string>& env) {
     r.out = {out[0], STDOUT_FILENO, {}};
     r.err = {err[0], STDERR_FILENO, {}};
   }
+}
+
+// The launcher is single-threaded, so formatting after fork is safe.
+[[noreturn]] void guardian_failed(const char* what) {
+  write_all(STDERR_FILENO, fmt::format("symcomm-run: rank guardian: {}: {}\n", what, std::strerror(errno)));
+  ::kill(0, SIGKILL);  // the rank's process group, the guardian included; the launcher sees a failed rank
+  ::_exit(127);
+}
+
+// The guardian of one rank (NOTE [launcher death]), in the child of fork(): makes the rank's process group,
+// forks and execs the rank in it, kills the group if the launcher dies, and exits as the rank did. SIGINT,
+// SIGTERM, SIGHUP and SIGCHLD stay blocked, as fork left them.
+void Launcher::guard(char* const* argv, char* const* envp, int out, int err) const {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_NAME, "symcomm-guard");
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  int child_fd = ::signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (child_fd < 0) guardian_failed("signalfd");
+  int go[2] = {-1, -1};
+  if (::pipe2(go, O_CLOEXEC) != 0) guardian_failed("pipe2");
+  pid_t guardian = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) guardian_failed("fork");
+  if (pid == 0) {
+    ::close(go[1]);
+    exec_rank(argv, envp, out, err, go[0], guardian);
+  }
+  ::close(go[0]);
+  sigset_t pending;
+  ::sigpending(&pending);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    if (sigismember(&pending, sig)) ::kill(pid, sig);  // sent to the group before the rank was in it
+  }
+  ::close(go[1]);
+  if (out >= 0) ::close(out);
+  if (err >= 0) ::close(err);
+
+  pollfd fds[2] = {{lifeline_[0], POLLIN, 0}, {child_fd, POLLIN, 0}};
+  int status = 0;
+  for (pid_t done; (done = ::waitpid(pid, &status, WNOHANG)) != pid;) {
+    if (done < 0 && errno != EINTR) guardian_failed("waitpid");
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) guardian_failed("poll");
+    if (fds[0].revents != 0) {  // the launcher is gone
+      ::kill(pid, SIGKILL);     // in case the rank left the group
+      ::kill(0, SIGKILL);
+    }
+    signalfd_siginfo info{};
+    while (::read(child_fd, &info, sizeof(info)) == sizeof(info)) {
+    }
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);  // the rank dumped its core if it was to
+    ::signal(sig, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    ::raise(sig);
+    ::_exit(128 + sig);  // not reached: the rank was killed by it, so its default action kills
+  }
+  ::_exit(WEXITSTATUS(status));
+}
+
+// The rank, in the guardian's child: waits until the guardian has passed on early signals (EOF on go), then
+// restores what the launcher changed and execs the command.
+void Launcher::exec_rank(char* const* argv, char* const* envp, int out, int err, int go, pid_t guardian) const {
+  char byte;
+  while (::read(go, &byte, 1) < 0 && errno == EINTR) {
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a guardian killed with the launcher takes at least the rank with it
+  if (::getppid() != guardian) ::_exit(127);
+  ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+  int null_fd = ::open("/dev/null", O_RDONLY);
+  if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+  if (null_fd > STDIN_FILENO) ::close(null_fd);  // every rank inherited it as an extra descriptor
+  if (out >= 0) {
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+  }
+  ::execvpe(argv[0], argv, envp);
+  // The launcher is single-threaded, so formatting after fork is safe.
+  write_all(STDERR_FILENO, fmt::format("symcomm-run: cannot execute {}: {}\n", argv[0], std::strerror(errno)));
+  ::_exit(127);
 }
 
 void Launcher::emit(int rank, Stream& s, std::string_view chunk, bool eof) {
@@ -353,6 +470,8 @@ int Launcher::run() {
   if (signal_fd_ < 0) die("signalfd");
   ::signal(SIGPIPE, SIG_IGN);
 
+  if (::pipe2(lifeline_, O_CLOEXEC) != 0) die("pipe2");  // NOTE [launcher death]
+
   int port = o_.master_port != 0 ? o_.master_port : free_loopback_port();
   std::string token = random_token();
   try {
@@ -364,6 +483,8 @@ int Launcher::run() {
     }
     throw;
   }
+  ::close(lifeline_[0]);  // the guardians have theirs
+  lifeline_[0] = -1;
   if (o_.timeout_s > 0) {
     timeout_at_ =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
