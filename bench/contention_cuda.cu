@@ -11,6 +11,8 @@
 //     consecutive collective events that both fall inside the GEMM window.
 // Alone times come from the same loops without the other stream; the GEMMs alone run again right before each
 // overlapped batch and the slowdown is the median of per-batch ratios. Reported: medians over --batches.
+// Every collective (not the probes) is then run once more on known inputs beside the GEMMs and its output
+// checked (the "wrong" column, every rank's count summed; -1 for the probes); the timed runs use zeroed inputs.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -42,6 +44,9 @@ struct ContImpl {
   std::string name;
   std::function<void(Collective, size_t, cudaStream_t)> op;
   std::function<std::string()> algo;
+  /// The input and output `op` uses for (collective, count), for its verification; unset for the probes, which
+  /// are no collective (their rows' wrong count is -1, unverified).
+  std::function<std::pair<const void*, void*>(Collective, size_t)> buffers;
 };
 
 class ContentionBench {
@@ -71,6 +76,8 @@ class ContentionBench {
     bool covered = true;       ///< the collectives outlasted the GEMMs in every batch
   };
   Overlap overlapped(ContImpl& impl, Collective c, size_t count, int k);
+  /// One op of `impl` on known inputs while the GEMMs run beside it, checked (verify_collective); -1 for a probe.
+  long long verify_beside_gemms(ContImpl& impl, Collective c, size_t count);
 
   Communicator& comm_;
   const BenchOptions& o_;
@@ -203,6 +210,19 @@ ContentionBench::Overlap ContentionBench::overlapped(ContImpl& impl, Collective 
           .covered = covered};
 }
 
+long long ContentionBench::verify_beside_gemms(ContImpl& impl, Collective c, size_t count) {
+  if (!impl.buffers) return -1;
+  const auto [in, out] = impl.buffers(c, count);
+  comm_.barrier({.stream = sc_});
+  BENCH_CUDA(cudaStreamSynchronize(sc_));
+  const auto gemms = [this] {
+    for (int i = 0; i < kGemms; ++i) gemm_->run(sg_);
+  };
+  const long long wrong = verify_collective(impl.op, c, count, in, out, o_.dtype, o_.op, me_, n_, sc_, false, gemms);
+  BENCH_CUDA(cudaStreamSynchronize(sg_));
+  return wrong;
+}
+
 long long ContentionBench::run() {
   BENCH_CUDA(cudaSetDevice(comm_.device()));
   BENCH_CUDA(cudaStreamCreateWithFlags(&sg_, cudaStreamNonBlocking));
@@ -210,7 +230,9 @@ long long ContentionBench::run() {
   BENCH_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&flag_), sizeof(int), cudaHostAllocMapped));
   BENCH_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_dev_), flag_, 0));
   *flag_ = 1;
-  ncclComm_t nccl = make_nccl_comm(comm_);
+  // Ranks sharing one GPU (SYMCOMM_SHARED_GPU=1): NCCL refuses two ranks on one device, so its rows are left out.
+  const bool with_nccl = !comm_.config().shared_gpu || n_ == 1;
+  ncclComm_t nccl = with_nccl ? make_nccl_comm(comm_) : nullptr;
   BenchGemm gemm(kGemmN);
   gemm_ = &gemm;
   for (int i = 0; i < 5; ++i) gemm.run(sg_);
@@ -253,15 +275,25 @@ long long ContentionBench::run() {
     auto [i, o] = in_place(c, c == Collective::kReduceScatter ? in : out, count);
     nccl_collective(nccl, c, i, o, count, dt, rop, st);
   };
+  // What each real collective reads and writes (its verification), out of place and in place.
+  const auto apart = [](const void* i, void* o) {
+    return [i, o](Collective, size_t) { return std::pair<const void*, void*>{i, o}; };
+  };
+  const auto within = [in_place](void* in_base, void* out_base) {
+    return [in_place, in_base, out_base](Collective c, size_t count) {
+      auto [i, o] = in_place(c, c == Collective::kReduceScatter ? in_base : out_base, count);
+      return std::pair<const void*, void*>{i, o};
+    };
+  };
   std::vector<ContImpl> impls;
-  impls.push_back(
-      {"symcomm_low", symcomm_op(Contention::kLow), [this] { return std::string(to_string(comm_.last_algorithm())); }});
-  impls.push_back(
-      {"symcomm_low_inplace", symcomm_ip, [this] { return std::string(to_string(comm_.last_algorithm())); }});
-  impls.push_back({"nccl_inplace", nccl_ip, [] { return std::string("nccl"); }});
+  impls.push_back({"symcomm_low", symcomm_op(Contention::kLow),
+                   [this] { return std::string(to_string(comm_.last_algorithm())); }, apart(sym_in, sym_out)});
+  impls.push_back({"symcomm_low_inplace", symcomm_ip, [this] { return std::string(to_string(comm_.last_algorithm())); },
+                   within(sym_in, sym_out)});
+  impls.push_back({"nccl_inplace", nccl_ip, [] { return std::string("nccl"); }, within(in, out)});
   impls.push_back({"symcomm_throughput", symcomm_op(Contention::kThroughput),
-                   [this] { return std::string(to_string(comm_.last_algorithm())); }});
-  impls.push_back({"nccl", nccl_fn, [] { return std::string("nccl"); }});
+                   [this] { return std::string(to_string(comm_.last_algorithm())); }, apart(sym_in, sym_out)});
+  impls.push_back({"nccl", nccl_fn, [] { return std::string("nccl"); }, apart(in, out)});
   // Probe: the copy-engine protocol with a tiny payload (stream memory operations and one small copy from
   // the peer, in place): what the synchronisation alone costs and whether it waits for the GEMM.
   impls.push_back({"symcomm_low_tiny",
@@ -288,6 +320,10 @@ long long ContentionBench::run() {
                    },
                    [] { return std::string("memcpy"); }});
 
+  if (!with_nccl) {
+    std::erase_if(impls, [](const ContImpl& i) { return i.name.rfind("nccl", 0) == 0; });
+    if (me_ == 0) std::printf("# NCCL not measured: the ranks share a GPU (SYMCOMM_SHARED_GPU=1)\n");
+  }
   // SYMCOMM_BENCH_IMPLS=a,b keeps only those implementations (quick probes on a short device budget).
   if (const char* only = std::getenv("SYMCOMM_BENCH_IMPLS"); only != nullptr && *only != '\0') {
     const std::string keep = std::string(",") + only + ",";
@@ -299,6 +335,7 @@ long long ContentionBench::run() {
                 "gemm_us", "gemm_ov", "slow_%", "coll_us", "coll_ov", "ratio", "busbw", "inside/k");
   }
   std::vector<Collective> colls = o_.collectives;
+  long long wrong_total = 0;
   for (Collective c : colls) {
     for (size_t bytes : sizes) {
       const size_t es = dtype_size(dt);
@@ -311,6 +348,14 @@ long long ContentionBench::run() {
         const std::string algo = impl.algo();
         const int k = agree_max(static_cast<int>(std::ceil(1.5 * kGemms * g_alone / std::max(alone, 1.0))) + 2);
         const Overlap ov = overlapped(impl, c, count, std::min(k, kMaxOverlapOps));
+        // Then checked, beside the GEMMs as it was timed, and the inputs zeroed again for the next rows (an in-place
+        // reduce-scatter sums into its input).
+        const long long wrong = o_.check ? verify_beside_gemms(impl, c, count) : -1;
+        wrong_total += std::max<long long>(wrong, 0);
+        BENCH_CUDA(cudaMemset(in, 0, max_bytes));
+        BENCH_CUDA(cudaMemset(sym_in, 0, max_bytes));
+        BENCH_CUDA(cudaMemset(out, 0, max_bytes));
+        BENCH_CUDA(cudaMemset(sym_out, 0, max_bytes));
         Measurement m;
         m.collective = std::string(to_string(c));
         m.backend = "cuda";
@@ -323,6 +368,7 @@ long long ContentionBench::run() {
         m.count = count;
         m.world_size = n_;
         m.time_us = ov.coll_us;
+        m.wrong = wrong;
         fill_bandwidth(m, c);
         const double alone_busbw = static_cast<double>(bytes) / (alone * 1e3) * bus_factor(c, n_);
         char extra[512];
@@ -350,12 +396,12 @@ long long ContentionBench::run() {
   comm_.free(sym_out);
   cudaFree(in);
   cudaFree(out);
-  ncclCommDestroy(nccl);
+  if (nccl) ncclCommDestroy(nccl);
   cudaFreeHost(flag_);
   gemm_ = nullptr;
   cudaStreamDestroy(sg_);
   cudaStreamDestroy(sc_);
-  return 0;
+  return wrong_total;
 }
 
 }  // namespace

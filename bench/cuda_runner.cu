@@ -6,7 +6,6 @@
 //
 // Timing: events around `iters` back-to-back ops (eager) or around one replay of a graph holding `iters`
 // ops; per-op time = elapsed / iters; the reported time is the median over `batches`. Rank 0's clock.
-#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -18,43 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "algos/half.h"
 #include "bench.h"
 #include "cuda_util.h"
 #include "group_bench.h"
 
 namespace symcomm::bench {
 namespace {
-
-// Input value of element i on rank r: small integers, exact in bf16/f16/f32 sums over 8 ranks.
-__host__ __device__ inline int value(size_t i, int rank) { return static_cast<int>((i * 7 + rank * 3) % 5); }
-
-__global__ void fill_kernel(void* dst, DataType dt, size_t count, int rank) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
-    float v = static_cast<float>(value(i, rank));
-    switch (dt) {
-      case DataType::kBFloat16: static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(v); break;
-      case DataType::kFloat16: static_cast<__half*>(dst)[i] = __float2half_rn(v); break;
-      case DataType::kFloat32: static_cast<float*>(dst)[i] = v; break;
-      default: break;  // other dtypes: timed, not verified
-    }
-  }
-}
-
-void fill(void* dst, DataType dt, size_t count, int rank, cudaStream_t s) {
-  if (count == 0) return;
-  int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 4096));
-  fill_kernel<<<blocks, 256, 0, s>>>(dst, dt, count, rank);
-}
-
-double to_double(const uint8_t* p, DataType dt) {
-  switch (dt) {
-    case DataType::kBFloat16: return detail::bf16_to_float(*reinterpret_cast<const uint16_t*>(p));
-    case DataType::kFloat16: return detail::half_to_float(*reinterpret_cast<const uint16_t*>(p));
-    case DataType::kFloat32: return *reinterpret_cast<const float*>(p);
-    default: return 0;
-  }
-}
 
 struct Buffers {
   void* in = nullptr;
@@ -79,7 +47,8 @@ class CudaBench {
   void init_nccl();
   std::vector<Collective> collectives() const;
   size_t count_for(Collective c, size_t bytes) const;
-  long long verify(Impl& impl, Collective c, size_t count, cudaStream_t s);
+  /// One op on known inputs, checked (verify_collective); `graph`: as the replay of a graph holding it.
+  long long verify(Impl& impl, Collective c, size_t count, cudaStream_t s, bool graph);
   /// Per-op GPU time (median over batches); `cpu_us`: the issuing thread's CPU time per op (median).
   double time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s, double* cpu_us);
   double time_graph(Impl& impl, Collective c, size_t count, cudaStream_t s);
@@ -111,36 +80,8 @@ size_t CudaBench::count_for(Collective c, size_t bytes) const {
 
 void CudaBench::init_nccl() { nccl_ = make_nccl_comm(comm_); }
 
-long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t s) {
-  if (o_.op != ReduceOp::kSum ||
-      !(o_.dtype == DataType::kBFloat16 || o_.dtype == DataType::kFloat16 || o_.dtype == DataType::kFloat32)) {
-    return -1;  // not verified (0 would read as "verified, all correct")
-  }
-  const size_t es = dtype_size(o_.dtype);
-  size_t in_count = c == Collective::kReduceScatter || c == Collective::kAllToAll ? count * n_ : count;
-  size_t out_count = c == Collective::kAllGather || c == Collective::kAllToAll ? count * n_ : count;
-  fill(impl.buf.in, o_.dtype, in_count, me_, s);
-  BENCH_CUDA(cudaMemsetAsync(impl.buf.out, 0xff, out_count * es, s));
-  impl.op(c, count, s);
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  std::vector<uint8_t> host(out_count * es);
-  BENCH_CUDA(cudaMemcpy(host.data(), impl.buf.out, host.size(), cudaMemcpyDeviceToHost));
-  long long wrong = 0;
-  for (size_t i = 0; i < out_count; ++i) {
-    double want = 0;
-    if (c == Collective::kAllReduce || c == Collective::kReduceScatter) {
-      size_t j = c == Collective::kReduceScatter ? me_ * count + i : i;
-      for (int r = 0; r < n_; ++r) want += value(j, r);
-    } else if (c == Collective::kAllGather) {
-      want = value(i % count, static_cast<int>(i / count));
-    } else if (c == Collective::kBroadcast) {
-      want = value(i, 0);  // root 0
-    } else if (c == Collective::kAllToAll) {
-      want = value(me_ * count + i % count, static_cast<int>(i / count));
-    }
-    if (to_double(host.data() + i * es, o_.dtype) != want) ++wrong;
-  }
-  return wrong;
+long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t s, bool graph) {
+  return verify_collective(impl.op, c, count, impl.buf.in, impl.buf.out, o_.dtype, o_.op, me_, n_, s, graph);
 }
 
 double CudaBench::time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s, double* cpu_us) {
@@ -261,10 +202,11 @@ long long CudaBench::run() {
       const size_t count = count_for(c, bytes);
       for (Impl& impl : impls) {
         if (impl.name.rfind("symcomm_", 0) == 0 && c != Collective::kAllReduce) continue;
-        long long wrong = o_.check ? verify(impl, c, count, s) : -1;
-        wrong_total += std::max<long long>(wrong, 0);
-        std::string algo = impl.algo();
         for (const std::string& mode : modes) {
+          // Verified in the mode it is timed in: a graph replay runs what the capture recorded, which may differ.
+          const long long wrong = o_.check ? verify(impl, c, count, s, mode == "graph") : -1;
+          wrong_total += std::max<long long>(wrong, 0);
+          const std::string algo = impl.algo();
           comm_.barrier({.stream = s});
           BENCH_CUDA(cudaStreamSynchronize(s));
           double cpu_us = -1;

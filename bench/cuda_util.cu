@@ -1,7 +1,11 @@
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "algos/half.h"
 #include "core/nccl_map.h"
 #include "cuda_util.h"
 
@@ -15,6 +19,85 @@ namespace symcomm::bench {
       std::abort();                                                                              \
     }                                                                                            \
   } while (0)
+
+namespace {
+
+__global__ void fill_kernel(void* dst, DataType dt, size_t count, int rank) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    const float v = static_cast<float>(input_value(i, rank));
+    switch (dt) {
+      case DataType::kBFloat16: static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(v); break;
+      case DataType::kFloat16: static_cast<__half*>(dst)[i] = __float2half_rn(v); break;
+      case DataType::kFloat32: static_cast<float*>(dst)[i] = v; break;
+      default: break;  // other dtypes: timed, not verified
+    }
+  }
+}
+
+double to_double(const uint8_t* p, DataType dt) {
+  switch (dt) {
+    case DataType::kBFloat16: return detail::bf16_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case DataType::kFloat16: return detail::half_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case DataType::kFloat32: return *reinterpret_cast<const float*>(p);
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+void fill_inputs(void* dst, DataType dt, size_t count, int rank, cudaStream_t s) {
+  if (count == 0) return;
+  const int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 4096));
+  fill_kernel<<<blocks, 256, 0, s>>>(dst, dt, count, rank);
+}
+
+long long verify_collective(const std::function<void(Collective, size_t, cudaStream_t)>& op, Collective c, size_t count,
+                            const void* in, void* out, DataType dt, ReduceOp rop, int me, int n, cudaStream_t s,
+                            bool graph, const std::function<void()>& beside) {
+  if (rop != ReduceOp::kSum || !(dt == DataType::kBFloat16 || dt == DataType::kFloat16 || dt == DataType::kFloat32)) {
+    return -1;  // not verified (0 would read as "verified, all correct")
+  }
+  const size_t es = dtype_size(dt);
+  const size_t in_count = c == Collective::kReduceScatter || c == Collective::kAllToAll ? count * n : count;
+  const size_t out_count = c == Collective::kAllGather || c == Collective::kAllToAll ? count * n : count;
+  BENCH_CUDA(cudaMemsetAsync(out, 0xff, out_count * es, s));
+  fill_inputs(const_cast<void*>(in), dt, in_count, me, s);
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    op(c, count, s);
+    BENCH_CUDA(cudaStreamEndCapture(s, &g));
+    BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    cudaGraphDestroy(g);
+  }
+  if (beside) beside();
+  if (graph) {
+    BENCH_CUDA(cudaGraphLaunch(exec, s));
+  } else {
+    op(c, count, s);
+  }
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  if (exec) cudaGraphExecDestroy(exec);
+  std::vector<uint8_t> host(out_count * es);
+  BENCH_CUDA(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost));
+  long long wrong = 0;
+  for (size_t i = 0; i < out_count; ++i) {
+    double want = 0;
+    if (c == Collective::kAllReduce || c == Collective::kReduceScatter) {
+      const size_t j = c == Collective::kReduceScatter ? me * count + i : i;
+      for (int r = 0; r < n; ++r) want += input_value(j, r);
+    } else if (c == Collective::kAllGather) {
+      want = input_value(i % count, static_cast<int>(i / count));
+    } else if (c == Collective::kBroadcast) {
+      want = input_value(i, 0);  // root 0
+    } else if (c == Collective::kAllToAll) {
+      want = input_value(me * count + i % count, static_cast<int>(i / count));
+    }
+    if (to_double(host.data() + i * es, dt) != want) ++wrong;
+  }
+  return wrong;
+}
 
 ncclDataType_t nccl_type(DataType d) { return detail::to_nccl(d); }
 ncclRedOp_t nccl_op(ReduceOp o) { return detail::to_nccl(o); }

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 
 #include "symcomm/communicator.h"
 
@@ -39,6 +40,21 @@ void symcomm_collective(Communicator& comm, Collective c, const void* in, void* 
                         ReduceOp op, const CollOptions& opt);
 void nccl_collective(ncclComm_t nccl, Collective c, const void* in, void* out, size_t count, DataType dt, ReduceOp op,
                      cudaStream_t st);
+
+/// Input value of element i on rank r in the verified runs: small integers, exact in bf16/f16/f32 sums over 8
+/// ranks.
+__host__ __device__ inline int input_value(size_t i, int rank) { return static_cast<int>((i * 7 + rank * 3) % 5); }
+/// dst[i] = input_value(i, rank) for i < count (bf16, f16, f32; other dtypes are left alone), on `s`.
+void fill_inputs(void* dst, DataType dt, size_t count, int rank, cudaStream_t s);
+/// One op of collective `c` (`op`, as timed) on known inputs, its output checked element by element against the
+/// inputs of every rank (sums, blocks; broadcast root 0): the number of wrong elements, or -1 where the dtype
+/// or reduction cannot be checked exactly (only sums of bf16, f16, f32 are). `in` and `out` are the buffers `op`
+/// uses (in place: the input inside the output or the other way round): the output is poisoned first, then
+/// the input filled. `graph`: the op runs as the replay of a CUDA graph captured around it. `beside`: if set,
+/// called right before the op with the op's stream, to start work that runs at the same time (a GEMM).
+long long verify_collective(const std::function<void(Collective, size_t, cudaStream_t)>& op, Collective c, size_t count,
+                            const void* in, void* out, DataType dt, ReduceOp rop, int me, int n, cudaStream_t s,
+                            bool graph, const std::function<void()>& beside = {});
 
 /// C = A x B, bf16 inputs and output, float32 accumulation (cuBLASLt), square n x n.
 class BenchGemm {
