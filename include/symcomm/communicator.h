@@ -144,7 +144,8 @@ struct SplitOptions {
 
 class Communicator {
  public:
-  /// Creates a communicator over an existing store connection (collective over all ranks).
+  /// Creates a communicator over an existing store connection (collective over all ranks). Throws
+  /// Error(kInvalidArgument) for a configuration whose Tuning is outside its ranges (Tuning::validate()).
   static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, const RankInfo& ranks,
                                               const CommOptions& options = {});
   /// Rank 0 starts the store server at rendezvous.store_host:store_port (and keeps it for the

@@ -31,6 +31,11 @@ enum class NcclInit : uint8_t { kEager, kLazy, kOff };
 /// default was measured. The CUDA defaults are the 2-rank measurements; for other world sizes, CUDA fields
 /// still at their default are replaced by the values measured for that world size (table in select.cc,
 /// NOTE [measured CUDA thresholds]); a field set to anything else is used as given.
+///
+/// A field whose comment gives a range accepts only values in it: validate() (called by Config::from_env()
+/// and Communicator::create()) refuses any other with Error(kInvalidArgument) naming the field, its variable
+/// and the range; nothing is clamped silently. The byte thresholds take any value (0 and SIZE_MAX mean never
+/// and always).
 struct Tuning {
   /// Host backend: all-reduce payloads up to this many bytes use one-shot, larger ones two-shot.
   size_t host_one_shot_max_bytes = 64 * 1024;
@@ -49,8 +54,9 @@ struct Tuning {
   /// Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
   /// push): 4 MB 19.26 / 19.62, 16 MB 58.07 / 56.36, 64 MB 207.75 / 200.15, 256 MB 803.19 / 766.64.
   size_t cuda_two_shot_push_min_bytes = 8 << 20;
-  /// CUDA two-shot all-reduce: most blocks (1-256; 512 threads each, one SM each at its register use); 0 =
-  /// one per SM of the ranks' smallest GPU (132 on an H100/H200). It was 128 until 2026-11-24.
+  /// CUDA two-shot all-reduce: most blocks (0 or 1-256: the signal pad's block slots, device::kMaxBlocks; 512
+  /// threads each, one SM each at its register use); 0 = one per SM of the ranks' smallest GPU (132 on an
+  /// H100/H200; more than 256 SMs would be capped at 256). It was 128 until 2026-11-24.
   size_t cuda_two_shot_max_blocks = 0;
   /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
   /// 2 x H200, 2026-11-22, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
@@ -64,8 +70,8 @@ struct Tuning {
   /// the direct kernels were 0.88-1.25x NCCL's time (all-gather 5.9-9.3 us vs 5.6-10.6 us).
   size_t cuda_direct_nccl_max_bytes = 0;
   /// CUDA LL all-reduce (one-shot up to 1 MB): 8-byte chunks each thread carries before another block of 512
-  /// threads is added, and the most blocks (NOTE [LL lines]). Measured 2026-11-22 on 2 x H200 (bf16 sum,
-  /// CUDA graph, µs at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 1 chunk, 128 blocks: 2.83 / 3.73 / 4.05 / 5.08 /
+  /// threads is added (1-64), and the most blocks (1-1024) (NOTE [LL lines]). Measured 2026-11-22 on 2 x H200 (bf16
+  /// sum, CUDA graph, µs at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 1 chunk, 128 blocks: 2.83 / 3.73 / 4.05 / 5.08 /
   /// 9.68; 4 chunks, 64 blocks (the earlier default): 2.78 / 4.25 / 5.32 / 6.43 / 9.68; 2 chunks: in between.
   size_t cuda_ll_chunks_per_thread = 1;
   size_t cuda_ll_max_blocks = 128;
@@ -74,25 +80,26 @@ struct Tuning {
   /// 128 blocks: 2.81 / 3.58 / 3.95 / 5.06 / 9.60 (1 MB: staged); 256 x 256: 3.26 / 3.53 / 3.99 / 5.12;
   /// 128 x 512: 3.19 / 3.58 / 4.00 / 5.21; 64 x 1024: 3.24 / 3.70 / 4.05 / 5.20; LL at 1 MB (128 x 1024): 10.81.
   size_t cuda_ll_block_threads = 512;
-  /// CUDA one-shot all-reduce: payloads up to this many bytes use the LL kernel, larger ones the staged
-  /// one-shot (capped by the LL buffer, 1 MB; NOTE [LL threshold] in src/core/cuda_backend_cuda.h). LL won at
-  /// 4 KB-256 KB and lost at 1 MB (10.81 vs 9.25-9.60 us, same sweep as cuda_ll_block_threads).
+  /// CUDA one-shot all-reduce: payloads up to this many bytes (0-1M, the LL buffer) use the LL kernel, larger
+  /// ones the staged one-shot (the buffer holds 1 MB less an 8-byte header; NOTE [LL threshold] in
+  /// src/core/cuda_backend_cuda.h). LL won at 4 KB-256 KB and lost at 1 MB (10.81 vs 9.25-9.60 us, same sweep
+  /// as cuda_ll_block_threads).
   size_t cuda_ll_max_bytes = 512 << 10;
   /// CUDA all-gather, reduce-scatter and all-to-all blocks, and broadcast payloads (direct algorithm), of at
-  /// most this many bytes use the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL broadcast];
-  /// capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Measured 2026-11-24 on 2 x H200
-  /// (tools/gpu_sweep.sh, bf16, CUDA graph, bench sizes 4 KB-1 MB, i.e. blocks of 2-512 KB): LL all-gather
+  /// most this many bytes (0-1M) use the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL
+  /// broadcast]; capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Measured 2026-11-24 on 2 x
+  /// H200 (tools/gpu_sweep.sh, bf16, CUDA graph, bench sizes 4 KB-1 MB, i.e. blocks of 2-512 KB): LL all-gather
   /// 2.73-6.50 us against the direct kernels' 5.95-9.28 us, reduce-scatter 2.75-6.46 against 6.38-10.29,
   /// broadcast 2.77-4.05 against 5.88-8.70 (4-256 KB payloads); blocks between 512 KB and the LL capacity were
   /// not in the sweep (written first, without a 2-GPU machine, as the LL all-reduce's range).
   size_t cuda_ll_gather_max_bytes = 512 << 10;
-  /// CUDA staged one-shot all-reduce: payload bytes per block before another block is added, and the most
-  /// blocks (at most 128, the signal pad's block slots). Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh,
-  /// bf16 sum, CUDA graph, us at 64 KB / 256 KB / 1 MB, LL off): 16 KB x 32 blocks 6.45 / 7.04 / 9.60;
-  /// 8 KB x 128: 6.14 / 6.99 / 9.25; 4 KB x 128: 6.27 / 6.80 / 9.33.
+  /// CUDA staged one-shot all-reduce: payload bytes per block before another block is added (16 or more: one
+  /// 16-byte vector), and the most blocks (1-256, the signal pad's block slots, device::kMaxBlocks). Measured
+  /// 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 64 KB / 256 KB / 1 MB, LL off): 16 KB x 32
+  /// blocks 6.45 / 7.04 / 9.60; 8 KB x 128: 6.14 / 6.99 / 9.25; 4 KB x 128: 6.27 / 6.80 / 9.33.
   size_t cuda_one_shot_block_bytes = 8 << 10;
   size_t cuda_one_shot_max_blocks = 128;
-  /// CUDA one-shot all-reduce: payloads above cuda_ll_max_bytes and up to this many bytes use the LL128
+  /// CUDA one-shot all-reduce: payloads above cuda_ll_max_bytes and up to this many bytes (0-4M) use the LL128
   /// kernel (120 bytes of payload per 128-byte line, capped by its buffer, 4 MB; NOTE [LL128 lines] in
   /// src/algos/cuda_all_reduce_ll.cu), larger ones the staged one-shot. 0 = never. Measured 2026-11-23 on
   /// 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 256 KB / 1 MB / 4 MB): LL128 4.69 / 7.48 / 18.72
@@ -102,10 +109,14 @@ struct Tuning {
   /// (1-64), and the most blocks (1-1024).
   size_t cuda_ll128_lines_per_group = 1;
   size_t cuda_ll128_max_blocks = 128;
-  /// CUDA one-shot all-reduces (LL, LL128, staged): launched with programmatic dependent launch (non-zero) so
-  /// that back-to-back kernels overlap their launch with the previous kernel's tail (NOTE [PDL] in
-  /// src/algos/cuda_common.cuh).
+  /// CUDA one-shot all-reduces (LL, LL128, staged): launched with programmatic dependent launch (1) so that
+  /// back-to-back kernels overlap their launch with the previous kernel's tail (NOTE [PDL] in
+  /// src/algos/cuda_common.cuh); 0 = off (0 or 1).
   size_t cuda_pdl = 1;
+
+  /// Throws Error(kInvalidArgument) for the first field outside its range, naming the field, its SYMCOMM_*
+  /// variable, the value and the range (NOTE [tuning ranges] in src/core/config.cc).
+  void validate() const;
 };
 
 struct Config {
@@ -143,7 +154,8 @@ struct Config {
   uint32_t debug_signal_lag = 0;
   Tuning tuning;
 
-  /// Read SYMCOMM_* variables over the defaults. Throws Error(kInvalidArgument) on a malformed value.
+  /// Read SYMCOMM_* variables over the defaults. Throws Error(kInvalidArgument) on a malformed value or one
+  /// outside its range (Tuning::validate()).
   static Config from_env();
   /// One line per variable: name, current default, meaning.
   static std::string env_help();

@@ -130,6 +130,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   auto ctx = std::make_unique<CommContext>();
   ctx->ranks = ranks;
   ctx->config = options.config ? *options.config : Config::from_env();
+  ctx->config.tuning.validate();  // a Config built in code; from_env() checked its variables as it read them
   detail::set_log_level(ctx->config.log_level);
   detail::set_log_rank(ranks.rank);
   ctx->history.set_capacity(static_cast<size_t>(ctx->config.op_history));
@@ -172,6 +173,7 @@ std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const C
   validate_rank_info(rv.ranks);
   SYMCOMM_CHECK_ARG(!rv.token.empty(), "the rendezvous token is empty");
   Config config = options.config ? *options.config : Config::from_env();
+  config.tuning.validate();  // before a store server is started for a communicator that would be refused
   std::unique_ptr<StoreServer> server;
   if (rv.ranks.rank == 0) {
     server = StoreServer::start(

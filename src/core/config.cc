@@ -21,7 +21,7 @@ namespace {
 // field of Config and throws on a malformed value. Nothing else in symcomm calls getenv for SYMCOMM_*.
 struct EnvVar {
   const char* name;
-  const char* doc;
+  std::string doc;
   std::function<void(Config&, std::string_view)> parse;
   std::function<std::string(const Config&)> show;
 };
@@ -112,14 +112,159 @@ EnvVar bool_var(const char* name, const char* doc, bool Config::*field) {
                 [=](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
 }
 
-template <class T>
-EnvVar tuning_var(const char* name, const char* doc, T Tuning::*field) {
-  return EnvVar{name, doc, [=](Config& c, std::string_view v) { c.tuning.*field = static_cast<T>(parse_u64(name, v)); },
-                [=](const Config& c) { return std::to_string(c.tuning.*field); }};
+// NOTE [tuning ranges]
+// Each Tuning field is declared here once: its variable, documentation and range. A value outside the range
+// is refused, by from_env() as it parses the variable and by Tuning::validate() (which Communicator::create()
+// calls for a Config built in code), naming the field, the variable and the range: a kernel that silently
+// clamped a bad setting measured something else than what was asked for. The ranges come from the code that
+// consumes each field: the block counts of the two-shot and staged one-shot kernels index the signal pad's
+// device::kMaxBlocks (256) block slots; the LL and LL128 launches took 1-64 chunks or lines per thread or group
+// and 1-1024 blocks of at most kThreads (512) threads; the LL and LL128 sizes are bounded by their buffers
+// (kLLPayloadBytes, 1 MiB; kLL128PayloadBytes, 4 MiB); the staged one-shot moves 16-byte vectors. The byte
+// thresholds of select() take every value. The kernels keep their clamps as a defensive bound: the two-shot's
+// 0 (one block per SM) takes the SM count, which only its clamp keeps within the slots. The values that
+// measured_cuda_tuning() (src/algos/select.cc) puts in for 3 or more ranks are byte thresholds, so in range.
+struct TuningVar {
+  const char* env;
+  const char* field_name;
+  const char* doc;
+  size_t Tuning::*field;
+  uint64_t min = 0;
+  uint64_t max = UINT64_MAX;
+  uint64_t multiple = 1;  ///< the value must be a multiple of this
+  bool zero_ok = false;   ///< 0 is allowed below min (an "automatic" value)
+};
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+const std::vector<TuningVar>& tuning_table() {
+  // Order: as listed by --help-env and Config::settings().
+  static const std::vector<TuningVar> table = {
+      {.env = "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
+       .field_name = "host_one_shot_max_bytes",
+       .doc = "host all-reduce: one-shot up to this size",
+       .field = &Tuning::host_one_shot_max_bytes},
+      {.env = "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
+       .field_name = "cuda_one_shot_max_bytes",
+       .doc = "CUDA all-reduce: one-shot up to this size",
+       .field = &Tuning::cuda_one_shot_max_bytes},
+      {.env = "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
+       .field_name = "cuda_two_shot_max_bytes",
+       .doc = "CUDA all-reduce: two-shot up to this size",
+       .field = &Tuning::cuda_two_shot_max_bytes},
+      {.env = "SYMCOMM_CUDA_TWO_SHOT_PUSH_MIN_BYTES",
+       .field_name = "cuda_two_shot_push_min_bytes",
+       .doc = "CUDA two-shot all-reduce into a symmetric output: push-only variant from this size on",
+       .field = &Tuning::cuda_two_shot_push_min_bytes},
+      {.env = "SYMCOMM_CUDA_NCCL_MIN_BYTES",
+       .field_name = "cuda_nccl_min_bytes",
+       .doc = "CUDA collectives: NCCL from this size on",
+       .field = &Tuning::cuda_nccl_min_bytes},
+      {.env = "SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
+       .field_name = "cuda_direct_nccl_max_bytes",
+       .doc = "CUDA all_gather/reduce_scatter/all_to_all/broadcast: NCCL up to this size per rank",
+       .field = &Tuning::cuda_direct_nccl_max_bytes},
+      {.env = "SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD",
+       .field_name = "cuda_ll_chunks_per_thread",
+       .doc = "CUDA LL all-reduce: 8-byte chunks per thread",
+       .field = &Tuning::cuda_ll_chunks_per_thread,
+       .min = 1,
+       .max = 64},
+      {.env = "SYMCOMM_CUDA_LL_MAX_BLOCKS",
+       .field_name = "cuda_ll_max_blocks",
+       .doc = "CUDA LL all-reduce: most blocks",
+       .field = &Tuning::cuda_ll_max_blocks,
+       .min = 1,
+       .max = 1024},
+      {.env = "SYMCOMM_CUDA_LL_BLOCK_THREADS",
+       .field_name = "cuda_ll_block_threads",
+       .doc = "CUDA LL all-reduce: threads per block",
+       .field = &Tuning::cuda_ll_block_threads,
+       .min = 32,
+       .max = 512,
+       .multiple = 32},
+      {.env = "SYMCOMM_CUDA_LL_MAX_BYTES",
+       .field_name = "cuda_ll_max_bytes",
+       .doc = "CUDA one-shot all-reduce: LL kernel up to this size, at most its 1M buffer",
+       .field = &Tuning::cuda_ll_max_bytes,
+       .max = kMiB},
+      {.env = "SYMCOMM_CUDA_LL_GATHER_MAX_BYTES",
+       .field_name = "cuda_ll_gather_max_bytes",
+       .doc = "CUDA all_gather / reduce_scatter / all_to_all / broadcast: LL kernel up to this size, at most its 1M "
+              "buffer",
+       .field = &Tuning::cuda_ll_gather_max_bytes,
+       .max = kMiB},
+      {.env = "SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES",
+       .field_name = "cuda_one_shot_block_bytes",
+       .doc = "CUDA staged one-shot all-reduce: payload bytes per block",
+       .field = &Tuning::cuda_one_shot_block_bytes,
+       .min = 16},
+      {.env = "SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS",
+       .field_name = "cuda_one_shot_max_blocks",
+       .doc = "CUDA staged one-shot all-reduce: most blocks",
+       .field = &Tuning::cuda_one_shot_max_blocks,
+       .min = 1,
+       .max = 256},
+      {.env = "SYMCOMM_CUDA_TWO_SHOT_MAX_BLOCKS",
+       .field_name = "cuda_two_shot_max_blocks",
+       .doc = "CUDA two-shot all-reduce: most blocks, 0 = one per SM",
+       .field = &Tuning::cuda_two_shot_max_blocks,
+       .min = 1,
+       .max = 256,
+       .zero_ok = true},
+      {.env = "SYMCOMM_CUDA_LL128_MAX_BYTES",
+       .field_name = "cuda_ll128_max_bytes",
+       .doc = "CUDA one-shot all-reduce: LL128 kernel above the LL range up to this size, at most its 4M buffer",
+       .field = &Tuning::cuda_ll128_max_bytes,
+       .max = 4 * kMiB},
+      {.env = "SYMCOMM_CUDA_LL128_LINES_PER_GROUP",
+       .field_name = "cuda_ll128_lines_per_group",
+       .doc = "CUDA LL128 all-reduce: 128-byte lines per 8-lane group before another block",
+       .field = &Tuning::cuda_ll128_lines_per_group,
+       .min = 1,
+       .max = 64},
+      {.env = "SYMCOMM_CUDA_LL128_MAX_BLOCKS",
+       .field_name = "cuda_ll128_max_blocks",
+       .doc = "CUDA LL128 all-reduce: most blocks",
+       .field = &Tuning::cuda_ll128_max_blocks,
+       .min = 1,
+       .max = 1024},
+      {.env = "SYMCOMM_CUDA_PDL",
+       .field_name = "cuda_pdl",
+       .doc = "CUDA one-shot all-reduces: programmatic dependent launch, 0 = off",
+       .field = &Tuning::cuda_pdl,
+       .max = 1},
+  };
+  return table;
 }
 
-const std::vector<EnvVar>& env_table() {
-  static const std::vector<EnvVar> table = {
+bool restricted(const TuningVar& v) { return v.min > 0 || v.max < UINT64_MAX || v.multiple > 1; }
+
+// "32-512", "16 or more", "a multiple of 32 in 32-512", "0 or 1-256".
+std::string range_text(const TuningVar& v) {
+  std::string r = v.max == UINT64_MAX ? fmt::format("{} or more", v.min) : fmt::format("{}-{}", v.min, v.max);
+  if (v.multiple > 1) r = fmt::format("a multiple of {} in {}", v.multiple, r);
+  return v.zero_ok ? "0 or " + r : r;
+}
+
+void check_tuning(const TuningVar& v, uint64_t x) {
+  const bool ok = (x == 0 && v.zero_ok) || (x >= v.min && x <= v.max && x % v.multiple == 0);
+  SYMCOMM_CHECK_ARG(ok, "Tuning::{} ({}) = {} is outside its range: {}", v.field_name, v.env, x, range_text(v));
+}
+
+EnvVar tuning_env_var(const TuningVar& v) {
+  static_assert(sizeof(size_t) <= sizeof(uint64_t));
+  return EnvVar{v.env, restricted(v) ? fmt::format("{} ({})", v.doc, range_text(v)) : std::string(v.doc),
+                [v](Config& c, std::string_view text) {
+                  const uint64_t x = parse_u64(v.env, text);
+                  check_tuning(v, x);
+                  c.tuning.*v.field = static_cast<size_t>(x);
+                },
+                [v](const Config& c) { return std::to_string(c.tuning.*v.field); }};
+}
+
+std::vector<EnvVar> make_env_table() {
+  std::vector<EnvVar> table = {
       {"SYMCOMM_TIMEOUT_MS", "deadline of every wait, in milliseconds",
        [](Config& c, std::string_view v) {
          uint64_t ms = parse_u64("SYMCOMM_TIMEOUT_MS", v);
@@ -153,51 +298,21 @@ const std::vector<EnvVar>& env_table() {
                &Config::debug_signal_lag, 0, 0x7fffffffu),
       size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1,
                1 << 20),
-      tuning_var("SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "host all-reduce: one-shot up to this size",
-                 &Tuning::host_one_shot_max_bytes),
-      tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES", "CUDA all-reduce: one-shot up to this size",
-                 &Tuning::cuda_one_shot_max_bytes),
-      tuning_var("SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES", "CUDA all-reduce: two-shot up to this size",
-                 &Tuning::cuda_two_shot_max_bytes),
-      tuning_var("SYMCOMM_CUDA_TWO_SHOT_PUSH_MIN_BYTES",
-                 "CUDA two-shot all-reduce into a symmetric output: push-only variant from this size on",
-                 &Tuning::cuda_two_shot_push_min_bytes),
-      tuning_var("SYMCOMM_CUDA_NCCL_MIN_BYTES", "CUDA collectives: NCCL from this size on",
-                 &Tuning::cuda_nccl_min_bytes),
-      tuning_var("SYMCOMM_CUDA_DIRECT_NCCL_MAX_BYTES",
-                 "CUDA all_gather/reduce_scatter/all_to_all/broadcast: NCCL up to this size per rank",
-                 &Tuning::cuda_direct_nccl_max_bytes),
-      tuning_var("SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD", "CUDA LL all-reduce: 8-byte chunks per thread (1-64)",
-                 &Tuning::cuda_ll_chunks_per_thread),
-      tuning_var("SYMCOMM_CUDA_LL_MAX_BLOCKS", "CUDA LL all-reduce: most blocks (1-1024)", &Tuning::cuda_ll_max_blocks),
-      tuning_var("SYMCOMM_CUDA_LL_BLOCK_THREADS", "CUDA LL all-reduce: threads per block (32-512, multiple of 32)",
-                 &Tuning::cuda_ll_block_threads),
-      tuning_var("SYMCOMM_CUDA_LL_MAX_BYTES", "CUDA one-shot all-reduce: LL kernel up to this size (at most 1M)",
-                 &Tuning::cuda_ll_max_bytes),
-      tuning_var("SYMCOMM_CUDA_LL_GATHER_MAX_BYTES",
-                 "CUDA all_gather / reduce_scatter / all_to_all: LL kernel for blocks up to this size (at most 1M)",
-                 &Tuning::cuda_ll_gather_max_bytes),
-      tuning_var("SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES", "CUDA staged one-shot all-reduce: payload bytes per block",
-                 &Tuning::cuda_one_shot_block_bytes),
-      tuning_var("SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS", "CUDA staged one-shot all-reduce: most blocks (1-256)",
-                 &Tuning::cuda_one_shot_max_blocks),
-      tuning_var("SYMCOMM_CUDA_TWO_SHOT_MAX_BLOCKS", "CUDA two-shot all-reduce: most blocks (1-256; 0 = one per SM)",
-                 &Tuning::cuda_two_shot_max_blocks),
-      tuning_var("SYMCOMM_CUDA_LL128_MAX_BYTES",
-                 "CUDA one-shot all-reduce: LL128 kernel above the LL range up to this size (at most 4M)",
-                 &Tuning::cuda_ll128_max_bytes),
-      tuning_var("SYMCOMM_CUDA_LL128_LINES_PER_GROUP",
-                 "CUDA LL128 all-reduce: 128-byte lines per 8-lane group before another block (1-64)",
-                 &Tuning::cuda_ll128_lines_per_group),
-      tuning_var("SYMCOMM_CUDA_LL128_MAX_BLOCKS", "CUDA LL128 all-reduce: most blocks (1-1024)",
-                 &Tuning::cuda_ll128_max_blocks),
-      tuning_var("SYMCOMM_CUDA_PDL", "CUDA one-shot all-reduces: programmatic dependent launch (0 = off)",
-                 &Tuning::cuda_pdl),
   };
+  for (const TuningVar& v : tuning_table()) table.push_back(tuning_env_var(v));
+  return table;
+}
+
+const std::vector<EnvVar>& env_table() {
+  static const std::vector<EnvVar> table = make_env_table();
   return table;
 }
 
 }  // namespace
+
+void Tuning::validate() const {
+  for (const TuningVar& v : tuning_table()) check_tuning(v, this->*v.field);
+}
 
 Config Config::from_env() {
   Config c;

@@ -1,4 +1,5 @@
-// Tests of Config::from_env() (src/core/config.cc) and Rendezvous::from_env() (src/bootstrap/rendezvous.cc).
+// Tests of Config::from_env() and Tuning::validate() (src/core/config.cc) and Rendezvous::from_env()
+// (src/bootstrap/rendezvous.cc).
 // Every environment variable a test touches goes through ScopedEnv, which restores the previous value (or
 // unsets it again) when the test ends, pass or fail.
 
@@ -19,9 +20,11 @@
 #include <utility>
 #include <vector>
 
+#include "algos/select.h"
 #include "core/logging.h"
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
+#include "symcomm/store.h"
 
 namespace symcomm {
 namespace {
@@ -341,6 +344,196 @@ TEST(ConfigFromEnv, SequenceTestingKnobsTakeTheirWholeRange) {
   EXPECT_EQ(config_with("SYMCOMM_DEBUG_SIGNAL_LAG", "2147483647").debug_signal_lag, 0x7fffffffu);
   EXPECT_EQ(Config().debug_seq_start, 0u);
   EXPECT_EQ(Config().debug_signal_lag, 0u);
+}
+
+// --- Tuning ranges (NOTE [tuning ranges] in src/core/config.cc) ----------------------------------------------
+
+// One Tuning field with a range: the values at its edges (accepted) and just outside them (refused), and how
+// the message spells the range.
+struct TuningRange {
+  const char* field;
+  const char* env;
+  size_t Tuning::*member;
+  std::vector<size_t> accepted;
+  std::vector<size_t> refused;
+  const char* range;
+};
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+const std::vector<TuningRange> kTuningRanges = {
+    {"cuda_ll_chunks_per_thread",
+     "SYMCOMM_CUDA_LL_CHUNKS_PER_THREAD",
+     &Tuning::cuda_ll_chunks_per_thread,
+     {1, 64},
+     {0, 65},
+     "1-64"},
+    {"cuda_ll_max_blocks", "SYMCOMM_CUDA_LL_MAX_BLOCKS", &Tuning::cuda_ll_max_blocks, {1, 1024}, {0, 1025}, "1-1024"},
+    {"cuda_ll_block_threads",
+     "SYMCOMM_CUDA_LL_BLOCK_THREADS",
+     &Tuning::cuda_ll_block_threads,
+     {32, 64, 480, 512},
+     {0, 31, 33, 500, 511, 513, 544},
+     "a multiple of 32 in 32-512"},
+    {"cuda_ll_max_bytes",
+     "SYMCOMM_CUDA_LL_MAX_BYTES",
+     &Tuning::cuda_ll_max_bytes,
+     {0, kMiB},
+     {kMiB + 1, SIZE_MAX},
+     "0-1048576"},
+    {"cuda_ll_gather_max_bytes",
+     "SYMCOMM_CUDA_LL_GATHER_MAX_BYTES",
+     &Tuning::cuda_ll_gather_max_bytes,
+     {0, kMiB},
+     {kMiB + 1},
+     "0-1048576"},
+    {"cuda_one_shot_block_bytes",
+     "SYMCOMM_CUDA_ONE_SHOT_BLOCK_BYTES",
+     &Tuning::cuda_one_shot_block_bytes,
+     {16, SIZE_MAX},
+     {0, 15},
+     "16 or more"},
+    {"cuda_one_shot_max_blocks",
+     "SYMCOMM_CUDA_ONE_SHOT_MAX_BLOCKS",
+     &Tuning::cuda_one_shot_max_blocks,
+     {1, 256},
+     {0, 257},
+     "1-256"},
+    {"cuda_two_shot_max_blocks",
+     "SYMCOMM_CUDA_TWO_SHOT_MAX_BLOCKS",
+     &Tuning::cuda_two_shot_max_blocks,
+     {0, 1, 256},
+     {257},
+     "0 or 1-256"},
+    {"cuda_ll128_max_bytes",
+     "SYMCOMM_CUDA_LL128_MAX_BYTES",
+     &Tuning::cuda_ll128_max_bytes,
+     {0, 4 * kMiB},
+     {4 * kMiB + 1},
+     "0-4194304"},
+    {"cuda_ll128_lines_per_group",
+     "SYMCOMM_CUDA_LL128_LINES_PER_GROUP",
+     &Tuning::cuda_ll128_lines_per_group,
+     {1, 64},
+     {0, 65},
+     "1-64"},
+    {"cuda_ll128_max_blocks",
+     "SYMCOMM_CUDA_LL128_MAX_BLOCKS",
+     &Tuning::cuda_ll128_max_blocks,
+     {1, 1024},
+     {0, 1025},
+     "1-1024"},
+    {"cuda_pdl", "SYMCOMM_CUDA_PDL", &Tuning::cuda_pdl, {0, 1}, {2, SIZE_MAX}, "0-1"},
+};
+
+// The byte thresholds of select(): every value means something (0: never, SIZE_MAX: always).
+const std::vector<size_t Tuning::*> kUnboundedTuning = {
+    &Tuning::host_one_shot_max_bytes,      &Tuning::cuda_one_shot_max_bytes, &Tuning::cuda_two_shot_max_bytes,
+    &Tuning::cuda_two_shot_push_min_bytes, &Tuning::cuda_nccl_min_bytes,     &Tuning::cuda_direct_nccl_max_bytes,
+};
+
+// The refusal names the field, its variable and the range, with kInvalidArgument.
+void expect_range_error(const Error& e, const TuningRange& r) {
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  EXPECT_NE(e.message().find(r.field), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find(r.env), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find(r.range), std::string::npos) << e.message();
+}
+
+// A one-rank host communicator over a store of its own, with `config`.
+class OneRankComm {
+ public:
+  OneRankComm() {
+    server_ = StoreServer::start({.host = "127.0.0.1", .port = 0, .token = "tuning-test", .limits = {}});
+    store_ = Store::connect({.host = "127.0.0.1", .port = server_->port(), .token = "tuning-test"});
+  }
+  std::unique_ptr<Communicator> create(const Config& config) {
+    CommOptions o;
+    o.config = config;
+    return Communicator::create(store_, RankInfo{}, o);
+  }
+
+ private:
+  std::unique_ptr<StoreServer> server_;
+  std::shared_ptr<Store> store_;
+};
+
+Config small_config(const Tuning& t) {
+  Config c;
+  c.heap_bytes = size_t{1} << 20;
+  c.scratch_bytes = size_t{64} << 10;
+  c.timeout = std::chrono::seconds(10);
+  c.tuning = t;
+  return c;
+}
+
+TEST(TuningRanges, DefaultsAndMeasuredValuesAreAccepted) {
+  EXPECT_NO_THROW(Tuning{}.validate());
+  // The values measured per world size (NOTE [measured CUDA thresholds]) replace fields left at default.
+  for (int n = 1; n <= 8; ++n) EXPECT_NO_THROW(detail::measured_cuda_tuning(Tuning{}, n).validate()) << n;
+  auto env = config_env();
+  EXPECT_NO_THROW(Config::from_env().tuning.validate());
+  OneRankComm comms;
+  EXPECT_NO_THROW(comms.create(small_config(Tuning{})));
+}
+
+TEST(TuningRanges, ValuesOutsideTheRangeAreRefusedNamingFieldVariableAndRange) {
+  for (const TuningRange& r : kTuningRanges) {
+    for (size_t v : r.refused) {
+      SCOPED_TRACE(fmt::format("{} = {}", r.field, v));
+      Tuning t;
+      t.*r.member = v;
+      expect_range_error(error_of([&] { t.validate(); }), r);
+      auto env = config_env({{r.env, std::to_string(v)}});
+      expect_range_error(error_of([] { Config::from_env(); }), r);
+    }
+  }
+}
+
+TEST(TuningRanges, ValuesAtTheEdgesOfTheRangeAreAccepted) {
+  for (const TuningRange& r : kTuningRanges) {
+    for (size_t v : r.accepted) {
+      SCOPED_TRACE(fmt::format("{} = {}", r.field, v));
+      Tuning t;
+      t.*r.member = v;
+      EXPECT_NO_THROW(t.validate());
+      EXPECT_EQ(config_with(r.env, std::to_string(v)).tuning.*r.member, v);
+    }
+  }
+  for (size_t Tuning::*member : kUnboundedTuning) {
+    for (size_t v : {size_t{0}, size_t{1}, SIZE_MAX}) {
+      Tuning t;
+      t.*member = v;
+      EXPECT_NO_THROW(t.validate()) << v;
+    }
+  }
+}
+
+// Communicator::create() checks a Config built in code (it used to pass to the kernels, which clamped it).
+TEST(TuningRanges, CommunicatorCreationRefusesValuesOutsideTheRange) {
+  OneRankComm comms;
+  for (const TuningRange& r : kTuningRanges) {
+    SCOPED_TRACE(r.field);
+    Tuning t;
+    t.*r.member = r.refused.front();
+    expect_range_error(error_of([&] { comms.create(small_config(t)); }), r);
+  }
+  // create(Rendezvous) refuses it before starting a store server.
+  Tuning bad;
+  bad.cuda_ll_block_threads = 33;
+  CommOptions o;
+  o.config = small_config(bad);
+  Rendezvous rv;
+  rv.token = "tuning-test";
+  expect_range_error(error_of([&] { Communicator::create(rv, o); }), kTuningRanges[2]);
+  // Every field at the low edge of its range, then at the high edge: accepted.
+  Tuning low, high;
+  for (const TuningRange& r : kTuningRanges) {
+    low.*r.member = r.accepted.front();
+    high.*r.member = r.accepted.back();
+  }
+  EXPECT_NO_THROW(comms.create(small_config(low)));
+  EXPECT_NO_THROW(comms.create(small_config(high)));
 }
 
 // --- Rendezvous::from_env ----------------------------------------------------------------------------------
