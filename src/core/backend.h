@@ -77,7 +77,8 @@ class Backend {
   /// Asynchronous run of a request that passed check_async(); the Work completes when the collective has.
   virtual std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) = 0;
   /// Checks that r may be issued asynchronously (CUDA: not on a capturing stream); called before an
-  /// `*_async` call is run or recorded in a group. Throws kInvalidArgument.
+  /// `*_async` call is run or recorded in a group. Throws kInvalidArgument (host: kSystem when its worker
+  /// thread cannot be started; NOTE [host worker start] in host_backend.cc).
   virtual void check_async(const Request& /*r*/) {}
   /// Runs the collectives of a group (validated, selected) as one submission. The default runs them one by
   /// one; backends override it to fuse what they can.

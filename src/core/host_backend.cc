@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "algos/host_algos.h"
@@ -100,6 +101,19 @@ class HostBackend final : public Backend {
     execute({{r, algo}});
   }
 
+  // NOTE [host worker start] The worker thread of the `*_async` calls starts with the first of them, here:
+  // CommCore::enqueue() calls check_async() before it records the op, so a thread that cannot be created
+  // (std::system_error: EAGAIN when threads or memory run out) is Error(kSystem) with nothing queued, nothing
+  // recorded and the communicator usable; a later call tries again. It used to be created in submit() after the
+  // job was queued: the caller got a raw std::system_error, and the job stayed queued, to run (its Work never
+  // completed) once a later call started the thread. submit() still starts it for group_end_async() of a group
+  // without `*_async` calls; there a failure is an error of the whole group, which makes the communicator fail
+  // like any other kSystem error of a collective.
+  void check_async(const Request&) override {
+    std::lock_guard lock(queue_mu_);
+    start_worker();
+  }
+
   std::shared_ptr<Work> run_async(const Request& r, Algorithm algo) override { return submit({{r, algo}}); }
 
   void run_group(const Ops& ops) override {
@@ -134,10 +148,23 @@ class HostBackend final : public Backend {
   std::shared_ptr<Work> submit(const Ops& ops) {
     auto work = std::make_shared<HostWork>();
     std::lock_guard lock(queue_mu_);
+    start_worker();  // before queuing: NOTE [host worker start]
     queue_.push_back(Job{ops, work});
-    if (!worker_.joinable()) worker_ = std::thread([this] { work_loop(); });
     queue_cv_.notify_all();
     return work;
+  }
+
+  // With queue_mu_ held.
+  void start_worker() {
+    if (worker_.joinable()) return;
+    try {
+      worker_ = std::thread([this] { work_loop(); });
+    } catch (const std::system_error& e) {
+      SYMCOMM_THROW(kSystem,
+                    "rank {}: cannot start the host backend's worker thread for asynchronous collectives: {} "
+                    "(nothing was queued)",
+                    ctx_.ranks.rank, e.what());
+    }
   }
 
   // NOTE [host coalescing]

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "bootstrap/peer_mesh.h"
@@ -580,6 +582,103 @@ TEST(Faults, WaitForTheLargestTimeoutWaits) {
     EXPECT_TRUE(w->wait_for(std::chrono::milliseconds::max()));
     EXPECT_EQ(y, 3);
   });
+}
+
+// While alive, every new thread of this process fails to start: std::thread creates its threads with the
+// default attributes (glibc), and a default stack of 2^62 bytes, more than the address space, cannot be mapped
+// (pthread_create: EAGAIN), whatever the memory overcommit policy. The previous defaults are restored after.
+class NoNewThreads {
+ public:
+  NoNewThreads() {
+    EXPECT_EQ(::pthread_getattr_default_np(&saved_), 0);
+    pthread_attr_t huge;
+    EXPECT_EQ(::pthread_getattr_default_np(&huge), 0);
+    EXPECT_EQ(::pthread_attr_setstacksize(&huge, size_t{1} << 62), 0);
+    EXPECT_EQ(::pthread_setattr_default_np(&huge), 0);
+    ::pthread_attr_destroy(&huge);
+  }
+  ~NoNewThreads() {
+    EXPECT_EQ(::pthread_setattr_default_np(&saved_), 0);
+    ::pthread_attr_destroy(&saved_);
+  }
+  NoNewThreads(const NoNewThreads&) = delete;
+  NoNewThreads& operator=(const NoNewThreads&) = delete;
+
+ private:
+  pthread_attr_t saved_;
+};
+
+// The host backend's worker thread for the asynchronous collectives cannot be created (NOTE [host worker
+// start]): the call throws Error(kSystem), not std::system_error, and queues nothing; the communicator stays
+// usable, and once threads can be created again the next call runs, with the peer that never saw the refused
+// one, and the refused one never runs (its output stays poisoned; a stale job would also have put the ranks'
+// step sequences out of line, and the synchronous all-reduce after it would time out).
+TEST(Faults, AWorkerThreadThatCannotStartIsAnErrorAndQueuesNothing) {
+  expect_success(2, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    const int me = env.info.rank;
+    int32_t x = me + 1, y = -1, refused = -1;
+    if (me == 0) {
+      NoNewThreads no_threads;
+      bool thread_started = true;
+      try {
+        std::thread([] {}).join();
+      } catch (const std::system_error&) {
+        thread_started = false;
+      }
+      ASSERT_FALSE(thread_started) << "could not make thread creation fail here";
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        try {
+          comm->all_reduce_async(&x, &refused, 1, DataType::kInt32, ReduceOp::kSum);
+          ADD_FAILURE() << "the call succeeded without a worker thread";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kSystem) << e.what();
+          EXPECT_NE(e.message().find("worker thread"), std::string::npos) << e.message();
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "not a symcomm::Error: " << e.what();
+        }
+      }
+    }
+    auto w = comm->all_reduce_async(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
+    ASSERT_TRUE(w->wait_for(20s));
+    EXPECT_EQ(y, 3);
+    int32_t z = -1;
+    comm->all_reduce(&x, &z, 1, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(z, 3);
+    EXPECT_EQ(refused, -1);
+  });
+}
+
+// The same where the thread starts inside group_end_async() (a group without `*_async` calls): an Error(kSystem)
+// of the whole group, which, like any kSystem error of a collective, makes the communicator fail; nothing was
+// queued, so the group's collective never runs (before, std::system_error escaped with the job queued).
+TEST(Faults, AWorkerThreadThatCannotStartFailsTheAsyncGroupWithAnError) {
+  HarnessOptions opts;
+  opts.timeout = 30s;  // before the fix the next call waited for ever for the queued job
+  expect_success(
+      1,
+      [&](RankEnv& env) {
+        auto comm = env.make_comm();
+        int32_t x = 5, refused = -1;
+        comm->group_start();
+        comm->all_reduce(&x, &refused, 1, DataType::kInt32, ReduceOp::kSum);
+        {
+          NoNewThreads no_threads;
+          try {
+            comm->group_end_async();
+            ADD_FAILURE() << "the group ran without a worker thread";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::kSystem) << e.what();
+            EXPECT_NE(e.message().find("worker thread"), std::string::npos) << e.message();
+          } catch (const std::exception& e) {
+            ADD_FAILURE() << "not a symcomm::Error: " << e.what();
+          }
+        }
+        expect_error(ErrorCode::kSystem, [&] { comm->all_reduce(&x, &x, 1, DataType::kInt32, ReduceOp::kSum); });
+        comm.reset();  // a queued job would run (and fail) here, or keep the destructor waiting
+        EXPECT_EQ(refused, -1);
+      },
+      opts);
 }
 
 TEST(Faults, StoreServerDeathDuringRendezvousFailsFast) {
