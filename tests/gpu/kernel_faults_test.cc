@@ -279,6 +279,21 @@ void run_matched(Communicator& comm, cudaStream_t s, std::initializer_list<Calls
   for (Calls* c : calls) c->prepare();
 }
 
+/// Captures `calls` (the blocking forms) into a graph, instantiates it into *exec and replays it once, matched on
+/// every rank, on prepared buffers.
+void capture_and_replay(Communicator& comm, Calls& calls, cudaStream_t s, cudaGraphExec_t* exec) {
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  calls.issue(true);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(exec, g, 0), cudaSuccess);
+  cudaGraphDestroy(g);
+  calls.prepare();
+  ASSERT_EQ(cudaGraphLaunch(*exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  comm.check();
+}
+
 /// The faulted call (`call`: eager, or a graph replay) on a rank that issues it, and every check of what it got.
 void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t s,
                     const std::function<std::shared_ptr<Work>()>& call) {
@@ -347,16 +362,7 @@ void run_case(RankEnv& env, const Path& path, Fault fault, bool graph) {
     if (graph) {
       // Captured once, replayed once matched; the fault then meets a replay (device-side sequence numbers and
       // a deadline taken when the kernel starts, not when it was captured).
-      cudaGraph_t g = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-      calls.issue(true);
-      ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
-      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
-      cudaGraphDestroy(g);
-      calls.prepare();
-      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      comm->check();
+      ASSERT_NO_FATAL_FAILURE(capture_and_replay(*comm, calls, s, &exec));
     }
     calls.prepare();
     testing::store_barrier(*env.store, "kernel_faults/armed", world);
@@ -509,15 +515,7 @@ void run_late_copy_engine_case(RankEnv& env, bool graph) {
     ASSERT_TRUE(calls.allocated());
     ASSERT_NO_FATAL_FAILURE(run_matched(*comm, s, {&calls}));
     if (graph) {
-      cudaGraph_t g = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-      calls.issue(true);
-      ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
-      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
-      cudaGraphDestroy(g);
-      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      comm->check();
+      ASSERT_NO_FATAL_FAILURE(capture_and_replay(*comm, calls, s, &exec));
       calls.prepare();
     }
     const auto call = [&]() -> std::shared_ptr<Work> {
