@@ -58,6 +58,11 @@ case_def host host-count-check src/algos/host_engine.cc \
 case_def host step-variant src/algos/host_engine.cc \
   "if (h.variant != variant_) {  // NOTE [step variant]" "if (false) {" \
   symcomm_rank_tests "Faults.CrossRankMismatchIsReportedNotAHang:HostBucketerRules.FlushesLaidOutDifferentlyAreAMismatch" 90
+# Debug checks that do not share a rank's own refusal (NOTE [refused on one rank]): its peers run the call and
+# wait for it until their deadline.
+case_def host refused-shared src/core/comm_core.cc \
+  "         refused ? 1u : 0u," "         0u," \
+  symcomm_rank_tests "Faults.DebugChecksRefuseOnEveryRankWhatOneRankRefuses" 90
 case_def host nested-group-cancel src/core/comm_core.cc \
   "  if (group_.scopes.empty()) group_ = Group{};" "  group_ = Group{};" \
   symcomm_rank_tests HostGroupRules.NestedLevelsCancelOnlyThemselves 60

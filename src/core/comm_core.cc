@@ -1,8 +1,12 @@
 #include "core/comm_core.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
+#include <exception>
+#include <string>
+#include <string_view>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -78,19 +82,31 @@ Algorithm CommCore::select(const Request& r) const {
 
 void CommCore::check_arguments(const Request& r) {
   validate_request(r, ctx_->ranks.world_size);
+  // What only this rank's place decides: a broadcast reads its input on the root alone.
+  SYMCOMM_CHECK_ARG(r.kind != Collective::kBroadcast || r.root != ctx_->ranks.rank || r.count == 0 || r.in != nullptr,
+                    "broadcast: the root's input pointer is null");
   backend_->check_buffers(r);
 }
 
 std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
   ctx_->throw_if_failed();
-  check_arguments(r);
-  if (async) backend_->check_async(r);
-  Algorithm algo = select(r);
+  // This rank's own checks. In debug mode a refusal is not thrown yet but shared with the peers first (NOTE
+  // [refused on one rank]).
+  std::exception_ptr refused;
+  Algorithm algo = Algorithm::kAuto;
+  try {
+    check_arguments(r);
+    if (async) backend_->check_async(r);
+    algo = select(r);
+  } catch (const Error&) {
+    if (!ctx_->config.debug_checks) throw;
+    refused = std::current_exception();
+  }
   uint64_t seq = ctx_->history.record(OpRecord{
       .kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kIssued});
-  last_algo_.store(algo, std::memory_order_relaxed);
+  if (!refused) last_algo_.store(algo, std::memory_order_relaxed);
   try {
-    if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq);
+    if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq, refused);
     if (in_group()) {  // recorded now, run by group_end()
       std::lock_guard lock(group_mu_);
       group_.ops.emplace_back(r, algo);
@@ -105,6 +121,12 @@ std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
     ctx_->history.set_state(seq, OpState::kDone);
     return nullptr;
   } catch (const Error& e) {
+    if (refused && std::current_exception() == refused) {
+      // This rank's own refusal: nothing ran, and outside debug mode it is thrown before anything could mark
+      // the communicator failed (NOTE [host worker start] in host_backend.cc), so not here either.
+      ctx_->history.set_state(seq, OpState::kFailed);
+      throw;
+    }
     failed(seq, e);
     throw;
   }
@@ -136,7 +158,7 @@ bool CommCore::reduce_scatter_gathered(const GatheredReduceScatter& g) {
   uint64_t seq = ctx_->history.record(OpRecord{
       .kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kRunning});
   try {
-    if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq);
+    if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq, nullptr);
     backend_->reduce_scatter_gathered(g);
   } catch (const Error& e) {
     failed(seq, e);
@@ -147,30 +169,54 @@ bool CommCore::reduce_scatter_gathered(const GatheredReduceScatter& g) {
   return true;
 }
 
-void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq) {
+// NOTE [refused on one rank] A call that one rank's own checks refuse (a null input on the broadcast root only,
+// a misaligned pointer, an algorithm forced on one rank) is refused there at once, and nothing runs; its peers,
+// whose arguments are fine, go into the collective and wait for it until their deadline (as with NCCL). In debug
+// mode (Config::debug_checks) the refusal goes into the rank's published record instead, with its message: every
+// rank then throws in the same call, the refusing rank its own error, the others kInvalidArgument naming it and
+// repeating its reason, and no rank runs the op, so the communicator stays usable and in step on all of them.
+void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq, std::exception_ptr refused) {
   // Every rank publishes its arguments for this op and compares them with everyone's before launching, so a
   // mismatch is reported field by field instead of hanging or corrupting memory.
   struct Fields {
-    uint32_t kind, dtype, op, root, algo;
+    uint32_t kind, dtype, op, root, algo, refused;
     uint64_t count;
   } mine{static_cast<uint32_t>(r.kind),
          static_cast<uint32_t>(r.dtype),
          static_cast<uint32_t>(r.has_reduction() ? r.op : ReduceOp::kSum),
          static_cast<uint32_t>(r.root),
          static_cast<uint32_t>(algo),
+         refused ? 1u : 0u,
          r.count};
-  Bytes bytes(sizeof(Fields));
+  std::string reason;  // after the fields: why this rank refused the call
+  if (refused) {
+    try {
+      std::rethrow_exception(refused);
+    } catch (const Error& e) {
+      reason = e.message();
+    }
+  }
+  Bytes bytes(sizeof(Fields) + reason.size());
   std::memcpy(bytes.data(), &mine, sizeof(Fields));
+  std::memcpy(bytes.data() + sizeof(Fields), reason.data(), reason.size());
   std::string base = fmt::format("{}/dbg/{}/", ctx_->prefix, seq);
   ctx_->store->set(base + std::to_string(ctx_->ranks.rank), bytes);
-  std::string report;
-  std::vector<int> bad;
+  std::string report, refusals;
+  std::vector<int> bad, refusing;
   const Deadline deadline = ctx_->deadline();
   for (int p = 0; p < ctx_->ranks.world_size; ++p) {
     Bytes theirs_b = ctx_->store_get(base + std::to_string(p), deadline);
     Fields theirs{};
-    SYMCOMM_CHECK(theirs_b.size() == sizeof(Fields), kInternal, "bad debug-check record from rank {}", p);
+    SYMCOMM_CHECK(theirs_b.size() >= sizeof(Fields), kInternal, "bad debug-check record from rank {}", p);
     std::memcpy(&theirs, theirs_b.data(), sizeof(Fields));
+    if (theirs.refused) {
+      refusing.push_back(p);
+      refusals += fmt::format(" rank {}: {};", p,
+                              std::string_view(reinterpret_cast<const char*>(theirs_b.data()) + sizeof(Fields),
+                                               theirs_b.size() - sizeof(Fields)));
+      continue;  // its fields are what it was given, not what it would run
+    }
+    if (refused) continue;
     std::string diff;
     auto cmp = [&](const char* name, auto a, auto b, auto show) {
       if (a != b)
@@ -194,6 +240,13 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq)
   if (ctx_->store->add(base + "done", 1) == ctx_->ranks.world_size) {
     for (int p = 0; p < ctx_->ranks.world_size; ++p) ctx_->store->remove(base + std::to_string(p));
     ctx_->store->remove(base + "done");
+  }
+  if (refused) std::rethrow_exception(refused);
+  if (!refusing.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("rank {}: op {} {} was refused on rank(s) {}, so no rank runs it (debug checks):{}",
+                            ctx_->ranks.rank, seq, to_string(r.kind), fmt::join(refusing, ", "), refusals),
+                __FILE__, __LINE__, refusing);
   }
   if (!bad.empty()) {
     throw Error(ErrorCode::kMismatch, fmt::format("op {} {} differs across ranks:{}", seq, to_string(r.kind), report),

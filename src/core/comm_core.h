@@ -2,6 +2,7 @@
 // CommCore: what a Communicator owns (context + backend) and the one path every collective takes.
 
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -48,7 +49,9 @@ class CommCore {
   Algorithm select(const Request& r) const;
   /// Marks op `seq` failed; a fatal error becomes the sticky error (logged with the op history).
   void failed(uint64_t seq, const Error& e);
-  void debug_cross_check(const Request& r, Algorithm algo, uint64_t seq);
+  /// Debug mode: compares this op's arguments across ranks before it runs; `refused`: this rank's own checks
+  /// refused the call (NOTE [refused on one rank] in comm_core.cc).
+  void debug_cross_check(const Request& r, Algorithm algo, uint64_t seq, std::exception_ptr refused);
 
   class GroupWork;
   /// One group_start() .. group_end() level (NOTE [nested groups] in comm_core.cc).

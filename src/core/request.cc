@@ -55,7 +55,8 @@ void validate_request(const Request& r, int world_size) {
   SYMCOMM_CHECK_ARG(r.count <= kMaxBytes / per_elem / scale, "count {} of {} overflows the byte size", r.count,
                     to_string(r.dtype));
   if (r.count == 0) return;
-  bool needs_in = r.kind != Collective::kBroadcast;  // broadcast reads `in` on the root only (checked below)
+  bool needs_in =
+      r.kind != Collective::kBroadcast;  // broadcast reads `in` on the root only (CommCore::check_arguments)
   SYMCOMM_CHECK_ARG(!needs_in || r.in != nullptr, "{}: input pointer is null", to_string(r.kind));
   SYMCOMM_CHECK_ARG(r.out != nullptr, "{}: output pointer is null", to_string(r.kind));
 }

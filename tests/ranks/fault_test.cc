@@ -416,6 +416,60 @@ TEST(Faults, InvalidArgumentsThrowAtOnceAndLeaveTheCommunicatorUsable) {
   });
 }
 
+// NOTE [refused on one rank]: in debug mode a call that one rank's own checks refuse is refused on every rank in
+// the same call, the refusing rank with its own error, the others with kInvalidArgument naming it and giving its
+// reason, long before the deadline; nothing runs, and every communicator stays usable and in step. Outside debug
+// mode the peers wait for that rank until their deadline (kTimeout naming it), as with NCCL.
+TEST(Faults, DebugChecksRefuseOnEveryRankWhatOneRankRefuses) {
+  for (bool debug : {true, false}) {
+    SCOPED_TRACE(fmt::format("debug checks {}", debug));
+    HarnessOptions opts;
+    opts.config.timeout = 2s;
+    opts.config.debug_checks = debug;
+    expect_success(
+        2,
+        [&](RankEnv& env) {
+          auto comm = env.make_comm();
+          const int me = env.info.rank;
+          float in[8], out[8];
+          for (int i = 0; i < 8; ++i) in[i] = static_cast<float>(i + me);
+          const auto t0 = std::chrono::steady_clock::now();
+          const auto seconds = [&] {
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          };
+          // Rank 1, the root, passes no input.
+          const auto call = [&] { comm->broadcast(me == 1 ? nullptr : in, out, 8, DataType::kFloat32, 1); };
+          if (me == 1 || debug) {
+            const Error e = expect_error(ErrorCode::kInvalidArgument, call);
+            EXPECT_LT(seconds(), 1.0) << "refused in the call, not at the deadline: " << e.what();
+            EXPECT_NE(std::string(e.what()).find("broadcast: the root's input pointer is null"), std::string::npos)
+                << e.what();
+            if (me == 0) EXPECT_EQ(e.ranks(), std::vector<int>{1}) << e.what();
+          } else {
+            const Error e = expect_error(ErrorCode::kTimeout, call);
+            EXPECT_EQ(e.ranks(), std::vector<int>{1}) << e.what();
+          }
+          if (!debug) {
+            // Rank 1 stays until rank 0 has timed out (a communicator destroyed earlier reads as a departure).
+            // The timeout failed rank 0's communicator: that is what the debug mode avoids.
+            if (me == 0) env.store->set("refused/timed_out", "1");
+            if (me == 1) env.store->get("refused/timed_out");
+            return;
+          }
+          // An algorithm forced on one rank that this collective has not.
+          const Error e = expect_error(ErrorCode::kInvalidArgument, [&] {
+            comm->all_gather(in, out, 4, DataType::kFloat32,
+                             {.algorithm = me == 0 ? Algorithm::kOneShot : Algorithm::kAuto});
+          });
+          if (me == 1) EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();
+          // Usable and in step on both ranks.
+          comm->all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);
+          for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], static_cast<float>(2 * i + 1)) << i;
+        },
+        opts);
+  }
+}
+
 struct MismatchCase {
   const char* name;
   std::function<void(Communicator&, int rank)> issue;
