@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "core/check.h"
 #include "core/debug_fault.h"
@@ -354,16 +355,10 @@ bool debug_fault(std::string_view site, int rank) {
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
     const size_t at = item.find('@');
     if (at == std::string_view::npos || item.substr(0, at) != site) continue;
-    int r = 0;
-    bool digits = at + 1 < item.size();
-    for (char c : item.substr(at + 1)) {
-      if (c < '0' || c > '9' || r > 100000) {
-        digits = false;
-        break;
-      }
-      r = r * 10 + (c - '0');
-    }
-    if (digits && r == rank) return true;
+    const std::string_view number = item.substr(at + 1);
+    int r = -1;
+    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), r);
+    if (ec == std::errc() && end == number.data() + number.size() && r == rank) return true;
   }
   return false;
 }

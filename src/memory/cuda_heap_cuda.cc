@@ -226,26 +226,20 @@ void* CudaHeap::alloc(size_t bytes) {
 }
 
 std::vector<int> CudaHeap::exchange_mapped(uint64_t id, bool failed_here) {
-  const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
   const MappedMsg msg{id, failed_here ? 1u : 0u};
   std::vector<uint8_t> payload(sizeof(msg));
   std::memcpy(payload.data(), &msg, sizeof(msg));
-  for (int p = 0; p < n; ++p) {
-    if (p != me) ctx_.mesh->send(p, kTagCudaHeap, payload);
-  }
+  const auto all = ctx_.mesh_all_gather(kTagCudaHeap, payload);
   std::vector<int> failed;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    MeshMessage r = ctx_.mesh->receive(p, kTagCudaHeap, ctx_.deadline(), &ctx_.aborted);
-    for (int fd : r.fds) ::close(fd);
+  for (int p = 0; p < static_cast<int>(all.size()); ++p) {
     MappedMsg pm{};
-    SYMCOMM_CHECK(r.payload.size() == sizeof(pm), kInternal,
-                  "rank {}: symmetric alloc #{}: rank {} sent a {}-byte message where its mapping result belongs", me,
-                  id, p, r.payload.size());
-    std::memcpy(&pm, r.payload.data(), sizeof(pm));
-    SYMCOMM_CHECK(pm.id == id, kInternal, "rank {}: symmetric alloc #{}: rank {} reported on alloc #{}", me, id, p,
-                  pm.id);
-    if (pm.failed) failed.push_back(p);
+    SYMCOMM_CHECK(all[p].size() == sizeof(pm), kInternal,
+                  "rank {}: symmetric alloc #{}: rank {} sent a {}-byte message where its mapping result belongs",
+                  ctx_.ranks.rank, id, p, all[p].size());
+    std::memcpy(&pm, all[p].data(), sizeof(pm));
+    SYMCOMM_CHECK(pm.id == id, kInternal, "rank {}: symmetric alloc #{}: rank {} reported on alloc #{}",
+                  ctx_.ranks.rank, id, p, pm.id);
+    if (pm.failed && p != ctx_.ranks.rank) failed.push_back(p);
   }
   return failed;
 }

@@ -294,6 +294,28 @@ void capture_and_replay(Communicator& comm, Calls& calls, cudaStream_t s, cudaGr
   comm.check();
 }
 
+/// What a call that should fail threw (none: it completed), and how long it took from `t0`: `call` issues it
+/// (a returned Work is waited for), then the stream is synchronised and the communicator checked (a graph replay
+/// and a bucket flush report there). The stream must drain cleanly whatever happened.
+struct Outcome {
+  std::optional<Error> err;
+  double took = 0;
+};
+Outcome run_to_error(Communicator& comm, cudaStream_t s, const std::function<std::shared_ptr<Work>()>& call,
+                     Clock::time_point t0) {
+  Outcome o;
+  try {
+    if (auto w = call()) w->wait();
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
+    comm.check();
+  } catch (const Error& e) {
+    o.err = e;
+  }
+  o.took = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
+  return o;
+}
+
 /// The faulted call (`call`: eager, or a graph replay) on a rank that issues it, and every check of what it got.
 void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t s,
                     const std::function<std::shared_ptr<Work>()>& call) {
@@ -306,17 +328,8 @@ void fail_and_check(Communicator& comm, Calls& calls, Fault fault, cudaStream_t 
       comm.abort();
     });
   }
-  std::optional<Error> err;
-  try {
-    if (auto w = call()) w->wait();
-    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
-    comm.check();  // a bucket flush and a graph replay report here
-  } catch (const Error& e) {
-    err = e;
-  }
-  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto [err, took] = run_to_error(comm, s, call, t0);
   if (aborter.joinable()) aborter.join();
-  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
   ASSERT_TRUE(err.has_value()) << "rank " << me << ": the call completed without rank 1";
   SCOPED_TRACE(fmt::format("rank {} after {:.3f} s: {}", me, took, err->what()));
   const double limit = std::chrono::duration<double>(comm.config().timeout).count();
@@ -468,18 +481,13 @@ void run_skipped_copy_engine_case(RankEnv& env) {
     ASSERT_NO_FATAL_FAILURE(run_matched(*comm, s, {&first, &second}));
     testing::store_barrier(*env.store, "skipped_ce/armed", world);
     if (me == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const auto t0 = Clock::now();
-    std::optional<Error> err;
-    try {
-      if (me != 1) first.issue(false);
-      second.issue(false)->wait();
-      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      comm->check();
-    } catch (const Error& e) {
-      err = e;
-    }
-    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed calls must leave the stream cleanly";
+    const auto [err, took] = run_to_error(
+        *comm, s,
+        [&] {
+          if (me != 1) first.issue(false);
+          return second.issue(false);
+        },
+        Clock::now());
     ASSERT_TRUE(err.has_value()) << "rank " << me << ": the calls completed although rank 1 skipped one";
     SCOPED_TRACE(fmt::format("rank {} after {:.3f} s: {}", me, took, err->what()));
     EXPECT_EQ(err->code(), ErrorCode::kMismatch);
@@ -532,17 +540,7 @@ void run_late_copy_engine_case(RankEnv& env, bool graph) {
       for (int r = 0; r < world; ++r) {
         if (r != 1) env.store->get(fmt::format("late_ce/moved_on/{}", r));
       }
-      const auto t0 = Clock::now();
-      std::optional<Error> err;
-      try {
-        if (auto w = call()) w->wait();
-        EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-        comm->check();
-      } catch (const Error& e) {
-        err = e;
-      }
-      const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess) << "the failed call must leave the stream cleanly";
+      const auto [err, took] = run_to_error(*comm, s, call, Clock::now());
       ASSERT_TRUE(err.has_value()) << "the late call completed although every peer had given up on it";
       SCOPED_TRACE(fmt::format("rank {} after {:.3f} s: {}", me, took, err->what()));
       EXPECT_EQ(err->code(), ErrorCode::kTimeout);
