@@ -242,6 +242,12 @@ case_def gpu group-streams src/core/cuda_group_cuda.cc \
 case_def gpu ll-flag-zero src/algos/cuda_all_reduce_ll.cu \
   "return seq != 0 ? seq : 1u;" "return seq;" \
   symcomm_gpu_tests "Cases/GpuSequenceWrap.*" 200 "$SHARED2"
+# Launches checked by the thread's last error (NOTE [launch result]): the caller's planted error fails them.
+case_def gpu launch-result src/algos/cuda_common.cuh \
+  "  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);" \
+  "  cudaLaunchKernelEx(&cfg, kernel, p);
+  const cudaError_t err = cudaGetLastError();" \
+  symcomm_gpu_tests "GpuThreads.ACallersEarlierCudaErrorIsNeitherTakenNorCleared" 120 "$SHARED2"
 
 say() { echo "$*" | tee -a "$REPORT"; }
 build() { [ -n "${PREBUILT:-}" ] || ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }

@@ -89,8 +89,7 @@ int exchange_blocks(size_t bytes) {
 }
 
 void launch_exchange(const ExchangeParams& p, cudaStream_t stream) {
-  exchange_kernel<<<exchange_blocks(p.bytes), kThreads, 0, stream>>>(p);
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+  SYMCOMM_CUDA_CHECK(launch_kernel(exchange_kernel, exchange_blocks(p.bytes), kThreads, stream, false, p));
 }
 
 }  // namespace symcomm::detail::cuda

@@ -490,34 +490,33 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
     AllReduceLLParams q = p;  // bytes only: count in bytes
     q.count = p.count * dtype_size(p.dtype);
     if (p.kind == LLKind::kBroadcast) {
-      launch_kernel(ll_broadcast_kernel, blocks, static_cast<int>(threads), stream, p.pdl, q);
-      SYMCOMM_CUDA_CHECK(cudaGetLastError());
+      SYMCOMM_CUDA_CHECK(launch_kernel(ll_broadcast_kernel, blocks, static_cast<int>(threads), stream, p.pdl, q));
       return;
     }
     dispatch_ranks(p.comm.world_size, [&](auto r) {
       constexpr int kR = decltype(r)::value;
       if (p.kind == LLKind::kAllGather) {
-        launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllGather>, blocks,
-                      static_cast<int>(threads), stream, p.pdl, q);
+        SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllGather>, blocks,
+                                         static_cast<int>(threads), stream, p.pdl, q));
       } else {
-        launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllToAll>, blocks,
-                      static_cast<int>(threads), stream, p.pdl, q);
+        SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllToAll>, blocks,
+                                         static_cast<int>(threads), stream, p.pdl, q));
       }
     });
-    SYMCOMM_CUDA_CHECK(cudaGetLastError());
     return;
   }
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     if (p.kind == LLKind::kReduceScatter) {
-      launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value, LLKind::kReduceScatter>, blocks,
-                    static_cast<int>(threads), stream, p.pdl, p);
+      SYMCOMM_CUDA_CHECK(
+          launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value, LLKind::kReduceScatter>, blocks,
+                        static_cast<int>(threads), stream, p.pdl, p));
     } else {
-      launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value, LLKind::kAllReduce>, blocks,
-                    static_cast<int>(threads), stream, p.pdl, p);
+      SYMCOMM_CUDA_CHECK(
+          launch_kernel(all_reduce_ll_kernel<T, decltype(o)::value, decltype(r)::value, LLKind::kAllReduce>, blocks,
+                        static_cast<int>(threads), stream, p.pdl, p));
     }
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 size_t all_reduce_ll128_slot_bytes(size_t payload_bytes) {
@@ -532,10 +531,9 @@ void launch_all_reduce_ll128(const AllReduceLL128Params& p, cudaStream_t stream)
   const int blocks = static_cast<int>(std::clamp<size_t>(div_up(nlines, lines_per_block), 1, max_blocks));
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    launch_kernel(all_reduce_ll128_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, kThreads, stream, p.pdl,
-                  p);
+    SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<T, decltype(o)::value, decltype(r)::value>, blocks,
+                                     kThreads, stream, p.pdl, p));
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace symcomm::detail::cuda

@@ -65,10 +65,9 @@ void launch_all_reduce_one_shot(const AllReduceOneShotParams& p, cudaStream_t st
   const int blocks = all_reduce_one_shot_blocks(p.count * dtype_size(p.dtype), p.block_bytes, p.max_blocks);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    launch_kernel(all_reduce_one_shot_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, kThreads, stream,
-                  p.pdl, p);
+    SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_one_shot_kernel<T, decltype(o)::value, decltype(r)::value>, blocks,
+                                     kThreads, stream, p.pdl, p));
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace symcomm::detail::cuda

@@ -181,14 +181,16 @@ void launch_all_reduce_two_shot(const AllReduceTwoShotParams& p, cudaStream_t st
     using T = typename decltype(t)::type;
     constexpr int kO = decltype(o)::value, kR = decltype(r)::value;
     if (p.push_out) {
-      all_reduce_two_shot_kernel<T, kO, kR, Path::kPush><<<blocks, kThreads, 0, stream>>>(p);
+      SYMCOMM_CUDA_CHECK(
+          launch_kernel(all_reduce_two_shot_kernel<T, kO, kR, Path::kPush>, blocks, kThreads, stream, false, p));
     } else if (p.zero_copy) {
-      all_reduce_two_shot_kernel<T, kO, kR, Path::kZeroCopy><<<blocks, kThreads, 0, stream>>>(p);
+      SYMCOMM_CUDA_CHECK(
+          launch_kernel(all_reduce_two_shot_kernel<T, kO, kR, Path::kZeroCopy>, blocks, kThreads, stream, false, p));
     } else {
-      all_reduce_two_shot_kernel<T, kO, kR, Path::kStaged><<<blocks, kThreads, 0, stream>>>(p);
+      SYMCOMM_CUDA_CHECK(
+          launch_kernel(all_reduce_two_shot_kernel<T, kO, kR, Path::kStaged>, blocks, kThreads, stream, false, p));
     }
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace symcomm::detail::cuda

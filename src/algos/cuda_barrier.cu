@@ -20,8 +20,7 @@ __global__ void __launch_bounds__(kBarrierThreads) barrier_kernel(BarrierParams 
 }  // namespace
 
 void launch_barrier(const BarrierParams& p, cudaStream_t stream) {
-  barrier_kernel<<<1, kBarrierThreads, 0, stream>>>(p);
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+  SYMCOMM_CUDA_CHECK(launch_kernel(barrier_kernel, 1, kBarrierThreads, stream, false, p));
 }
 
 }  // namespace symcomm::detail::cuda

@@ -63,8 +63,7 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(BroadcastParams p) 
 void launch_broadcast(const BroadcastParams& p, cudaStream_t stream) {
   size_t b = div_up(p.bytes, kBytesPerBlock);
   const int blocks = static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
-  broadcast_kernel<<<blocks, kThreads, 0, stream>>>(p);
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+  SYMCOMM_CUDA_CHECK(launch_kernel(broadcast_kernel, blocks, kThreads, stream, false, p));
 }
 
 }  // namespace symcomm::detail::cuda

@@ -60,8 +60,8 @@ void launch_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_
   }
   if (max_bytes == 0) return;
   const unsigned chunks = static_cast<unsigned>(std::min<size_t>(kMaxChunkBlocks, div_up(max_bytes, kChunkBytes)));
-  bucket_copy_kernel<kCap><<<dim3(p.nseg, chunks, static_cast<unsigned>(rows)), kThreads, 0, s>>>(p);
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+  SYMCOMM_CUDA_CHECK(launch_kernel(bucket_copy_kernel<kCap>, dim3(p.nseg, chunks, static_cast<unsigned>(rows)),
+                                   kThreads, s, false, p));
 }
 
 }  // namespace

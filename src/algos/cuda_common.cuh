@@ -155,12 +155,19 @@ __device__ __forceinline__ void frame_end(const DeviceComm& c, const Frame& f, u
   }
 }
 
-/// Launches kernel<<<blocks, threads, 0, stream>>>(p), with programmatic dependent launch when `pdl`
-/// (NOTE [PDL]). The caller checks cudaGetLastError().
+/// Launches kernel<<<grid, threads, 0, stream>>>(p), with programmatic dependent launch when `pdl`
+/// (NOTE [PDL]), and returns the launch's own result.
+///
+/// NOTE [launch result] Every symcomm launch is checked by the value its launch call returns, never by
+/// cudaGetLastError(): the thread's last error also holds any earlier failure of the caller's own CUDA calls
+/// (a cudaMemcpy of symmetric-heap memory made while another GPU was current fails with cudaErrorInvalidValue
+/// and leaves it there; 2 x H100), which symcomm would then report as its own launch failure and make the
+/// communicator's sticky error. A failed launch's error is cleared from the thread's last error once returned.
 template <class P>
-void launch_kernel(void (*kernel)(P), int blocks, int threads, cudaStream_t stream, bool pdl, const P& p) {
+[[nodiscard]] cudaError_t launch_kernel(void (*kernel)(P), dim3 grid, int threads, cudaStream_t stream, bool pdl,
+                                        const P& p) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks);
+  cfg.gridDim = grid;
   cfg.blockDim = dim3(threads);
   cfg.stream = stream;
   cudaLaunchAttribute attr{};
@@ -168,7 +175,9 @@ void launch_kernel(void (*kernel)(P), int blocks, int threads, cudaStream_t stre
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  cudaLaunchKernelEx(&cfg, kernel, p);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);
+  if (err != cudaSuccess) cudaGetLastError();
+  return err;
 }
 
 __host__ __device__ __forceinline__ size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }

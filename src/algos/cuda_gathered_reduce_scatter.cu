@@ -145,9 +145,9 @@ void launch_cap(const GatheredHead& head, DataType dtype, const BucketCopySegmen
   const int blocks = static_cast<int>(std::clamp<size_t>(div_up(bytes, kBytesPerBlock), 1, kMaxBlocks));
   dispatch_reduce(dtype, head.op, head.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    gathered_reduce_scatter_kernel<T, decltype(o)::value, decltype(r)::value, kCap><<<blocks, kThreads, 0, s>>>(p);
+    SYMCOMM_CUDA_CHECK(launch_kernel(gathered_reduce_scatter_kernel<T, decltype(o)::value, decltype(r)::value, kCap>,
+                                     blocks, kThreads, s, false, p));
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace

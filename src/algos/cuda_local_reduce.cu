@@ -20,9 +20,9 @@ void launch_local_reduce(const LocalReduceParams& p, int blocks, cudaStream_t st
   if (p.count == 0) return;
   dispatch_reduce(p.dtype, p.op, p.nsrc, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    local_reduce_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+    SYMCOMM_CUDA_CHECK(launch_kernel(local_reduce_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, kThreads,
+                                     stream, false, p));
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace symcomm::detail::cuda

@@ -66,8 +66,7 @@ __global__ void __launch_bounds__(kThreads) multi_all_gather_kernel(const __grid
 }  // namespace
 
 void launch_multi_all_gather(const MultiParams& p, cudaStream_t stream) {
-  multi_all_gather_kernel<<<multi_blocks(p.total), kThreads, 0, stream>>>(p);
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+  SYMCOMM_CUDA_CHECK(launch_kernel(multi_all_gather_kernel, multi_blocks(p.total), kThreads, stream, false, p));
 }
 
 }  // namespace symcomm::detail::cuda

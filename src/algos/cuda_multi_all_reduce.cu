@@ -157,9 +157,9 @@ void launch_multi_all_reduce(const MultiParams& p, cudaStream_t stream) {
   const int blocks = multi_blocks(p.total * dtype_size(p.dtype));
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    multi_all_reduce_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+    SYMCOMM_CUDA_CHECK(launch_kernel(multi_all_reduce_kernel<T, decltype(o)::value, decltype(r)::value>, blocks,
+                                     kThreads, stream, false, p));
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_multi(const MultiParams& p, cudaStream_t stream) {

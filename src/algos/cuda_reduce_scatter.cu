@@ -70,9 +70,9 @@ void launch_reduce_scatter(const ReduceScatterParams& p, cudaStream_t stream) {
   const int blocks = reduce_scatter_blocks(p.count * dtype_size(p.dtype));
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    reduce_scatter_kernel<T, decltype(o)::value, decltype(r)::value><<<blocks, kThreads, 0, stream>>>(p);
+    SYMCOMM_CUDA_CHECK(launch_kernel(reduce_scatter_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, kThreads,
+                                     stream, false, p));
   });
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace symcomm::detail::cuda

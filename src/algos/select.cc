@@ -31,20 +31,28 @@ bool copy_engine_capable(Collective c) {
 }  // namespace
 
 // NOTE [measured CUDA thresholds]
-// Tuning's CUDA defaults were measured on 2 x H200. On 4 x H200 (2026-11-22, tools/gpu_multi.sh on
-// nvidia-h200-x4, bf16 sum, CUDA graph, us): one-shot beats two-shot only at 4 KB (6.99 vs 7.58; at 16 KB
-// 12.7 vs 7.9); two-shot beats plain NCCL up to 16 MB (88.5 vs 97.3) but not from 64 MB (326.6 vs 320.3;
-// 1266 vs 1182 at 256 MB). Fields left at their 2-rank default take these values for 3 or more ranks (8
-// ranks were not measured: 4-rank values are the closest evidence). The push-to-output two-shot was measured
-// on 2 ranks only: off for more until it is. Those one-shot numbers came from the LL kernel's 8-rank instance
-// while it spilled 600-1100 bytes per thread (fixed 2026-11-24, kLLBatch in cuda_all_reduce_ll.cu): at 1 rank
-// the fix took 16 KB from 5.24 to 2.30 us, so the 4 KB threshold is likely too low; re-measure on 4 GPUs.
+// Tuning's CUDA defaults were measured on 2 x H200. Fields left at those defaults take other values from 3
+// ranks on, measured on 4 x H100 (every pair NV18; 2026-11-27, `NRANKS=4 GPU_CHECK_STEPS=bench
+// tools/gpu_check.sh`, bf16 sum, CUDA graph, us, one-shot / two-shot / NCCL's best mode):
+//   4 KB 4.26 / 9.19 / 4.65; 16 KB 4.63 / 9.41 / 5.03; 64 KB 5.50 / 11.33 / 10.24; 256 KB 9.61 / 12.39 / 11.70;
+//   1 MB 19.52 / 14.30 / 17.79; 64 MB - / 324.98 / 325.68; 256 MB - / 1254 / 1185.
+// So at 3-4 ranks one-shot up to 256 KB (512 KB was not measured), two-shot above, NCCL from 256 MB (at 64 MB
+// two-shot and NCCL tie, and an eager call through symcomm's nonblocking NCCL communicator costs ~115 us of
+// host time against ~6 us for the kernels, NOTE [settling NCCL calls]). From 5 ranks on, nothing was measured:
+// one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256 KB at 8 ranks in
+// TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The push-to-output two-shot was measured on 2
+// ranks only: off for more. A tuning file measured on the machine (symcomm-tune) replaces all of these.
 Tuning measured_cuda_tuning(const Tuning& t, int world_size) {
   if (world_size <= 2) return t;
   const Tuning defaults;
+  const bool four = world_size <= 4;
   Tuning m = t;
-  if (t.cuda_one_shot_max_bytes == defaults.cuda_one_shot_max_bytes) m.cuda_one_shot_max_bytes = 4 << 10;
-  if (t.cuda_nccl_min_bytes == defaults.cuda_nccl_min_bytes) m.cuda_nccl_min_bytes = size_t{64} << 20;
+  if (t.cuda_one_shot_max_bytes == defaults.cuda_one_shot_max_bytes) {
+    m.cuda_one_shot_max_bytes = four ? 256 << 10 : 128 << 10;
+  }
+  if (t.cuda_nccl_min_bytes == defaults.cuda_nccl_min_bytes) {
+    m.cuda_nccl_min_bytes = four ? size_t{256} << 20 : size_t{64} << 20;
+  }
   if (t.cuda_two_shot_push_min_bytes == defaults.cuda_two_shot_push_min_bytes) {
     m.cuda_two_shot_push_min_bytes = SIZE_MAX;
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "algos/cuda_common.cuh"
 #include "core/cuda_check.h"
 #include "fused/fused_kernels.h"
 
@@ -47,11 +48,16 @@ void launch_store_rows(const StoreRowsParams& p, cudaStream_t stream) {
   if (total == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, kMaxBlocks));
   switch (p.dtype) {
-    case DataType::kBFloat16: store_rows_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p); break;
-    case DataType::kFloat16: store_rows_kernel<__half><<<blocks, kThreads, 0, stream>>>(p); break;
-    default: store_rows_kernel<float><<<blocks, kThreads, 0, stream>>>(p); break;
+    case DataType::kBFloat16:
+      SYMCOMM_CUDA_CHECK(cuda::launch_kernel(store_rows_kernel<__nv_bfloat16>, blocks, kThreads, stream, false, p));
+      break;
+    case DataType::kFloat16:
+      SYMCOMM_CUDA_CHECK(cuda::launch_kernel(store_rows_kernel<__half>, blocks, kThreads, stream, false, p));
+      break;
+    default:
+      SYMCOMM_CUDA_CHECK(cuda::launch_kernel(store_rows_kernel<float>, blocks, kThreads, stream, false, p));
+      break;
   }
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace symcomm::detail::fused

@@ -24,8 +24,10 @@ __global__ void probe_write_kernel(ProbeArgs a, int world_size, int rank, uint64
 void launch_probe_write(char* const* dsts, int world_size, int rank, uint64_t salt) {
   ProbeArgs a{};
   for (int p = 0; p < world_size && p < device::kMaxDeviceRanks; ++p) a.dsts[p] = dsts[p];
-  probe_write_kernel<<<1, 32>>>(a, world_size, rank, salt);
-  SYMCOMM_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t cfg{};  // the launch's own result: NOTE [launch result] in src/algos/cuda_common.cuh
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(32);
+  SYMCOMM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, probe_write_kernel, a, world_size, rank, salt));
   SYMCOMM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
