@@ -8,6 +8,8 @@
 
 #include <new>
 
+#include "core/device_switch.h"
+
 namespace symcomm::detail {
 [[noreturn]] void throw_cuda_error(int err, const char* expr, const char* file, int line);
 [[noreturn]] void throw_driver_error(int res, const char* expr, const char* file, int line);
@@ -32,9 +34,7 @@ class DeviceScope {
   DeviceScope& operator=(const DeviceScope&) = delete;
 
  private:
-  /// Makes `device` current, remembering the device to give back; the error of cudaSetDevice (cleared).
-  cudaError_t enter(int device);
-  int previous_ = -1;  ///< the device to give back; -1: nothing to give back
+  DeviceSwitch switch_;
 };
 }  // namespace symcomm::detail
 

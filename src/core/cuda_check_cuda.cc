@@ -33,37 +33,35 @@ bool stream_capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
-cudaError_t DeviceScope::enter(int device) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
-    current = -1;
-  }
-  if (current == device) return cudaSuccess;
-  const cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return err;
-  }
-  previous_ = current;
-  return cudaSuccess;
+namespace {
+// The runtime's calls for DeviceSwitch; a failure's error is cleared from the thread's last error, which
+// belongs to the caller (NOTE [launch result] in src/algos/cuda_common.cuh).
+int get_device(int* device) {
+  const cudaError_t err = cudaGetDevice(device);
+  if (err != cudaSuccess) cudaGetLastError();
+  return static_cast<int>(err);
 }
+int set_device(int device) {
+  const cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) cudaGetLastError();
+  return static_cast<int>(err);
+}
+constexpr DeviceCalls kRuntime{.get = get_device, .set = set_device};
+}  // namespace
 
 DeviceScope::DeviceScope(int device) {
-  const cudaError_t err = enter(device);
-  if (err != cudaSuccess) throw_cuda_error(static_cast<int>(err), "cudaSetDevice(device)", __FILE__, __LINE__);
+  const int err = switch_.enter(kRuntime, device);
+  if (err != 0) throw_cuda_error(err, "cudaSetDevice(device)", __FILE__, __LINE__);
 }
 
 DeviceScope::DeviceScope(int device, std::nothrow_t) {
-  const cudaError_t err = enter(device);
-  if (err != cudaSuccess) {
+  const int err = switch_.enter(kRuntime, device);
+  if (err != 0) {
     SYMCOMM_LOG_WARN("cannot make device {} current ({}); going on with the current one", device,
-                     cudaGetErrorString(err));
+                     cudaGetErrorString(static_cast<cudaError_t>(err)));
   }
 }
 
-DeviceScope::~DeviceScope() {
-  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) cudaGetLastError();
-}
+DeviceScope::~DeviceScope() { switch_.leave(kRuntime); }
 
 }  // namespace symcomm::detail
