@@ -294,24 +294,28 @@ TEST(Select, CudaSmallDirectCollectivesGoToNcclWhenTuned) {
   });
 }
 
-// NOTE [measured CUDA thresholds]: fields left at their 2-rank default follow the 4-rank measurements from
-// 3 ranks on; fields set by the user are kept.
+// NOTE [measured CUDA thresholds]: fields left at their 2-rank default follow the 4-rank measurements at 3 and
+// 4 ranks and their extrapolation from 5 on; fields set by the user are kept.
 TEST(Select, CudaThresholdsFollowTheWorldSize) {
   using enum Algorithm;
   const Tuning t{};
   const Capabilities two = cuda({.world_size = 2}), four = cuda({.world_size = 4}), eight = cuda({.world_size = 8});
-  const Tuning user{.cuda_one_shot_max_bytes = 64 << 10};
+  const Tuning user{.cuda_one_shot_max_bytes = 8 << 10};
   check_rows({
       {"2 ranks 64 KiB one-shot", two, all_reduce(64 << 10), t, kOneShot},
-      {"4 ranks 4 KiB one-shot", four, all_reduce(4 << 10), t, kOneShot},
-      {"4 ranks 4 KiB + 1 two-shot", four, all_reduce((4 << 10) + 1), t, kTwoShot},
-      {"8 ranks 64 KiB two-shot", eight, all_reduce(64 << 10), t, kTwoShot},
+      {"4 ranks 256 KiB one-shot", four, all_reduce(256 << 10), t, kOneShot},
+      {"4 ranks 256 KiB + 1 two-shot", four, all_reduce((256 << 10) + 1), t, kTwoShot},
+      {"3 ranks 256 KiB one-shot", cuda({.world_size = 3}), all_reduce(256 << 10), t, kOneShot},
+      {"8 ranks 128 KiB one-shot", eight, all_reduce(128 << 10), t, kOneShot},
+      {"8 ranks 128 KiB + 1 two-shot", eight, all_reduce((128 << 10) + 1), t, kTwoShot},
       {"2 ranks 256 MiB two-shot", two, all_reduce(size_t{256} << 20), t, kTwoShot},
-      {"4 ranks 64 MiB - 1 two-shot", four, all_reduce((size_t{64} << 20) - 1), t, kTwoShot},
-      {"4 ranks 64 MiB nccl", four, all_reduce(size_t{64} << 20), t, kNccl},
-      {"4 ranks 64 MiB no nccl", cuda({.world_size = 4, .nccl_available = false}), all_reduce(size_t{64} << 20), t,
+      {"4 ranks 256 MiB - 1 two-shot", four, all_reduce((size_t{256} << 20) - 1), t, kTwoShot},
+      {"4 ranks 256 MiB nccl", four, all_reduce(size_t{256} << 20), t, kNccl},
+      {"4 ranks 256 MiB no nccl", cuda({.world_size = 4, .nccl_available = false}), all_reduce(size_t{256} << 20), t,
        kTwoShot},
-      {"4 ranks user one-shot max kept", four, all_reduce(64 << 10), user, kOneShot},
+      {"8 ranks 64 MiB - 1 two-shot", eight, all_reduce((size_t{64} << 20) - 1), t, kTwoShot},
+      {"8 ranks 64 MiB nccl", eight, all_reduce(size_t{64} << 20), t, kNccl},
+      {"4 ranks user one-shot max kept", four, all_reduce(16 << 10), user, kTwoShot},
   });
 }
 
