@@ -73,8 +73,13 @@ case_def host split-default-names src/core/communicator.cc \
   "    g_comm_counter.fetch_add(1);" "" \
   symcomm_rank_tests Split.DefaultNamesStayInStepAfterARankOptsOut 60
 case_def host sticky-dump src/core/comm_context.cc \
-  '  SYMCOMM_LOG_ERROR("{}\nlast operations of {}:\n{}", e.what(), prefix, history.dump());' "" \
+  '    log_write(LogLevel::kError, brief);' "" \
   symcomm_rank_tests Faults.FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce 60
+# The log gets every remembered operation instead of the short record (NOTE [op record]).
+case_def host op-record-short src/core/comm_context.cc \
+  '    for (const std::string& line : compact_record(ops)) brief += "\n  " + line;' \
+  '    for (const OpRecord& r : ops) brief += "\n  " + format_op(r);' \
+  symcomm_rank_tests Faults.ARankKilledMidAllReduceLeavesAShortLogAndTheFullRecordInAFile 60
 case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_rank_tests "AllWays/RankDeath.*/rendezvous_sigkill" 120

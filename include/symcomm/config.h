@@ -136,8 +136,14 @@ struct Config {
   /// Exchange each collective's arguments through the store before running it and report mismatches
   /// field by field (slow; for debugging).
   bool debug_checks = false;
-  /// How many recent operations each communicator remembers for the dump on error.
+  /// How many recent operations each communicator remembers for the record written on its first fatal error.
   int op_history = 64;
+  /// Directory of the operation record files: on a communicator's first fatal error (dead peer, timeout,
+  /// mismatch, abort) each rank logs a short record (the error, the operation in flight, the three before it,
+  /// the states of the rest) and writes every remembered operation to a file here, named after the
+  /// communicator, the rank and the process id. Empty: $TMPDIR, else /tmp. The directory must exist. Written
+  /// only when the error is logged (log level error or more verbose).
+  std::string trace_dir;
   /// CUDA backend: when its NCCL communicator is created (NcclInit). Must be equal on all ranks.
   NcclInit nccl = NcclInit::kEager;
   /// CUDA backend, for testing where there are fewer GPUs than ranks: ranks may share a GPU (the default

@@ -41,8 +41,9 @@ struct CommContext {
   std::vector<std::vector<uint8_t>> mesh_all_gather(uint32_t tag, const std::vector<uint8_t>& mine);
 
   /// Records the first fatal error (peer death, timeout, abort); later operations rethrow it. The first one is
-  /// also logged with the last operations (history), once, whichever path found it (a collective, a Work's
-  /// wait, the host backend's worker thread, a device error word).
+  /// also logged with a short form of the last operations (history) and the path of a file holding them all,
+  /// once, whichever path found it (a collective, a Work's wait, the host backend's worker thread, a device
+  /// error word; NOTE [op record] in comm_context.cc). Throws nothing.
   void set_sticky(const Error& e);
   std::optional<Error> sticky() const;
   /// Throws the sticky error if any, else kAborted if aborted, else kPeerDead if the mesh reports a dead

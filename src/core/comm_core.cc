@@ -347,8 +347,8 @@ void CommCore::group_cancel() {
 
 void CommCore::abort() {
   if (ctx_->aborted.exchange(true)) return;
-  SYMCOMM_LOG_WARN("communicator {} aborted by rank {}\nlast operations:\n{}", ctx_->prefix, ctx_->ranks.rank,
-                   ctx_->history.dump());
+  // One line: a collective that the abort stops reports it with the operations (NOTE [op record]).
+  SYMCOMM_LOG_WARN("communicator {} aborted by rank {}", ctx_->prefix, ctx_->ranks.rank);
   backend_->abort();
 }
 

@@ -48,19 +48,20 @@ void validate_rank_info(const RankInfo& r) {
 // staging differently, and every block's barrier still passes). So at creation every rank sends its settings
 // to every other, and each rank fails with kMismatch naming the settings that differ and the ranks whose
 // values differ from its own; all ranks see the same settings, so all fail alike. Settings that only concern
-// the rank itself may differ: log level, operations remembered, timeout. On the host backend the memory sizes
-// are left to the heap exchange, which compares them with a message of its own (and whose failure paths the
-// lifecycle tests exercise through it). The CUDA heap's exchange does not compare them, so there they are
-// compared here: with heaps of different sizes, a rank whose heap was full refused an alloc() before its
-// exchange while its peers went on into theirs, and every later alloc() paired different allocations
-// (a review found it, twenty-first session).
+// the rank itself may differ: log level, operations remembered, trace directory, timeout. On the host backend the
+// memory sizes are left to the heap exchange, which compares them with a message of its own (and whose failure paths
+// the lifecycle tests exercise through it). The CUDA heap's exchange does not compare them, so there they are compared
+// here: with heaps of different sizes, a rank whose heap was full refused an alloc() before its exchange while its
+// peers went on into theirs, and every later alloc() paired different allocations (a review found it, twenty-first
+// session).
 constexpr uint32_t kTagConfig = 3;
 constexpr uint32_t kTagSplit = 4;
 
 void check_same_config(CommContext& ctx, BackendKind backend) {
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
   if (n == 1) return;
-  static const std::set<std::string> kPerRank = {"SYMCOMM_LOG", "SYMCOMM_OP_HISTORY", "SYMCOMM_TIMEOUT_MS"};
+  static const std::set<std::string> kPerRank = {"SYMCOMM_LOG", "SYMCOMM_OP_HISTORY", "SYMCOMM_TIMEOUT_MS",
+                                                 "SYMCOMM_TRACE_DIR"};
   static const std::set<std::string> kByHeap = {"SYMCOMM_HEAP_BYTES", "SYMCOMM_SCRATCH_BYTES",
                                                 "SYMCOMM_CUDA_SCRATCH_BYTES"};
   std::string mine;

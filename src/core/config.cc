@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/debug_fault.h"
+#include "core/op_history.h"
 
 namespace symcomm {
 namespace {
@@ -297,8 +298,12 @@ std::vector<EnvVar> make_env_table() {
       size_var("SYMCOMM_DEBUG_SIGNAL_LAG",
                "CUDA backend, testing only: how far behind that value the signal slots start (below 2^31)",
                &Config::debug_signal_lag, 0, 0x7fffffffu),
-      size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1,
-               1 << 20),
+      size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the record written on a fatal error",
+               &Config::op_history, 1, 1 << 20),
+      {"SYMCOMM_TRACE_DIR",
+       "existing directory where a fatal error's full operation record is written (empty: $TMPDIR, else /tmp)",
+       [](Config& c, std::string_view v) { c.trace_dir = std::string(v); },
+       [](const Config& c) { return c.trace_dir; }},
   };
   for (const TuningVar& v : tuning_table()) table.push_back(tuning_env_var(v));
   return table;
@@ -335,7 +340,8 @@ std::string Config::env_help() {
   Config defaults;
   std::string out;
   for (const EnvVar& var : env_table()) {
-    out += fmt::format("  {:<36} {} (default {})\n", var.name, var.doc, var.show(defaults));
+    const std::string value = var.show(defaults);
+    out += fmt::format("  {:<36} {} (default {})\n", var.name, var.doc, value.empty() ? "empty" : value);
   }
   return out;
 }
@@ -343,6 +349,12 @@ std::string Config::env_help() {
 }  // namespace symcomm
 
 namespace symcomm::detail {
+
+std::string trace_dir_of(const Config& config) {
+  if (!config.trace_dir.empty()) return config.trace_dir;
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp");
+}
 
 // Testing only (src/core/debug_fault.h): SYMCOMM_DEBUG_FAULT=<site>@<rank>[,...], read at each call.
 bool debug_fault(std::string_view site, int rank) {

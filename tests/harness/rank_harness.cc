@@ -6,9 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #if defined(SYMCOMM_HAVE_CUDA)
@@ -90,8 +97,60 @@ std::unique_ptr<Communicator> RankEnv::make_comm(CommOptions options) {
   return Communicator::create(store, info, options);
 }
 
+namespace {
+
+// The text an fd's file holds (read from offset 0).
+std::string read_all(int fd) {
+  std::string text;
+  char buf[4096];
+  for (off_t at = 0;;) {
+    const ssize_t got = ::pread(fd, buf, sizeof buf, at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    text.append(buf, static_cast<size_t>(got));
+    at += got;
+  }
+  return text;
+}
+
+// A directory for the job's operation records (RankEnv::config.trace_dir), removed with its files at the end.
+struct JobTraceDir {
+  std::string path;
+  JobTraceDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/symcomm-test-trace-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::runtime_error(std::string("mkdtemp ") + pattern + ": " + std::strerror(errno));
+    }
+    path = pattern;
+  }
+  ~JobTraceDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  JobTraceDir(const JobTraceDir&) = delete;
+  JobTraceDir& operator=(const JobTraceDir&) = delete;
+};
+
+}  // namespace
+
 std::vector<RankOutcome> run_ranks(int world_size, const std::function<void(RankEnv&)>& body,
                                    const HarnessOptions& options) {
+  std::optional<JobTraceDir> trace_dir;
+  const HarnessOptions* opts = &options;
+  HarnessOptions with_trace_dir;
+  if (options.config.trace_dir.empty()) {
+    trace_dir.emplace();
+    with_trace_dir = options;
+    with_trace_dir.config.trace_dir = trace_dir->path;
+    opts = &with_trace_dir;
+  }
+  // One memory file per rank for its stderr (close-on-exec: the ranks do not exec).
+  std::vector<int> captured(options.capture_stderr ? world_size : 0, -1);
+  for (int& fd : captured) {
+    fd = ::memfd_create("rank-stderr", MFD_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  }
   void* mem = ::mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) throw std::runtime_error("mmap failed");
   auto* page = new (mem) SharedPage{};
@@ -99,12 +158,17 @@ std::vector<RankOutcome> run_ranks(int world_size, const std::function<void(Rank
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(world_size);
+  std::vector<RankOutcome> out(world_size);
   for (int r = 0; r < world_size; ++r) {
     pid_t pid = ::fork();
-    if (pid == 0) child_main(r, world_size, page, body, options);
+    if (pid == 0) {
+      if (!captured.empty()) ::dup2(captured[r], STDERR_FILENO);
+      for (int fd : captured) ::close(fd);
+      child_main(r, world_size, page, body, *opts);
+    }
     pids[r] = pid;
+    out[r].pid = pid;
   }
-  std::vector<RankOutcome> out(world_size);
   auto deadline = std::chrono::steady_clock::now() + options.timeout;
   int alive = world_size;
   while (alive > 0) {
@@ -137,6 +201,10 @@ std::vector<RankOutcome> run_ranks(int world_size, const std::function<void(Rank
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ::munmap(mem, sizeof(SharedPage));
+  for (int r = 0; r < static_cast<int>(captured.size()); ++r) {
+    out[r].stderr_text = read_all(captured[r]);
+    ::close(captured[r]);
+  }
   return out;
 }
 
@@ -149,7 +217,8 @@ std::vector<RankOutcome> expect_success(int world_size, const std::function<void
     EXPECT_FALSE(o.timed_out) << "rank " << o.rank << " of " << world_size << " timed out (killed by the harness)";
     EXPECT_TRUE(o.exited && o.exit_code == 0)
         << "rank " << o.rank << " of " << world_size << " failed: exit code " << o.exit_code << ", signal " << o.signal
-        << " (its output above says why)";
+        << (options.capture_stderr ? " (its output above and its stderr below say why)\n" + o.stderr_text
+                                   : std::string(" (its output above says why)"));
   }
   return out;
 }

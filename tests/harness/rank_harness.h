@@ -30,6 +30,9 @@ struct RankOutcome {
   int exit_code = -1;
   int signal = 0;  ///< killing signal if !exited
   bool timed_out = false;
+  int pid = 0;  ///< the rank's process id
+  /// Everything the rank wrote to stderr (its whole life, after the fork), with HarnessOptions::capture_stderr.
+  std::string stderr_text;
 };
 
 /// NOTE [test timeout scale] SYMCOMM_TEST_TIMEOUT_SCALE=k (an integer, default 1) multiplies the default
@@ -43,11 +46,17 @@ struct HarnessOptions {
   Config config = default_test_config();
   /// Ranks expected to die or fail (their outcome is not checked by expect_success()).
   std::vector<int> may_fail;
+  /// Each rank's stderr goes to RankOutcome::stderr_text instead of the test's stderr (expect_success() shows
+  /// a failed rank's text in its failure message).
+  bool capture_stderr = false;
 
   static Config default_test_config();
 };
 
 /// Forks `world_size` ranks; rank 0 hosts the store. Returns when all have ended (or the timeout hit).
+/// Where options.config.trace_dir is empty, the ranks' config names a directory made for the job and removed
+/// with what it holds when the job has ended, so that the operation records written on the ranks' fatal errors
+/// stay out of the temporary directory.
 std::vector<RankOutcome> run_ranks(int world_size, const std::function<void(RankEnv&)>& body,
                                    const HarnessOptions& options = {});
 

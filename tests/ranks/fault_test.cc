@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <system_error>
@@ -543,7 +544,7 @@ TEST(Faults, CrossRankMismatchIsReportedNotAHang) {
 
 // NOTE [configuration agreement]: ranks whose settings differ fail at creation with kMismatch naming the
 // setting and the ranks with other values; the settings that only concern a rank (log level, timeout, operations
-// remembered) may differ.
+// remembered, trace directory) may differ.
 TEST(Faults, RanksWithDifferentSettingsFailAtCreationNamingThem) {
   expect_success(3, [&](RankEnv& env) {
     const int me = env.info.rank;
@@ -573,6 +574,7 @@ TEST(Faults, RanksWithDifferentSettingsFailAtCreationNamingThem) {
     c.log_level = me == 0 ? LogLevel::kOff : LogLevel::kError;
     c.timeout = env.config.timeout + me * 100ms;
     c.op_history = 8 + me;
+    c.trace_dir = env.config.trace_dir + std::string(me, '/');  // other strings, one directory
     auto comm = env.make_comm({.name = "per-rank", .config = c});
     int32_t x = me + 1, y = 0;
     comm->all_reduce(&x, &y, 1, DataType::kInt32, ReduceOp::kSum);
@@ -623,6 +625,85 @@ TEST(Faults, FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce) {
         env.store->set("dump/done", std::string_view("1"));
       },
       opts);
+}
+
+// NOTE [op record] in src/core/comm_context.cc: a rank SIGKILLed while the others are inside a 4-rank
+// all-reduce, after more operations than the history keeps (64). Everything a survivor writes to stderr is
+// symcomm's: at most 15 lines, naming the dead rank, its pid and a file; that file holds the whole history (64
+// op lines, 38-101 in order, the interrupted all-reduce last) with the error, the rank, the pid and the
+// communicator.
+TEST(Faults, ARankKilledMidAllReduceLeavesAShortLogAndTheFullRecordInAFile) {
+  constexpr int n = 4, victim = 2, ops_before = 100, kept = 64;
+  constexpr size_t count = 1024;
+  char dir[] = "/tmp/symcomm-record-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  struct RemoveAll {
+    const char* path;
+    ~RemoveAll() { std::filesystem::remove_all(path); }
+  } remove_dir{dir};
+  HarnessOptions opts;
+  opts.config.timeout = 30s;
+  opts.config.trace_dir = dir;
+  opts.may_fail = {victim};
+  opts.capture_stderr = true;
+  const std::vector<RankOutcome> outcomes = expect_success(
+      n,
+      [&](RankEnv& env) {
+        const int me = env.info.rank;
+        CommOptions named;
+        named.name = "record";
+        auto comm = env.make_comm(named);
+        std::vector<float> in(count, static_cast<float>(me + 1)), out(count);
+        for (int it = 0; it < ops_before; ++it) {
+          comm->all_reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          ASSERT_EQ(out[0], 10.0f);  // 1 + 2 + 3 + 4
+        }
+        if (me == victim) {
+          // Dies once every survivor has issued the next all-reduce (recorded, running on its worker thread).
+          env.store->wait({"record/in/0", "record/in/1", "record/in/3"}, 30s);
+          die(DeathKind::kSigkill);
+        }
+        auto w = comm->all_reduce_async(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        env.store->set(fmt::format("record/in/{}", me), std::string_view("1"));
+        Error e = expect_error(ErrorCode::kPeerDead, [&] { w->wait(); });
+        EXPECT_TRUE(contains(e.ranks(), victim)) << e.what();
+      },
+      opts);
+  const std::string dead = fmt::format("rank {} (pid {})", victim, outcomes[victim].pid);
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    const std::string& text = outcomes[r].stderr_text;
+    EXPECT_LE(std::count(text.begin(), text.end(), '\n'), 15) << text;
+    EXPECT_NE(text.find(dead), std::string::npos) << text;
+    const std::string path = fmt::format("{}/symcomm-trace-record-rank{}-pid{}.txt", dir, r, outcomes[r].pid);
+    EXPECT_NE(text.find("full record: " + path), std::string::npos) << text;
+    std::ifstream file(path);
+    ASSERT_TRUE(file.good()) << path;
+    std::vector<std::string> op_lines;
+    std::string all, line;
+    while (std::getline(file, line)) {
+      all += line + "\n";
+      if (line.starts_with("  op ")) op_lines.push_back(line.substr(2));
+    }
+    EXPECT_NE(all.find("communicator: symcomm/record\n"), std::string::npos) << all;
+    EXPECT_NE(all.find(fmt::format("rank: {} of {}\n", r, n)), std::string::npos) << all;
+    EXPECT_NE(all.find(fmt::format("pid: {}\n", outcomes[r].pid)), std::string::npos) << all;
+    const size_t error_at = all.find("error: ");
+    ASSERT_NE(error_at, std::string::npos) << all;
+    EXPECT_NE(all.substr(error_at, all.find('\n', error_at) - error_at).find(dead), std::string::npos) << all;
+    ASSERT_EQ(op_lines.size(), static_cast<size_t>(kept)) << all;
+    for (int i = 0; i < kept; ++i) {
+      const int seq = ops_before + 1 - kept + 1 + i;  // 38 ... 101
+      const std::string want = fmt::format("op {} all_reduce dtype=float32 op=sum count={} algo=", seq, count);
+      EXPECT_TRUE(op_lines[i].starts_with(want)) << op_lines[i] << " (want " << want << "...)";
+      const bool done = op_lines[i].ends_with(" done");
+      EXPECT_EQ(done, seq <= ops_before) << op_lines[i];
+    }
+  }
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file();
+  EXPECT_EQ(files, static_cast<size_t>(n - 1)) << "one file per survivor, none from the victim";
 }
 
 // Work::wait_for with the largest timeout waits (it overflowed into a deadline in the past and returned false

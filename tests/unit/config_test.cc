@@ -22,6 +22,7 @@
 
 #include "algos/select.h"
 #include "core/logging.h"
+#include "core/op_history.h"
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
 #include "symcomm/store.h"
@@ -73,6 +74,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_DEBUG_SEQ_START",
     "SYMCOMM_DEBUG_SIGNAL_LAG",
     "SYMCOMM_OP_HISTORY",
+    "SYMCOMM_TRACE_DIR",
     "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
@@ -184,6 +186,7 @@ TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.log_level, LogLevel::kWarn);
   EXPECT_FALSE(c.debug_checks);
   EXPECT_EQ(c.op_history, 64);
+  EXPECT_EQ(c.trace_dir, "");
   EXPECT_EQ(c.nccl, NcclInit::kEager);
   EXPECT_EQ(c.tuning.host_one_shot_max_bytes, size_t{64} << 10);
   EXPECT_EQ(c.tuning.cuda_one_shot_max_bytes, size_t{4} << 20);
@@ -244,6 +247,28 @@ TEST(ConfigFromEnv, SizesWithSuffixes) {
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{}={}", c.name, c.value));
     EXPECT_EQ(c.field(config_with(c.name, c.value)), c.want);
+  }
+}
+
+// SYMCOMM_TRACE_DIR: the directory of the operation record files (NOTE [op record] in
+// src/core/comm_context.cc), taken as given; empty, $TMPDIR, and /tmp where TMPDIR is unset or empty.
+TEST(ConfigFromEnv, TraceDirectoryAndItsDefault) {
+  EXPECT_EQ(config_with("SYMCOMM_TRACE_DIR", "/var/tmp/records").trace_dir, "/var/tmp/records");
+  EXPECT_EQ(config_with("SYMCOMM_TRACE_DIR", "relative dir").trace_dir, "relative dir");
+  Config given;
+  given.trace_dir = "/var/tmp/records";
+  {
+    ScopedEnv tmp("TMPDIR", "/scratch/someone");
+    EXPECT_EQ(detail::trace_dir_of(Config()), "/scratch/someone");
+    EXPECT_EQ(detail::trace_dir_of(given), "/var/tmp/records");
+  }
+  {
+    ScopedEnv tmp("TMPDIR", "");
+    EXPECT_EQ(detail::trace_dir_of(Config()), "/tmp");
+  }
+  {
+    ScopedEnv tmp("TMPDIR", std::nullopt);
+    EXPECT_EQ(detail::trace_dir_of(Config()), "/tmp");
   }
 }
 
