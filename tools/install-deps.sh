@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ git libgtest-dev libgmock-dev libfmt-dev libcli11-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin clang-format clang libclang-rt-14-dev
-          libopenblas-dev)
+          libopenblas-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

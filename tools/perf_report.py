@@ -7,7 +7,7 @@ run and collective the page gets one table (symcomm against the best NCCL mode o
 CUDA graph, with the ratio and symcomm's bus bandwidth) and one PNG plot (docs/perf/<id>-<collective>.png: time
 by size, and the ratio); and for each run a table of the host CPU time per eager call.
 
-  tools/perf_report.py             rewrite docs/performance.md and the plots
+  tools/perf_report.py             rewrite docs/performance.md and the plots (needs python3-matplotlib)
   tools/perf_report.py --check     exit 1 if docs/performance.md differs from what the data gives (no plots)
 
 Replace a run's data file and its entry in runs.json to update the page: it holds current results only.
