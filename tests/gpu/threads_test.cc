@@ -279,9 +279,28 @@ TEST(GpuThreads, CallsLeaveTheCallersCurrentDeviceAlone) {
           << "bucket flush";
     }
     still_other("the bucketer's teardown");
+
+    // The copy engine (its stream memory operations and copies) and, where NCCL exists, the NCCL fallback.
+    fill_on(device, lane.a, 6, me, Lane::kMaxGather, lane.stream);
+    comm->all_gather(lane.a, lane.gathered, Lane::kMaxGather, DataType::kFloat32,
+                     CollOptions{.stream = lane.stream, .contention = Contention::kLow});
+    still_other("a copy-engine all_gather");
+    ASSERT_EQ(cudaStreamSynchronize(lane.stream), cudaSuccess);
+    EXPECT_EQ(count_wrong_gather(lane.gathered, Lane::kMaxGather, 6, n), 0u) << "copy-engine all_gather";
+    if (!ranks_share_gpus()) {
+      fill(lane.a, 7);
+      comm->all_reduce(lane.a, lane.b, count, DataType::kFloat32, ReduceOp::kSum,
+                       CollOptions{.stream = lane.stream, .algorithm = Algorithm::kNccl});
+      still_other("an all_reduce through NCCL");
+      ASSERT_EQ(cudaStreamSynchronize(lane.stream), cudaSuccess);
+      EXPECT_EQ(count_wrong_sum(lane.b, count, 7, n), 0u) << "all_reduce through NCCL";
+    }
+
     comm->free(heap);
     still_other("free");
     comm->check();
+    comm.reset();
+    still_other("the communicator's destruction");
     cudaSetDevice(device);
   });
 }
