@@ -34,27 +34,43 @@ bool copy_engine_capable(Collective c) {
 // Tuning's CUDA defaults were measured on 2 x H200. On 4 x H200 (2026-11-22, tools/gpu_multi.sh on
 // nvidia-h200-x4, bf16 sum, CUDA graph, us): one-shot beats two-shot only at 4 KB (6.99 vs 7.58; at 16 KB
 // 12.7 vs 7.9); two-shot beats plain NCCL up to 16 MB (88.5 vs 97.3) but not from 64 MB (326.6 vs 320.3;
-// 1266 vs 1182 at 256 MB). Fields left at their 2-rank default take these values for 3 or more ranks (8
-// ranks were not measured: 4-rank values are the closest evidence). The push-to-output two-shot was measured
-// on 2 ranks only: off for more until it is. Those one-shot numbers came from the LL kernel's 8-rank instance
-// while it spilled 600-1100 bytes per thread (fixed 2026-11-24, kLLBatch in cuda_all_reduce_ll.cu): at 1 rank
-// the fix took 16 KB from 5.24 to 2.30 us, so the 4 KB threshold is likely too low; re-measure on 4 GPUs.
+// 1266 vs 1182 at 256 MB). Those values are compiled in for 3 or more ranks (8 ranks were not measured: 4-rank
+// values are the closest evidence). The push-to-output two-shot was measured on 2 ranks only: off for more
+// until it is. Those one-shot numbers came from the LL kernel's 8-rank instance while it spilled 600-1100
+// bytes per thread (fixed 2026-11-24, kLLBatch in cuda_all_reduce_ll.cu): at 1 rank the fix took 16 KB from
+// 5.24 to 2.30 us, so the 4 KB threshold is likely too low; re-measure on 4 GPUs (symcomm-tune, docs/tuning.md).
+// A communicator applies these values once, at creation, below a tuning file's entry and explicit settings
+// (NOTE [tuning precedence] in src/core/tuning_file.cc).
+namespace {
+
+/// From `min_world_size` ranks on, `field` defaults to `value`. Rows are applied in order, so a row for more
+/// ranks placed after one for fewer overrides it.
+struct MeasuredValue {
+  int min_world_size;
+  size_t Tuning::*field;
+  size_t value;
+};
+
+constexpr MeasuredValue kMeasuredCuda[] = {
+    {3, &Tuning::cuda_one_shot_max_bytes, size_t{4} << 10},
+    {3, &Tuning::cuda_nccl_min_bytes, size_t{64} << 20},
+    {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
+};
+
+}  // namespace
+
 Tuning measured_cuda_tuning(const Tuning& t, int world_size) {
-  if (world_size <= 2) return t;
   const Tuning defaults;
   Tuning m = t;
-  if (t.cuda_one_shot_max_bytes == defaults.cuda_one_shot_max_bytes) m.cuda_one_shot_max_bytes = 4 << 10;
-  if (t.cuda_nccl_min_bytes == defaults.cuda_nccl_min_bytes) m.cuda_nccl_min_bytes = size_t{64} << 20;
-  if (t.cuda_two_shot_push_min_bytes == defaults.cuda_two_shot_push_min_bytes) {
-    m.cuda_two_shot_push_min_bytes = SIZE_MAX;
+  for (const MeasuredValue& v : kMeasuredCuda) {
+    if (world_size >= v.min_world_size && t.*v.field == defaults.*v.field) m.*v.field = v.value;
   }
   return m;
 }
 
 namespace {
 
-Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tuning& tuning) {
-  const Tuning t = measured_cuda_tuning(tuning, caps.world_size);
+Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tuning& t) {
   bool reducing = r.kind == Collective::kAllReduce;
   switch (r.forced) {
     case Algorithm::kAuto: break;

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/debug_fault.h"
+#include "core/tuning_file.h"
 
 namespace symcomm {
 namespace {
@@ -260,6 +261,7 @@ EnvVar tuning_env_var(const TuningVar& v) {
                   const uint64_t x = parse_u64(v.env, text);
                   check_tuning(v, x);
                   c.tuning.*v.field = static_cast<size_t>(x);
+                  c.tuning_explicit.insert(v.field_name);  // NOTE [tuning precedence]
                 },
                 [v](const Config& c) { return std::to_string(c.tuning.*v.field); }};
 }
@@ -299,6 +301,11 @@ std::vector<EnvVar> make_env_table() {
                &Config::debug_signal_lag, 0, 0x7fffffffu),
       size_var("SYMCOMM_OP_HISTORY", "recent operations remembered for the dump on error", &Config::op_history, 1,
                1 << 20),
+      {"SYMCOMM_TUNING_FILE",
+       "tuning file (JSON, written by symcomm-tune; docs/tuning.md): its entry for the world size and GPU sets the "
+       "tuning fields no SYMCOMM_* variable sets",
+       [](Config& c, std::string_view v) { c.tuning_file = std::string(v); },
+       [](const Config& c) { return c.tuning_file; }},
   };
   for (const TuningVar& v : tuning_table()) table.push_back(tuning_env_var(v));
   return table;
@@ -314,6 +321,27 @@ const std::vector<EnvVar>& env_table() {
 void Tuning::validate() const {
   for (const TuningVar& v : tuning_table()) check_tuning(v, this->*v.field);
 }
+
+namespace detail {
+
+const std::vector<TuningField>& tuning_fields() {
+  static const std::vector<TuningField> fields = [] {
+    std::vector<TuningField> out;
+    for (const TuningVar& v : tuning_table())
+      out.push_back({.name = v.field_name, .env = v.env, .member = v.field, .max = v.max});
+    return out;
+  }();
+  return fields;
+}
+
+const TuningField* find_tuning_field(std::string_view name) {
+  for (const TuningField& f : tuning_fields()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace detail
 
 Config Config::from_env() {
   Config c;
@@ -335,7 +363,8 @@ std::string Config::env_help() {
   Config defaults;
   std::string out;
   for (const EnvVar& var : env_table()) {
-    out += fmt::format("  {:<36} {} (default {})\n", var.name, var.doc, var.show(defaults));
+    const std::string value = var.show(defaults);
+    out += fmt::format("  {:<36} {} (default {})\n", var.name, var.doc, value.empty() ? "unset" : value);
   }
   return out;
 }
