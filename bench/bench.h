@@ -81,6 +81,12 @@ class Reporter {
   std::vector<Measurement> all_;
 };
 
+/// "64K", "4M", "1G", "4096": bytes (K/M/G: powers of 1024). Throws std::invalid_argument if malformed.
+size_t parse_size(const std::string& s);
+/// "all_reduce,all_gather" (or "all"): the collectives named; on an unknown name (or barrier), sets *unknown to
+/// it and returns nothing.
+std::vector<Collective> parse_collectives(const std::string& list, std::string* unknown);
+
 /// Sizes from min to max multiplying by factor, each rounded to a multiple of `align` bytes.
 std::vector<size_t> size_sweep(const BenchOptions& o, size_t align);
 

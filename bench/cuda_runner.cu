@@ -33,7 +33,7 @@ struct Impl {
   std::string name;
   Buffers buf;
   // Enqueues one op of (collective, count) on the stream.
-  std::function<void(Collective, size_t, cudaStream_t)> op;
+  CollectiveOp op;
   std::function<std::string()> algo;
 };
 
@@ -85,55 +85,11 @@ long long CudaBench::verify(Impl& impl, Collective c, size_t count, cudaStream_t
 }
 
 double CudaBench::time_eager(Impl& impl, Collective c, size_t count, cudaStream_t s, double* cpu_us) {
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < o_.warmup; ++i) impl.op(c, count, s);
-  std::vector<double> per_op, cpu_per_op;
-  for (int k = 0; k < o_.batches; ++k) {
-    BENCH_CUDA(cudaEventRecord(a, s));
-    const double c0 = group::thread_cpu_us();
-    for (int i = 0; i < o_.iters; ++i) impl.op(c, count, s);
-    cpu_per_op.push_back((group::thread_cpu_us() - c0) / o_.iters);
-    BENCH_CUDA(cudaEventRecord(b, s));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-    per_op.push_back(ms * 1000.0 / o_.iters);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  *cpu_us = median(cpu_per_op);
-  return median(per_op);
+  return time_cuda_eager(impl.op, c, count, s, o_.warmup, o_.iters, o_.batches, cpu_us);
 }
 
 double CudaBench::time_graph(Impl& impl, Collective c, size_t count, cudaStream_t s) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < o_.iters; ++i) impl.op(c, count, s);
-  BENCH_CUDA(cudaStreamEndCapture(s, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  BENCH_CUDA(cudaGraphLaunch(exec, s));  // warm-up (uploads the graph)
-  BENCH_CUDA(cudaGraphLaunch(exec, s));
-  std::vector<double> per_op;
-  for (int k = 0; k < o_.batches; ++k) {
-    BENCH_CUDA(cudaEventRecord(a, s));
-    BENCH_CUDA(cudaGraphLaunch(exec, s));
-    BENCH_CUDA(cudaEventRecord(b, s));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-    per_op.push_back(ms * 1000.0 / o_.iters);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return median(per_op);
+  return time_cuda_graph(impl.op, c, count, s, o_.iters, o_.batches);
 }
 
 long long CudaBench::run() {

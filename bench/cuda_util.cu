@@ -8,6 +8,7 @@
 #include "algos/half.h"
 #include "core/nccl_map.h"
 #include "cuda_util.h"
+#include "group_bench.h"
 
 namespace symcomm::bench {
 
@@ -51,9 +52,9 @@ void fill_inputs(void* dst, DataType dt, size_t count, int rank, cudaStream_t s)
   fill_kernel<<<blocks, 256, 0, s>>>(dst, dt, count, rank);
 }
 
-long long verify_collective(const std::function<void(Collective, size_t, cudaStream_t)>& op, Collective c, size_t count,
-                            const void* in, void* out, DataType dt, ReduceOp rop, int me, int n, cudaStream_t s,
-                            bool graph, const std::function<void()>& beside) {
+long long verify_collective(const CollectiveOp& op, Collective c, size_t count, const void* in, void* out, DataType dt,
+                            ReduceOp rop, int me, int n, cudaStream_t s, bool graph,
+                            const std::function<void()>& beside) {
   if (rop != ReduceOp::kSum || !(dt == DataType::kBFloat16 || dt == DataType::kFloat16 || dt == DataType::kFloat32)) {
     return -1;  // not verified (0 would read as "verified, all correct")
   }
@@ -97,6 +98,59 @@ long long verify_collective(const std::function<void(Collective, size_t, cudaStr
     if (to_double(host.data() + i * es, dt) != want) ++wrong;
   }
   return wrong;
+}
+
+double time_cuda_eager(const CollectiveOp& op, Collective c, size_t count, cudaStream_t s, int warmup, int iters,
+                       int batches, double* cpu_us) {
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) op(c, count, s);
+  std::vector<double> per_op, cpu_per_op;
+  for (int k = 0; k < batches; ++k) {
+    BENCH_CUDA(cudaEventRecord(a, s));
+    const double c0 = group::thread_cpu_us();
+    for (int i = 0; i < iters; ++i) op(c, count, s);
+    cpu_per_op.push_back((group::thread_cpu_us() - c0) / iters);
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    per_op.push_back(ms * 1000.0 / iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  *cpu_us = median(cpu_per_op);
+  return median(per_op);
+}
+
+double time_cuda_graph(const CollectiveOp& op, Collective c, size_t count, cudaStream_t s, int iters, int batches) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < iters; ++i) op(c, count, s);
+  BENCH_CUDA(cudaStreamEndCapture(s, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  BENCH_CUDA(cudaGraphLaunch(exec, s));  // warm-up (uploads the graph)
+  BENCH_CUDA(cudaGraphLaunch(exec, s));
+  std::vector<double> per_op;
+  for (int k = 0; k < batches; ++k) {
+    BENCH_CUDA(cudaEventRecord(a, s));
+    BENCH_CUDA(cudaGraphLaunch(exec, s));
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    per_op.push_back(ms * 1000.0 / iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return median(per_op);
 }
 
 ncclDataType_t nccl_type(DataType d) { return detail::to_nccl(d); }

@@ -30,6 +30,16 @@
 
 namespace symcomm::bench {
 
+/// Enqueues one collective of `count` elements on the stream (the timed and verified operation).
+using CollectiveOp = std::function<void(Collective, size_t, cudaStream_t)>;
+
+/// Per-op GPU time in microseconds, the median over `batches`: events around `iters` back-to-back ops after
+/// `warmup` ops; `cpu_us`: the issuing thread's CPU time per op (median).
+double time_cuda_eager(const CollectiveOp& op, Collective c, size_t count, cudaStream_t s, int warmup, int iters,
+                       int batches, double* cpu_us);
+/// The same for a CUDA graph holding `iters` ops: events around one replay per batch, after two replays.
+double time_cuda_graph(const CollectiveOp& op, Collective c, size_t count, cudaStream_t s, int iters, int batches);
+
 ncclDataType_t nccl_type(DataType d);
 ncclRedOp_t nccl_op(ReduceOp o);
 /// A new NCCL communicator over the same ranks; its unique id travels through comm's broadcast.
@@ -52,9 +62,9 @@ void fill_inputs(void* dst, DataType dt, size_t count, int rank, cudaStream_t s)
 /// uses (in place: the input inside the output or the other way round): the output is poisoned first, then
 /// the input filled. `graph`: the op runs as the replay of a CUDA graph captured around it. `beside`: if set,
 /// called right before the op with the op's stream, to start work that runs at the same time (a GEMM).
-long long verify_collective(const std::function<void(Collective, size_t, cudaStream_t)>& op, Collective c, size_t count,
-                            const void* in, void* out, DataType dt, ReduceOp rop, int me, int n, cudaStream_t s,
-                            bool graph, const std::function<void()>& beside = {});
+long long verify_collective(const CollectiveOp& op, Collective c, size_t count, const void* in, void* out, DataType dt,
+                            ReduceOp rop, int me, int n, cudaStream_t s, bool graph,
+                            const std::function<void()>& beside = {});
 
 /// C = A x B, bf16 inputs and output, float32 accumulation (cuBLASLt), square n x n.
 class BenchGemm {

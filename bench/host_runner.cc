@@ -13,16 +13,16 @@
 
 #include "algos/half.h"
 #include "bench.h"
+#include "host_util.h"
 #if defined(SYMCOMM_BENCH_MPI)
 #include "mpi_support.h"
 #endif
 
 namespace symcomm::bench {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void put(DataType d, void* buf, size_t i, double v) {
+void put_value(DataType d, void* buf, size_t i, double v) {
   switch (d) {
     case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
     case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
@@ -35,7 +35,7 @@ void put(DataType d, void* buf, size_t i, double v) {
   }
 }
 
-double get(DataType d, const void* buf, size_t i) {
+double get_value(DataType d, const void* buf, size_t i) {
   switch (d) {
     case DataType::kFloat32: return static_cast<const float*>(buf)[i];
     case DataType::kFloat64: return static_cast<const double*>(buf)[i];
@@ -49,45 +49,35 @@ double get(DataType d, const void* buf, size_t i) {
   return 0;
 }
 
-// Inputs are small integers (exact in every dtype); expected() gives the exact result for sum/min/max.
-struct Pattern {
-  Collective c;
-  int n, me;
-  size_t count;
-  double input(size_t j) const {
-    switch (c) {
-      case Collective::kAllReduce:
-      case Collective::kReduceScatter: return (me + 1) + static_cast<double>(j % 7);
-      default: return static_cast<double>((me * 5 + j) % 61);
-    }
+double HostPattern::input(size_t j) const {
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter: return (me + 1) + static_cast<double>(j % 7);
+    default: return static_cast<double>((me * 5 + j) % 61);
   }
-  /// NaN: not checkable for this op.
-  double expected(size_t i, ReduceOp op) const {
-    switch (c) {
-      case Collective::kAllReduce:
-      case Collective::kReduceScatter: {
-        size_t j = c == Collective::kAllReduce ? i : me * count + i;
-        double v = static_cast<double>(j % 7);
-        if (op == ReduceOp::kSum) return n * (n + 1) / 2.0 + n * v;
-        if (op == ReduceOp::kMax) return n + v;
-        if (op == ReduceOp::kMin) return 1 + v;
-        return NAN;
-      }
-      case Collective::kAllGather: return static_cast<double>(((i / count) * 5 + i % count) % 61);
-      case Collective::kBroadcast: return static_cast<double>(i % 61);  // root 0
-      case Collective::kAllToAll: return static_cast<double>(((i / count) * 5 + me * count + i % count) % 61);
-      default: return NAN;
+}
+
+double HostPattern::expected(size_t i, ReduceOp op) const {
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter: {
+      size_t j = c == Collective::kAllReduce ? i : me * count + i;
+      double v = static_cast<double>(j % 7);
+      if (op == ReduceOp::kSum) return n * (n + 1) / 2.0 + n * v;
+      if (op == ReduceOp::kMax) return n + v;
+      if (op == ReduceOp::kMin) return 1 + v;
+      return NAN;
     }
+    case Collective::kAllGather: return static_cast<double>(((i / count) * 5 + i % count) % 61);
+    case Collective::kBroadcast: return static_cast<double>(i % 61);  // root 0
+    case Collective::kAllToAll: return static_cast<double>(((i / count) * 5 + me * count + i % count) % 61);
+    default: return NAN;
   }
-};
+}
 
-struct Sizes {
-  size_t count, in_elems, out_elems, bytes;
-};
-
-Sizes sizes_for(Collective c, size_t bytes, size_t es, int n) {
+HostSizes host_sizes_for(Collective c, size_t bytes, size_t es, int n) {
   // nccl-tests convention: `bytes` is the larger of the total input and output sizes.
-  Sizes s{};
+  HostSizes s{};
   size_t total = bytes / es;
   switch (c) {
     case Collective::kAllReduce:
@@ -115,24 +105,29 @@ Sizes sizes_for(Collective c, size_t bytes, size_t es, int n) {
   return s;
 }
 
-long long count_wrong(const Pattern& p, DataType d, ReduceOp op, const void* out, size_t out_elems) {
+long long host_count_wrong(const HostPattern& p, DataType d, ReduceOp op, const void* out, size_t out_elems) {
   long long wrong = 0;
   for (size_t i = 0; i < out_elems; ++i) {
     double want = p.expected(i, op);
     if (std::isnan(want)) return -1;
-    if (get(d, out, i) != want) ++wrong;
+    if (get_value(d, out, i) != want) ++wrong;
   }
   return wrong;
 }
 
-/// Iterations per batch: fewer for large messages so a size takes well under a second per implementation.
-int iters_for(const BenchOptions& o, size_t bytes) {
+int host_iters_for(const BenchOptions& o, size_t bytes) {
   size_t budget = size_t{8} << 20;  // bytes per batch, roughly
   size_t it = std::max<size_t>(2, budget / std::max<size_t>(bytes, 1));
   return static_cast<int>(std::min<size_t>(it, static_cast<size_t>(o.iters)));
 }
 
-}  // namespace
+double time_host_batch(const std::function<void()>& op, const std::function<void()>& sync, int iters) {
+  sync();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) op();
+  const auto t1 = Clock::now();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+}
 
 long long run_host(Communicator& comm, const BenchOptions& o, Reporter& rep) {
   const int n = comm.world_size(), me = comm.rank();
@@ -158,9 +153,9 @@ long long run_host(Communicator& comm, const BenchOptions& o, Reporter& rep) {
                          to_string(o.op), plain ? "plain" : "symmetric heap"));
   for (Collective c : o.collectives) {
     for (size_t bytes : size_sweep(o, es * n)) {
-      Sizes s = sizes_for(c, bytes, es, n);
-      Pattern pat{c, n, me, s.count};
-      for (size_t j = 0; j < s.in_elems; ++j) put(o.dtype, in, j, pat.input(j));
+      HostSizes s = host_sizes_for(c, bytes, es, n);
+      HostPattern pat{c, n, me, s.count};
+      for (size_t j = 0; j < s.in_elems; ++j) put_value(o.dtype, in, j, pat.input(j));
       CollOptions copts{.algorithm = o.algorithm, .contention = o.contention};
       auto run_symcomm = [&] {
         switch (c) {
@@ -187,21 +182,15 @@ long long run_host(Communicator& comm, const BenchOptions& o, Reporter& rep) {
             {"mpi", [&] { mpi::run(c, in, out, s.count, o.dtype, o.op, 0); }, [] { mpi::barrier(); }, {}, 0});
       }
 #endif
-      int iters = iters_for(o, s.bytes);
+      int iters = host_iters_for(o, s.bytes);
       for (Impl& impl : impls) {
         std::memset(out, 0xa5, s.out_elems * es);
         for (int w = 0; w < o.warmup; ++w) impl.op();
-        impl.wrong = o.check ? count_wrong(pat, o.dtype, o.op, out, s.out_elems) : -1;
+        impl.wrong = o.check ? host_count_wrong(pat, o.dtype, o.op, out, s.out_elems) : -1;
         if (impl.name == "symcomm") impl.algo = std::string(to_string(comm.last_algorithm()));
       }
       for (int b = 0; b < o.batches; ++b) {
-        for (Impl& impl : impls) {
-          impl.sync();
-          auto t0 = Clock::now();
-          for (int i = 0; i < iters; ++i) impl.op();
-          auto t1 = Clock::now();
-          impl.batches.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
-        }
+        for (Impl& impl : impls) impl.batches.push_back(time_host_batch(impl.op, impl.sync, iters));
       }
       for (Impl& impl : impls) {
         Measurement m{.collective = std::string(to_string(c)),

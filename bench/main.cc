@@ -17,24 +17,6 @@ namespace {
 
 using namespace symcomm;
 
-size_t parse_size(const std::string& s) {
-  size_t mult = 1;
-  std::string digits = s;
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'K':
-      case 'k': mult = 1 << 10; break;
-      case 'M':
-      case 'm': mult = 1 << 20; break;
-      case 'G':
-      case 'g': mult = size_t{1} << 30; break;
-      default: break;
-    }
-    if (mult != 1) digits.pop_back();
-  }
-  return static_cast<size_t>(std::stoull(digits)) * mult;
-}
-
 int run(int argc, char** argv) {
   CLI::App app{"symcomm-bench: collective benchmarks (run under symcomm-run, torchrun or mpirun)"};
   bench::BenchOptions o;
@@ -63,8 +45,8 @@ int run(int argc, char** argv) {
   app.add_option("--json", o.json_path, "write one JSON object per measurement to this file");
   CLI11_PARSE(app, argc, argv);
 
-  o.min_bytes = parse_size(min_b);
-  o.max_bytes = parse_size(max_b);
+  o.min_bytes = bench::parse_size(min_b);
+  o.max_bytes = bench::parse_size(max_b);
   o.baselines = baselines;
   o.modes = modes.empty() ? std::vector<std::string>{"eager", "graph"} : modes;
   auto be = parse_backend(backend);
@@ -81,19 +63,11 @@ int run(int argc, char** argv) {
   o.contention = contention == "low"          ? Contention::kLow
                  : contention == "throughput" ? Contention::kThroughput
                                               : Contention::kAuto;
-  std::string rest = collectives;
-  if (rest == "all") rest = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all";
-  for (size_t pos = 0; pos <= rest.size();) {
-    size_t comma = rest.find(',', pos);
-    std::string name = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    auto c = parse_collective(name);
-    if (!c || *c == Collective::kBarrier) {
-      std::fprintf(stderr, "symcomm-bench: unknown collective '%s'\n", name.c_str());
-      return 2;
-    }
-    o.collectives.push_back(*c);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+  std::string unknown;
+  o.collectives = bench::parse_collectives(collectives, &unknown);
+  if (!unknown.empty()) {
+    std::fprintf(stderr, "symcomm-bench: unknown collective '%s'\n", unknown.c_str());
+    return 2;
   }
 
   CommOptions copts;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <tuple>
 
 #include "bench.h"
@@ -31,6 +32,42 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t k = v.size() / 2;
   return v.size() % 2 ? v[k] : 0.5 * (v[k - 1] + v[k]);
+}
+
+size_t parse_size(const std::string& s) {
+  size_t mult = 1;
+  std::string digits = s;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K':
+      case 'k': mult = 1 << 10; break;
+      case 'M':
+      case 'm': mult = 1 << 20; break;
+      case 'G':
+      case 'g': mult = size_t{1} << 30; break;
+      default: break;
+    }
+    if (mult != 1) digits.pop_back();
+  }
+  return static_cast<size_t>(std::stoull(digits)) * mult;
+}
+
+std::vector<Collective> parse_collectives(const std::string& list, std::string* unknown) {
+  std::vector<Collective> out;
+  std::string rest = list == "all" ? "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all" : list;
+  for (size_t pos = 0; pos <= rest.size();) {
+    size_t comma = rest.find(',', pos);
+    std::string name = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    auto c = parse_collective(name);
+    if (!c || *c == Collective::kBarrier) {
+      *unknown = name;
+      return {};
+    }
+    out.push_back(*c);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
 }
 
 std::vector<size_t> size_sweep(const BenchOptions& o, size_t align) {

@@ -2,7 +2,7 @@
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 CONFIG QUIET)
-find_package(nlohmann_json 3 QUIET)
+find_package(nlohmann_json 3 REQUIRED)  # tuning files (src/core/tuning_file.cc)
 
 set(SYMCOMM_HAVE_CUDA OFF)
 if(SYMCOMM_WITH_CUDA)

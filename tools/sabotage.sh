@@ -93,8 +93,14 @@ case_def host creation-store-deadline src/core/communicator.cc \
   "ctx->store_get(nonce_key, ctx->deadline())" "ctx->store->get(nonce_key)" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def host config-agreement src/core/communicator.cc \
-  "  check_same_config(*ctx, options.backend);" "  // check_same_config(*ctx, options.backend);" \
-  symcomm_rank_tests Faults.RanksWithDifferentSettingsFailAtCreationNamingThem 60
+  "  check_same_config(*ctx, options.backend, tuning_sources);" "" \
+  symcomm_rank_tests Faults.RanksWithDifferentSettingsFailAtCreationNamingThem:TuningFileRanks.RanksWithDifferentFilesFailOnEveryRankNamingThem 60
+case_def host tuning-file-entry src/core/communicator.cc \
+  "    entry = file.find(n, name);" "" \
+  symcomm_rank_tests TuningFileRanks.RanksReadingOneFileSelectByItsEntry 60
+case_def host tuning-agreement src/core/communicator.cc \
+  "  if (!failed.empty()) {" "  if (false) {" \
+  symcomm_rank_tests TuningFileRanks.AFileOneRankCannotReadFailsEveryRank 60
 case_def host split-store-server src/core/communicator.cc \
   "  comm->core_->ctx().server = ctx.server;" "" \
   symcomm_rank_tests Split.ChildKeepsTheParentsStoreServerAlive 60

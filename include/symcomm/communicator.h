@@ -135,7 +135,8 @@ inline constexpr int kSplitNoColor = -1;
 
 /// Options of Communicator::split().
 struct SplitOptions {
-  /// The new communicator's configuration; nullopt: the parent's.
+  /// The new communicator's configuration; nullopt: the one the parent was created with (its Tuning is
+  /// resolved again for the new world size: NOTE [tuning precedence]).
   std::optional<Config> config;
   /// Store key prefix of the new communicators, followed by "/<color>" (equal on all ranks); empty:
   /// "<parent's>/split<n>", n counting the parent's splits.
@@ -145,7 +146,9 @@ struct SplitOptions {
 class Communicator {
  public:
   /// Creates a communicator over an existing store connection (collective over all ranks). Throws
-  /// Error(kInvalidArgument) for a configuration whose Tuning is outside its ranges (Tuning::validate()).
+  /// Error(kInvalidArgument) for a configuration whose Tuning is outside its ranges (Tuning::validate()), and
+  /// on every rank where any rank's tuning file (Config::tuning_file) cannot be read or parsed; Error(kMismatch)
+  /// where the ranks' settings, or the Tuning they resolve, differ (naming the ranks).
   static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, const RankInfo& ranks,
                                               const CommOptions& options = {});
   /// Rank 0 starts the store server at rendezvous.store_host:store_port (and keeps it for the
@@ -173,6 +176,10 @@ class Communicator {
   BackendKind backend() const;
   /// CUDA backend: the device in use; host backend: -1.
   int device() const;
+  /// The configuration in effect, its Tuning resolved at creation for this world size and GPU (explicit
+  /// settings, tuning file, compiled-in values: NOTE [tuning precedence] in src/core/tuning_file.cc). To create
+  /// a communicator of another size with the same settings, pass the Config this one was created with: here
+  /// every resolved value that differs from Tuning's default would count as set explicitly.
   const Config& config() const;
 
   /// Allocates `bytes` from the symmetric heap: the same offset on every rank, mapped by every peer.

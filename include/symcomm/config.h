@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,9 +30,11 @@ enum class LogLevel : uint8_t { kOff, kError, kWarn, kInfo, kDebug };
 enum class NcclInit : uint8_t { kEager, kLazy, kOff };
 
 /// Thresholds used by the pure selection function (src/algos/select.cc). Each field documents where its
-/// default was measured. The CUDA defaults are the 2-rank measurements; for other world sizes, CUDA fields
-/// still at their default are replaced by the values measured for that world size (table in select.cc,
-/// NOTE [measured CUDA thresholds]); a field set to anything else is used as given.
+/// default was measured. The CUDA defaults are the 2-rank measurements. A communicator resolves the Tuning it
+/// uses once, at creation (NOTE [tuning precedence] in src/core/tuning_file.cc): a field set explicitly
+/// (Config::tuning_explicit) wins over the entry of a tuning file (Config::tuning_file) for its world size and
+/// GPU, which wins over the values compiled in for its world size (CUDA; table in select.cc, NOTE [measured CUDA
+/// thresholds]), which win over these defaults. Communicator::config() shows the result.
 ///
 /// A field whose comment gives a range accepts only values in it: validate() (called by Config::from_env()
 /// and Communicator::create()) refuses any other with Error(kInvalidArgument) naming the field, its variable
@@ -159,6 +163,18 @@ struct Config {
   uint32_t debug_seq_start = 0;
   uint32_t debug_signal_lag = 0;
   Tuning tuning;
+  /// The Tuning fields set explicitly, by their names in the config table ("cuda_one_shot_max_bytes"): neither
+  /// a tuning file nor the compiled-in per-world-size values replace them (NOTE [tuning precedence]).
+  /// from_env() adds the field of every SYMCOMM_* tuning variable it reads. In a Config built in code, a field
+  /// whose value differs from Tuning's default counts as set too; name a field here to keep a value equal to
+  /// its default. An unknown name is refused at creation (kInvalidArgument).
+  std::set<std::string, std::less<>> tuning_explicit;
+  /// A tuning file (JSON written by symcomm-tune; docs/tuning.md), read by every communicator at creation;
+  /// empty: none. Its entry for the communicator's world size and GPU ("host" on the host backend) sets the
+  /// fields not set explicitly. A file that cannot be read or parsed, or holds a value outside its field's
+  /// range, fails the creation on every rank with kInvalidArgument naming the file. The ranks must end up with
+  /// the same Tuning (NOTE [configuration agreement]); the paths may differ.
+  std::string tuning_file;
 
   /// Read SYMCOMM_* variables over the defaults. Throws Error(kInvalidArgument) on a malformed value or one
   /// outside its range (Tuning::validate()).

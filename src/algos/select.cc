@@ -41,28 +41,40 @@ bool copy_engine_capable(Collective c) {
 // host time against ~6 us for the kernels, NOTE [settling NCCL calls]). From 5 ranks on, nothing was measured:
 // one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256 KB at 8 ranks in
 // TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The push-to-output two-shot was measured on 2
-// ranks only: off for more. A tuning file measured on the machine (symcomm-tune) replaces all of these.
+// ranks only: off for more. A communicator applies these values once, at creation, below a tuning file's entry
+// (symcomm-tune, docs/tuning.md) and explicit settings (NOTE [tuning precedence] in src/core/tuning_file.cc).
+namespace {
+
+/// From `min_world_size` ranks on, `field` defaults to `value`. Rows are applied in order, so a row for more
+/// ranks placed after one for fewer overrides it.
+struct MeasuredValue {
+  int min_world_size;
+  size_t Tuning::*field;
+  size_t value;
+};
+
+constexpr MeasuredValue kMeasuredCuda[] = {
+    {3, &Tuning::cuda_one_shot_max_bytes, size_t{256} << 10},
+    {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
+    {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
+    {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
+    {5, &Tuning::cuda_nccl_min_bytes, size_t{64} << 20},
+};
+
+}  // namespace
+
 Tuning measured_cuda_tuning(const Tuning& t, int world_size) {
-  if (world_size <= 2) return t;
   const Tuning defaults;
-  const bool four = world_size <= 4;
   Tuning m = t;
-  if (t.cuda_one_shot_max_bytes == defaults.cuda_one_shot_max_bytes) {
-    m.cuda_one_shot_max_bytes = four ? 256 << 10 : 128 << 10;
-  }
-  if (t.cuda_nccl_min_bytes == defaults.cuda_nccl_min_bytes) {
-    m.cuda_nccl_min_bytes = four ? size_t{256} << 20 : size_t{64} << 20;
-  }
-  if (t.cuda_two_shot_push_min_bytes == defaults.cuda_two_shot_push_min_bytes) {
-    m.cuda_two_shot_push_min_bytes = SIZE_MAX;
+  for (const MeasuredValue& v : kMeasuredCuda) {
+    if (world_size >= v.min_world_size && t.*v.field == defaults.*v.field) m.*v.field = v.value;
   }
   return m;
 }
 
 namespace {
 
-Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tuning& tuning) {
-  const Tuning t = measured_cuda_tuning(tuning, caps.world_size);
+Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tuning& t) {
   bool reducing = r.kind == Collective::kAllReduce;
   switch (r.forced) {
     case Algorithm::kAuto: break;

@@ -29,10 +29,13 @@ struct SelectRequest {
 };
 
 /// The algorithm to run, never kAuto. Throws Error(kInvalidArgument) if `forced` cannot run the request.
+/// `tuning` is the communicator's Tuning in effect (resolve_tuning() in src/core/tuning_file.h).
 Algorithm select_algorithm(const SelectRequest& request, const Capabilities& caps, const Tuning& tuning);
 
-/// The CUDA tuning in effect at `world_size` ranks: fields left at their (2-rank) default take the values
-/// measured for more ranks (NOTE [measured CUDA thresholds]); fields set by the user are kept.
+/// `tuning` with the CUDA values compiled in for `world_size` ranks (NOTE [measured CUDA thresholds]) in the
+/// fields still at Tuning's (2-rank) default. A communicator calls it once, at creation, on Tuning's defaults
+/// and puts a tuning file's entry and the explicit settings over the result (resolve_tuning(), NOTE [tuning
+/// precedence]); select_algorithm() and the kernels take the Tuning they are given as it is.
 Tuning measured_cuda_tuning(const Tuning& tuning, int world_size);
 
 }  // namespace symcomm::detail

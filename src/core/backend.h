@@ -21,7 +21,12 @@ namespace symcomm::detail {
 
 struct CommContext {
   RankInfo ranks;
+  /// The configuration in effect: `requested` with its Tuning resolved for this communicator (NOTE [tuning
+  /// precedence] in src/core/tuning_file.cc).
   Config config;
+  /// The configuration create() was given (or read from the environment); split() passes it on, so that each
+  /// new communicator resolves the Tuning of its own world size.
+  Config requested;
   std::string prefix;  ///< store key prefix of this communicator
   std::string token;
   std::shared_ptr<Store> store;
@@ -115,5 +120,9 @@ std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory hi
 std::unique_ptr<Backend> make_host_backend(CommContext& ctx);
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).
 std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device);
+/// The name of the GPU that make_cuda_backend(ctx, device) would use, as CUDA reports it (cudaDeviceProp::name,
+/// "NVIDIA H100 80GB HBM3"): what a tuning file's CUDA entries are keyed by. Without the CUDA backend compiled
+/// in, throws Error(kUnsupported).
+std::string cuda_device_name(const CommContext& ctx, int device);
 
 }  // namespace symcomm::detail

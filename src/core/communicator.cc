@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -19,6 +21,7 @@
 #include "core/check.h"
 #include "core/comm_core.h"
 #include "core/logging.h"
+#include "core/tuning_file.h"
 
 namespace symcomm {
 
@@ -49,15 +52,82 @@ void validate_rank_info(const RankInfo& r) {
 // to every other, and each rank fails with kMismatch naming the settings that differ and the ranks whose
 // values differ from its own; all ranks see the same settings, so all fail alike. Settings that only concern
 // the rank itself may differ: log level, operations remembered, trace directory, timeout. On the host backend the
-// memory sizes are left to the heap exchange, which compares them with a message of its own (and whose failure paths
-// the lifecycle tests exercise through it). The CUDA heap's exchange does not compare them, so there they are compared
-// here: with heaps of different sizes, a rank whose heap was full refused an alloc() before its exchange while its
-// peers went on into theirs, and every later alloc() paired different allocations (a review found it, twenty-first
-// session).
+// memory sizes are left to the heap exchange, which compares them with a message of its own (and whose failure
+// paths the lifecycle tests exercise through it). The CUDA heap's exchange does not compare them, so there they
+// are compared here: with heaps of different sizes, a rank whose heap was full refused an alloc() before its
+// exchange while its peers went on into theirs, and every later alloc() paired different allocations. The Tuning
+// compared is the one each rank resolved (NOTE [tuning precedence] in tuning_file.cc), so ranks that read
+// different tuning files, or whose GPUs pick different entries of one, fail here too; the message then says where
+// each rank's Tuning came from. The file's path itself is not compared: two paths may hold the same values.
 constexpr uint32_t kTagConfig = 3;
 constexpr uint32_t kTagSplit = 4;
+constexpr uint32_t kTagTuning = 5;
 
-void check_same_config(CommContext& ctx, BackendKind backend) {
+// Resolves ctx.config.tuning from ctx.requested (NOTE [tuning precedence]); returns where it came from.
+std::string resolve_comm_tuning(CommContext& ctx, BackendKind backend, int device) {
+  const Config& req = ctx.requested;
+  const int n = ctx.ranks.world_size;
+  std::string source = "no tuning file";
+  detail::TuningFile file;
+  const detail::TuningEntry* entry = nullptr;
+  if (!req.tuning_file.empty()) {
+    file = detail::read_tuning_file(req.tuning_file);
+    const std::string name =
+        backend == BackendKind::kCuda ? detail::cuda_device_name(ctx, device) : std::string(detail::kHostTuningDevice);
+    entry = file.find(n, name);
+    source = fmt::format("tuning file '{}', {} for {} ranks on '{}'", req.tuning_file, entry ? "its entry" : "no entry",
+                         n, name);
+  }
+  ctx.config.tuning = detail::resolve_tuning(req, backend, n, entry);
+  return source;
+}
+
+// NOTE [tuning agreement]
+// Each rank resolves its Tuning before the mesh exists. A rank whose tuning file cannot be read or parsed keeps
+// the error until this exchange, where every rank learns of it: that rank throws its own error, the others an
+// Error of the same code naming it and its problem, so no rank goes on into an exchange that rank will never
+// join. The exchange also carries where each rank's Tuning came from (returned by rank), for check_same_config's
+// message.
+std::vector<std::string> agree_tuning(CommContext& ctx, const std::optional<Error>& error, const std::string& source) {
+  const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
+  if (n == 1) {
+    if (error) throw *error;
+    return {source};
+  }
+  const std::string mine =
+      error ? fmt::format("E{}\n{}", static_cast<int>(error->code()), error->message()) : "S" + source;
+  const auto all = ctx.mesh_all_gather(kTagTuning, std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> sources(n);
+  std::vector<int> failed;
+  std::string problems;
+  ErrorCode code = ErrorCode::kInvalidArgument;
+  for (int p = 0; p < n; ++p) {
+    const std::string text(all[p].begin(), all[p].end());
+    if (text.empty() || (text[0] != 'S' && text[0] != 'E')) {
+      throw Error(ErrorCode::kInternal, fmt::format("rank {}: bad tuning message from rank {}", me, p), __FILE__,
+                  __LINE__, {p});
+    }
+    if (text[0] == 'S') {
+      sources[p] = text.substr(1);
+      continue;
+    }
+    const size_t eol = text.find('\n');
+    const std::string message = eol == std::string::npos ? "" : text.substr(eol + 1);
+    if (failed.empty()) code = static_cast<ErrorCode>(std::atoi(text.substr(1, eol - 1).c_str()));
+    failed.push_back(p);
+    problems += fmt::format("{}rank {}: {}", problems.empty() ? "" : "; ", p, message);
+  }
+  if (error) throw *error;
+  if (!failed.empty()) {
+    throw Error(code,
+                fmt::format("rank {}: rank{} {} could not resolve {} tuning: {}", me, failed.size() > 1 ? "s" : "",
+                            fmt::join(failed, ","), failed.size() > 1 ? "their" : "its", problems),
+                __FILE__, __LINE__, failed);
+  }
+  return sources;
+}
+
+void check_same_config(CommContext& ctx, BackendKind backend, const std::vector<std::string>& tuning_sources) {
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
   if (n == 1) return;
   static const std::set<std::string> kPerRank = {"SYMCOMM_LOG", "SYMCOMM_OP_HISTORY", "SYMCOMM_TIMEOUT_MS",
@@ -67,6 +137,7 @@ void check_same_config(CommContext& ctx, BackendKind backend) {
   std::string mine;
   for (const auto& [name, value] : ctx.config.settings()) {
     if (kPerRank.contains(name) || (backend == BackendKind::kHost && kByHeap.contains(name))) continue;
+    if (name == "SYMCOMM_TUNING_FILE") continue;  // compared through the Tuning it resolves to
     mine += name + "=" + value + "\n";
   }
   // Each rank's settings by name; `order` lists every name any rank sent, in the order first seen.
@@ -87,6 +158,7 @@ void check_same_config(CommContext& ctx, BackendKind backend) {
   }
   std::string diffs;
   std::set<int> others;  // ranks whose value of some setting is not this rank's
+  bool tuning_differs = false;
   for (const std::string& name : order) {
     std::map<std::string, std::vector<int>> ranks_by_value;  // "(absent)": a rank of another build lacks it
     for (int p = 0; p < n; ++p) {
@@ -101,12 +173,18 @@ void check_same_config(CommContext& ctx, BackendKind backend) {
       if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) others.insert(ranks.begin(), ranks.end());
     }
     diffs += fmt::format("{}{}: {}", diffs.empty() ? "" : "; ", name, what);
+    for (const detail::TuningField& f : detail::tuning_fields()) tuning_differs = tuning_differs || f.env == name;
   }
   if (diffs.empty()) return;
+  std::string sources;
+  for (int p = 0; tuning_differs && p < n; ++p) {
+    sources += fmt::format("{}rank {}: {}", p == 0 ? " (Tuning resolved from: " : "; ", p, tuning_sources[p]);
+  }
+  if (tuning_differs) sources += ")";
   throw Error(ErrorCode::kMismatch,
               fmt::format("rank {}: the ranks' configurations differ (every rank must use the same SYMCOMM_* "
-                          "settings, except {}): {}",
-                          me, fmt::join(kPerRank, ", "), diffs),
+                          "settings, except {}): {}{}",
+                          me, fmt::join(kPerRank, ", "), diffs, sources),
               __FILE__, __LINE__, std::vector<int>(others.begin(), others.end()));
 }
 
@@ -130,11 +208,20 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   SYMCOMM_CHECK_ARG(is_valid(options.backend), "invalid backend value {}", static_cast<int>(options.backend));
   auto ctx = std::make_unique<CommContext>();
   ctx->ranks = ranks;
-  ctx->config = options.config ? *options.config : Config::from_env();
-  ctx->config.tuning.validate();  // a Config built in code; from_env() checked its variables as it read them
+  ctx->requested = options.config ? *options.config : Config::from_env();
+  ctx->requested.tuning.validate();  // a Config built in code; from_env() checked its variables as it read them
+  ctx->config = ctx->requested;
   detail::set_log_level(ctx->config.log_level);
   detail::set_log_rank(ranks.rank);
   ctx->history.set_capacity(static_cast<size_t>(ctx->config.op_history));
+  // NOTE [tuning agreement]: an error here is every rank's, after the mesh exists.
+  std::optional<Error> tuning_error;
+  std::string tuning_source;
+  try {
+    tuning_source = resolve_comm_tuning(*ctx, options.backend, options.device);
+  } catch (const Error& e) {
+    tuning_error = e;
+  }
   uint64_t n = g_comm_counter.fetch_add(1);
   ctx->prefix = options.name.empty() ? fmt::format("symcomm/c{}", n) : "symcomm/" + options.name;
   ctx->store = std::move(store);
@@ -162,7 +249,9 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     throw;
   }
   if (ranks.rank == 0) ctx->store->remove(nonce_key);  // every rank read it before connecting to rank 0
-  check_same_config(*ctx, options.backend);            // NOTE [configuration agreement]
+  const std::vector<std::string> tuning_sources = agree_tuning(*ctx, tuning_error, tuning_source);
+  check_same_config(*ctx, options.backend, tuning_sources);  // NOTE [configuration agreement]
+  SYMCOMM_LOG_INFO("rank {}: Tuning from {}", ranks.rank, tuning_source);
 
   auto core = std::make_unique<CommCore>(std::move(ctx), options.backend, options.device);
   SYMCOMM_LOG_INFO("communicator {} ready: rank {}/{}, backend {}", core->ctx().prefix, ranks.rank, ranks.world_size,
@@ -228,7 +317,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   CommOptions child;
   child.backend = backend();
   child.device = backend() == BackendKind::kCuda ? device() : -1;
-  child.config = options.config ? *options.config : ctx.config;
+  child.config = options.config ? *options.config : ctx.requested;
   // The color is always part of the name: every group publishes its mesh under its own keys.
   const std::string base = !options.name.empty()
                                ? options.name

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/debug_fault.h"
 #include "core/op_history.h"
+#include "core/tuning_file.h"
 
 namespace symcomm {
 namespace {
@@ -261,6 +262,7 @@ EnvVar tuning_env_var(const TuningVar& v) {
                   const uint64_t x = parse_u64(v.env, text);
                   check_tuning(v, x);
                   c.tuning.*v.field = static_cast<size_t>(x);
+                  c.tuning_explicit.insert(v.field_name);  // NOTE [tuning precedence]
                 },
                 [v](const Config& c) { return std::to_string(c.tuning.*v.field); }};
 }
@@ -304,6 +306,11 @@ std::vector<EnvVar> make_env_table() {
        "existing directory where a fatal error's full operation record is written (empty: $TMPDIR, else /tmp)",
        [](Config& c, std::string_view v) { c.trace_dir = std::string(v); },
        [](const Config& c) { return c.trace_dir; }},
+      {"SYMCOMM_TUNING_FILE",
+       "tuning file (JSON, written by symcomm-tune; docs/tuning.md): its entry for the world size and GPU sets the "
+       "tuning fields no SYMCOMM_* variable sets",
+       [](Config& c, std::string_view v) { c.tuning_file = std::string(v); },
+       [](const Config& c) { return c.tuning_file; }},
   };
   for (const TuningVar& v : tuning_table()) table.push_back(tuning_env_var(v));
   return table;
@@ -319,6 +326,27 @@ const std::vector<EnvVar>& env_table() {
 void Tuning::validate() const {
   for (const TuningVar& v : tuning_table()) check_tuning(v, this->*v.field);
 }
+
+namespace detail {
+
+const std::vector<TuningField>& tuning_fields() {
+  static const std::vector<TuningField> fields = [] {
+    std::vector<TuningField> out;
+    for (const TuningVar& v : tuning_table())
+      out.push_back({.name = v.field_name, .env = v.env, .member = v.field, .max = v.max});
+    return out;
+  }();
+  return fields;
+}
+
+const TuningField* find_tuning_field(std::string_view name) {
+  for (const TuningField& f : tuning_fields()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace detail
 
 Config Config::from_env() {
   Config c;

@@ -529,14 +529,29 @@ std::shared_ptr<Work> CudaBackend::record_work(cudaStream_t s) {
   // The host gives up a little after the device deadline, which reports the failing rank itself.
   return std::make_shared<CudaWork>(this, control_, ev, ctx_.config.timeout + std::chrono::seconds(5));
 }
-std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device) {
+namespace {
+
+// The device a CUDA communicator uses: `device`, or by default the local rank's (Config::shared_gpu: more ranks
+// than GPUs take turns on them).
+int device_to_use(const CommContext& ctx, int device) {
   if (device < 0) {
     device = ctx.ranks.local_rank;
     int visible = 0;
-    // Config::shared_gpu: more ranks than GPUs take turns on them.
     if (ctx.config.shared_gpu && cudaGetDeviceCount(&visible) == cudaSuccess && visible > 0) device %= visible;
   }
-  return std::make_unique<CudaBackend>(ctx, device);
+  return device;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device) {
+  return std::make_unique<CudaBackend>(ctx, device_to_use(ctx, device));
+}
+
+std::string cuda_device_name(const CommContext& ctx, int device) {
+  cudaDeviceProp prop{};
+  SYMCOMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_to_use(ctx, device)));
+  return std::string(prop.name);
 }
 
 }  // namespace symcomm::detail

@@ -212,7 +212,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
     }
     // The push-to-output all-reduce needs only the outputs in the heap; from the same size on as one tensor.
     p.push_out = a.kind == Collective::kAllReduce && outs_symmetric &&
-                 p.total * es >= measured_cuda_tuning(ctx_.config.tuning, n).cuda_two_shot_push_min_bytes;
+                 p.total * es >= ctx_.config.tuning.cuda_two_shot_push_min_bytes;
     p.zero_copy = zc && outs_symmetric && !p.push_out;
     p.header = multi_header(p, in_places, out_places);
     cuda::launch_multi(p, s);

@@ -212,7 +212,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       }
       uint64_t in_place = 0, out_place = 0;  // NOTE [heap keys]
       const bool out_sym = symmetric(r.out, bytes, &out_place);
-      const bool push = out_sym && bytes >= measured_cuda_tuning(t, n).cuda_two_shot_push_min_bytes;
+      const bool push = out_sym && bytes >= t.cuda_two_shot_push_min_bytes;
       const bool zc = !push && out_sym && symmetric(r.in, bytes, &in_place);
       cuda::AllReduceTwoShotParams p{.comm = comm_,
                                      .in = r.in,

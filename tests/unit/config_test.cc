@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -23,6 +25,7 @@
 #include "algos/select.h"
 #include "core/logging.h"
 #include "core/op_history.h"
+#include "core/tuning_file.h"
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
 #include "symcomm/store.h"
@@ -75,6 +78,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_DEBUG_SIGNAL_LAG",
     "SYMCOMM_OP_HISTORY",
     "SYMCOMM_TRACE_DIR",
+    "SYMCOMM_TUNING_FILE",
     "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_TWO_SHOT_MAX_BYTES",
@@ -559,6 +563,226 @@ TEST(TuningRanges, CommunicatorCreationRefusesValuesOutsideTheRange) {
   }
   EXPECT_NO_THROW(comms.create(small_config(low)));
   EXPECT_NO_THROW(comms.create(small_config(high)));
+}
+
+// --- Tuning files and the Tuning a communicator resolves (NOTE [tuning precedence]) ---------------------------
+
+// Files in a directory of their own, removed with it.
+class TempFiles {
+ public:
+  TempFiles() {
+    char tmpl[] = "/tmp/symcomm-tuning-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  ~TempFiles() { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+// A tuning file with `entries` (JSON objects, comma-separated).
+std::string tuning_json(const std::string& entries) {
+  return R"({"format": "symcomm-tuning", "version": 1, "entries": [)" + entries + "]}";
+}
+
+std::string entry_json(int world_size, const std::string& device, const std::string& tuning) {
+  return fmt::format(R"({{"world_size": {}, "device": "{}", "tuning": {{{}}},
+    "provenance": {{"date": "2026-01-01T00:00:00Z", "command": "symcomm-tune"}},
+    "measurements": [{{"collective": "all_reduce", "path": "ll", "bytes": 4096, "time_us": 2.5, "wrong": 0}}]}})",
+                     world_size, device, tuning);
+}
+
+constexpr const char* kGpu = "NVIDIA H100 80GB HBM3";
+
+// Every setting of a Config holding `t`: compares two Tunings field by field, naming the fields that differ.
+std::vector<std::pair<std::string, std::string>> settings_of(const Tuning& t) {
+  Config c;
+  c.tuning = t;
+  return c.settings();
+}
+
+TEST(TuningFile, AGoodFileGivesItsEntries) {
+  const std::string text = tuning_json(entry_json(4, kGpu, R"("cuda_one_shot_max_bytes": 65536, "cuda_pdl": 0)") + "," +
+                                       entry_json(2, "host", R"("host_one_shot_max_bytes": 1024)"));
+  const detail::TuningFile f = detail::parse_tuning_file(text, "good.json");
+  ASSERT_EQ(f.entries.size(), 2u);
+  const detail::TuningEntry* gpu = f.find(4, kGpu);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(gpu->values,
+            (std::vector<std::pair<std::string, size_t>>{{"cuda_one_shot_max_bytes", 65536}, {"cuda_pdl", 0}}));
+  ASSERT_NE(f.find(2, "host"), nullptr);
+  EXPECT_EQ(f.find(2, "host")->values[0].second, 1024u);
+  EXPECT_EQ(f.find(2, kGpu), nullptr);    // another world size
+  EXPECT_EQ(f.find(4, "host"), nullptr);  // another device
+  // SIZE_MAX, the largest value, is written as a plain integer.
+  EXPECT_EQ(detail::parse_tuning_file(
+                tuning_json(entry_json(2, "host", R"("cuda_nccl_min_bytes": 18446744073709551615)")), "max.json")
+                .entries[0]
+                .values[0]
+                .second,
+            SIZE_MAX);
+  // An empty file list and an entry without values are valid.
+  EXPECT_TRUE(detail::parse_tuning_file(tuning_json(""), "empty.json").entries.empty());
+  EXPECT_TRUE(detail::parse_tuning_file(tuning_json(entry_json(2, "host", "")), "none.json").entries[0].values.empty());
+}
+
+// The refusal names the file and says what is wrong, with kInvalidArgument.
+void expect_file_error(const std::string& text, const std::string& what) {
+  SCOPED_TRACE(text);
+  const Error e = error_of([&] { detail::parse_tuning_file(text, "bad.json"); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  EXPECT_NE(e.message().find("tuning file 'bad.json'"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find(what), std::string::npos) << e.message();
+}
+
+TEST(TuningFile, AnUnknownFieldOrKeyIsRefusedNamingIt) {
+  expect_file_error(tuning_json(entry_json(2, "host", R"("host_one_shot_max": 1024)")),
+                    "unknown field 'host_one_shot_max'");
+  expect_file_error(tuning_json(entry_json(2, "host", R"("heap_bytes": 1024)")), "unknown field 'heap_bytes'");
+  expect_file_error(tuning_json(R"({"world_size": 2, "device": "host", "tuning": {}, "tunning": {}})"),
+                    "unknown key 'tunning'");
+  expect_file_error(R"({"format": "symcomm-tuning", "version": 1, "entries": [], "extra": 1})", "unknown key 'extra'");
+}
+
+TEST(TuningFile, AValueOutsideItsRangeIsRefusedNamingFileFieldVariableAndRange) {
+  for (const TuningRange& r : kTuningRanges) {
+    const std::string text = tuning_json(entry_json(4, kGpu, fmt::format(R"("{}": {})", r.field, r.refused.back())));
+    SCOPED_TRACE(text);
+    const Error e = error_of([&] { detail::parse_tuning_file(text, "range.json"); });
+    expect_range_error(e, r);
+    EXPECT_NE(e.message().find("tuning file 'range.json'"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(fmt::format("4 ranks on '{}'", kGpu)), std::string::npos) << e.message();
+    // Every entry is checked, not only the one a communicator would use.
+    const std::string other = tuning_json(entry_json(2, "host", "") + "," +
+                                          entry_json(8, kGpu, fmt::format(R"("{}": {})", r.field, r.refused.back())));
+    expect_range_error(error_of([&] { detail::parse_tuning_file(other, "range.json"); }), r);
+  }
+}
+
+TEST(TuningFile, MalformedJsonAndWrongShapesAreRefused) {
+  expect_file_error(R"({"format": "symcomm-tuning", "version": 1, "entries": [)", "not valid JSON");
+  expect_file_error("", "not valid JSON");
+  expect_file_error("[]", "the top level is a array");
+  expect_file_error(R"({"format": "other", "version": 1, "entries": []})", "\"format\" must be \"symcomm-tuning\"");
+  expect_file_error(R"({"version": 1, "entries": []})", "\"format\" must be");
+  expect_file_error(R"({"format": "symcomm-tuning", "version": 2, "entries": []})", "\"version\" must be 1");
+  expect_file_error(R"({"format": "symcomm-tuning", "version": 1, "entries": {}})", "\"entries\" must be an array");
+  expect_file_error(tuning_json("7"), "entries[0] is a number, not an object");
+  expect_file_error(tuning_json(entry_json(0, "host", "")), "entries[0].world_size must be an integer in 1-64");
+  expect_file_error(tuning_json(entry_json(65, "host", "")), "world_size must be an integer in 1-64");
+  expect_file_error(tuning_json(R"({"world_size": "2", "device": "host", "tuning": {}})"), "world_size must be");
+  expect_file_error(tuning_json(entry_json(2, "", "")), "entries[0].device must be a non-empty string");
+  expect_file_error(tuning_json(R"({"world_size": 2, "device": "host", "tuning": []})"), ".tuning must be an object");
+  expect_file_error(tuning_json(R"({"world_size": 2, "device": "host"})"), ".tuning must be an object");
+  for (const char* bad : {"-1", "1.5", "\"64K\"", "true", "null"}) {
+    expect_file_error(tuning_json(entry_json(2, "host", fmt::format(R"("host_one_shot_max_bytes": {})", bad))),
+                      "host_one_shot_max_bytes must be a non-negative integer");
+  }
+  expect_file_error(tuning_json(entry_json(2, "host", "") + "," + entry_json(2, "host", "")),
+                    "entries[1] is a second entry for 2 ranks on 'host'");
+  expect_file_error(tuning_json(R"({"world_size": 2, "device": "host", "tuning": {}, "provenance": 1})"),
+                    "provenance must be an object");
+}
+
+TEST(TuningFile, AFileThatCannotBeOpenedIsRefusedNamingIt) {
+  TempFiles files;
+  const std::string missing = files.dir() + "/missing.json";
+  const Error e = error_of([&] { detail::read_tuning_file(missing); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.message().find("tuning file '" + missing + "': cannot be opened"), std::string::npos) << e.message();
+  const std::string good = files.write("good.json", tuning_json(entry_json(2, "host", R"("cuda_pdl": 0)")));
+  EXPECT_EQ(detail::read_tuning_file(good).entries.size(), 1u);
+}
+
+// NOTE [tuning precedence]: explicit settings > the file's entry > the compiled-in values for the world size >
+// Tuning's defaults.
+TEST(TuningPrecedence, ExplicitOverFileOverCompiledInOverDefaults) {
+  const detail::TuningFile f = detail::parse_tuning_file(
+      tuning_json(entry_json(4, kGpu,
+                             R"("cuda_one_shot_max_bytes": 1048576, "cuda_ll_max_bytes": 131072,
+                                "cuda_nccl_min_bytes": 1073741824)")),
+      "p.json");
+  // SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES set to its 2-rank default: explicit, kept at 4 ranks.
+  auto env = config_env({{"SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES", "4M"}});
+  const Config requested = Config::from_env();
+  EXPECT_TRUE(requested.tuning_explicit.contains("cuda_one_shot_max_bytes"));
+  const Tuning t = detail::resolve_tuning(requested, BackendKind::kCuda, 4, f.find(4, kGpu));
+  const Tuning compiled = detail::measured_cuda_tuning(Tuning{}, 4);
+  EXPECT_EQ(t.cuda_one_shot_max_bytes, size_t{4} << 20);  // explicit (the file says 1 MiB)
+  EXPECT_EQ(t.cuda_ll_max_bytes, size_t{128} << 10);      // the file
+  EXPECT_EQ(t.cuda_nccl_min_bytes, size_t{1} << 30);      // the file over the compiled-in 64 MiB
+  EXPECT_EQ(t.cuda_two_shot_push_min_bytes, compiled.cuda_two_shot_push_min_bytes);  // compiled-in for 4 ranks
+  EXPECT_EQ(t.cuda_two_shot_push_min_bytes, SIZE_MAX);
+  EXPECT_EQ(t.cuda_ll128_max_bytes, Tuning{}.cuda_ll128_max_bytes);  // default
+  // Without the file's entry (another world size): the compiled-in values, the explicit one kept.
+  const Tuning none = detail::resolve_tuning(requested, BackendKind::kCuda, 4, f.find(8, kGpu));
+  Tuning want = compiled;
+  want.cuda_one_shot_max_bytes = size_t{4} << 20;
+  EXPECT_EQ(settings_of(none), settings_of(want));
+}
+
+TEST(TuningPrecedence, AnEntryMissingForTheWorldSizeLeavesTheCompiledInValues) {
+  const detail::TuningFile f =
+      detail::parse_tuning_file(tuning_json(entry_json(2, kGpu, R"("cuda_one_shot_max_bytes": 65536)")), "m.json");
+  for (int n : {3, 4, 8}) {
+    const Tuning t = detail::resolve_tuning(Config{}, BackendKind::kCuda, n, f.find(n, kGpu));
+    EXPECT_EQ(settings_of(t), settings_of(detail::measured_cuda_tuning(Tuning{}, n))) << n;
+  }
+  EXPECT_EQ(detail::resolve_tuning(Config{}, BackendKind::kCuda, 2, f.find(2, kGpu)).cuda_one_shot_max_bytes, 65536u);
+  // The host backend has no compiled-in values: its defaults.
+  EXPECT_EQ(settings_of(detail::resolve_tuning(Config{}, BackendKind::kHost, 4, nullptr)), Config{}.settings());
+}
+
+TEST(TuningPrecedence, ACodeBuiltConfigSetsWhatItChangesAndWhatItNames) {
+  const detail::TuningFile f = detail::parse_tuning_file(
+      tuning_json(entry_json(4, kGpu, R"("cuda_ll_max_bytes": 4096, "cuda_ll128_max_bytes": 8192)")), "c.json");
+  Config c;
+  c.tuning.cuda_ll_max_bytes = 65536;                // differs from the default: set
+  c.tuning_explicit.insert("cuda_ll128_max_bytes");  // the default, named: set
+  const Tuning t = detail::resolve_tuning(c, BackendKind::kCuda, 4, f.find(4, kGpu));
+  EXPECT_EQ(t.cuda_ll_max_bytes, 65536u);
+  EXPECT_EQ(t.cuda_ll128_max_bytes, Tuning{}.cuda_ll128_max_bytes);
+  c.tuning_explicit.insert("cuda_ll128_max");
+  const Error e = error_of([&] { detail::resolve_tuning(c, BackendKind::kCuda, 4, nullptr); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.message().find("'cuda_ll128_max'"), std::string::npos) << e.message();
+}
+
+// A communicator reads SYMCOMM_TUNING_FILE at creation; a SYMCOMM_* tuning variable wins over it; a file that
+// cannot be used fails the creation naming it.
+TEST(TuningPrecedence, CommunicatorsReadTheFileAtCreation) {
+  TempFiles files;
+  const std::string path = files.write(
+      "t.json", tuning_json(entry_json(1, "host", R"("host_one_shot_max_bytes": 1024, "cuda_ll_max_bytes": 2048)")));
+  OneRankComm comms;
+  {
+    auto env = config_env({{"SYMCOMM_TUNING_FILE", path}, {"SYMCOMM_CUDA_LL_MAX_BYTES", "4096"}});
+    Config c = Config::from_env();
+    EXPECT_EQ(c.tuning_file, path);
+    c.heap_bytes = size_t{1} << 20;
+    auto comm = comms.create(c);
+    EXPECT_EQ(comm->config().tuning.host_one_shot_max_bytes, 1024u);  // the file
+    EXPECT_EQ(comm->config().tuning.cuda_ll_max_bytes, 4096u);        // the variable
+    EXPECT_EQ(comm->config().tuning_file, path);
+  }
+  Config c = small_config(Tuning{});
+  c.tuning_file = files.write("bad.json", "{\"format\": ");
+  Error e = error_of([&] { comms.create(c); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  EXPECT_NE(e.message().find("tuning file '" + c.tuning_file + "': not valid JSON"), std::string::npos) << e.message();
+  c.tuning_file = files.dir() + "/none.json";
+  e = error_of([&] { comms.create(c); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  EXPECT_NE(e.message().find("cannot be opened"), std::string::npos) << e.message();
+  // The next creation, without the file, works.
+  c.tuning_file.clear();
+  EXPECT_NO_THROW(comms.create(c));
 }
 
 // --- Rendezvous::from_env ----------------------------------------------------------------------------------

@@ -294,28 +294,43 @@ TEST(Select, CudaSmallDirectCollectivesGoToNcclWhenTuned) {
   });
 }
 
-// NOTE [measured CUDA thresholds]: fields left at their 2-rank default follow the 4-rank measurements at 3 and
-// 4 ranks and their extrapolation from 5 on; fields set by the user are kept.
+// NOTE [measured CUDA thresholds]: the values compiled in for a world size (measured_cuda_tuning) replace the
+// fields left at their 2-rank default: the 4-rank measurements at 3 and 4 ranks, their extrapolation from 5 on;
+// fields set by the user are kept.
 TEST(Select, CudaThresholdsFollowTheWorldSize) {
   using enum Algorithm;
-  const Tuning t{};
   const Capabilities two = cuda({.world_size = 2}), four = cuda({.world_size = 4}), eight = cuda({.world_size = 8});
-  const Tuning user{.cuda_one_shot_max_bytes = 8 << 10};
+  const Tuning t2 = measured_cuda_tuning(Tuning{}, 2), t3 = measured_cuda_tuning(Tuning{}, 3),
+               t4 = measured_cuda_tuning(Tuning{}, 4), t8 = measured_cuda_tuning(Tuning{}, 8);
+  const Tuning user = measured_cuda_tuning(Tuning{.cuda_one_shot_max_bytes = 8 << 10}, 4);
   check_rows({
-      {"2 ranks 64 KiB one-shot", two, all_reduce(64 << 10), t, kOneShot},
-      {"4 ranks 256 KiB one-shot", four, all_reduce(256 << 10), t, kOneShot},
-      {"4 ranks 256 KiB + 1 two-shot", four, all_reduce((256 << 10) + 1), t, kTwoShot},
-      {"3 ranks 256 KiB one-shot", cuda({.world_size = 3}), all_reduce(256 << 10), t, kOneShot},
-      {"8 ranks 128 KiB one-shot", eight, all_reduce(128 << 10), t, kOneShot},
-      {"8 ranks 128 KiB + 1 two-shot", eight, all_reduce((128 << 10) + 1), t, kTwoShot},
-      {"2 ranks 256 MiB two-shot", two, all_reduce(size_t{256} << 20), t, kTwoShot},
-      {"4 ranks 256 MiB - 1 two-shot", four, all_reduce((size_t{256} << 20) - 1), t, kTwoShot},
-      {"4 ranks 256 MiB nccl", four, all_reduce(size_t{256} << 20), t, kNccl},
-      {"4 ranks 256 MiB no nccl", cuda({.world_size = 4, .nccl_available = false}), all_reduce(size_t{256} << 20), t,
+      {"2 ranks 64 KiB one-shot", two, all_reduce(64 << 10), t2, kOneShot},
+      {"4 ranks 256 KiB one-shot", four, all_reduce(256 << 10), t4, kOneShot},
+      {"4 ranks 256 KiB + 1 two-shot", four, all_reduce((256 << 10) + 1), t4, kTwoShot},
+      {"3 ranks 256 KiB one-shot", cuda({.world_size = 3}), all_reduce(256 << 10), t3, kOneShot},
+      {"8 ranks 128 KiB one-shot", eight, all_reduce(128 << 10), t8, kOneShot},
+      {"8 ranks 128 KiB + 1 two-shot", eight, all_reduce((128 << 10) + 1), t8, kTwoShot},
+      {"2 ranks 256 MiB two-shot", two, all_reduce(size_t{256} << 20), t2, kTwoShot},
+      {"4 ranks 256 MiB - 1 two-shot", four, all_reduce((size_t{256} << 20) - 1), t4, kTwoShot},
+      {"4 ranks 256 MiB nccl", four, all_reduce(size_t{256} << 20), t4, kNccl},
+      {"4 ranks 256 MiB no nccl", cuda({.world_size = 4, .nccl_available = false}), all_reduce(size_t{256} << 20), t4,
        kTwoShot},
-      {"8 ranks 64 MiB - 1 two-shot", eight, all_reduce((size_t{64} << 20) - 1), t, kTwoShot},
-      {"8 ranks 64 MiB nccl", eight, all_reduce(size_t{64} << 20), t, kNccl},
+      {"8 ranks 64 MiB - 1 two-shot", eight, all_reduce((size_t{64} << 20) - 1), t8, kTwoShot},
+      {"8 ranks 64 MiB nccl", eight, all_reduce(size_t{64} << 20), t8, kNccl},
       {"4 ranks user one-shot max kept", four, all_reduce(16 << 10), user, kTwoShot},
+  });
+}
+
+// NOTE [tuning precedence]: a communicator resolves its Tuning once, at creation; select() uses the Tuning it
+// is given as it is at every world size, so a value equal to a 2-rank default (set explicitly, or by a tuning
+// file) is not replaced by the compiled-in value for more ranks.
+TEST(Select, TuningIsUsedAsGivenAtEveryWorldSize) {
+  using enum Algorithm;
+  const Tuning t{};
+  check_rows({
+      {"4 ranks 64 KiB, 2-rank default one-shot max", cuda({.world_size = 4}), all_reduce(64 << 10), t, kOneShot},
+      {"8 ranks 4 MiB, 2-rank default one-shot max", cuda({.world_size = 8}), all_reduce(4 << 20), t, kOneShot},
+      {"4 ranks 256 MiB, NCCL never", cuda({.world_size = 4}), all_reduce(size_t{256} << 20), t, kTwoShot},
   });
 }
 
