@@ -54,10 +54,8 @@ struct MeasuredValue {
 };
 
 constexpr MeasuredValue kMeasuredCuda[] = {
-    {3, &Tuning::cuda_one_shot_max_bytes, size_t{256} << 10},
-    {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
-    {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
-    {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
+    {3, &Tuning::cuda_one_shot_max_bytes, size_t{256} << 10}, {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
+    {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},     {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
     {5, &Tuning::cuda_nccl_min_bytes, size_t{64} << 20},
 };
 
