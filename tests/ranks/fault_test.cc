@@ -191,21 +191,31 @@ TEST(Faults, PeerMeshNamesTheDeadRankInSendAndReceive) {
       opts);
 }
 
-/// True once the process is gone or a zombie (its descriptors, its listening socket among them, are closed).
+/// True once every thread of the process has exited, and so its descriptors (its listening socket among them)
+/// are closed: the pid is gone, or its main thread is a zombie and /proc/<pid>/task lists no other thread. The
+/// main thread alone says too little: in a process killed by SIGKILL it can show 'Z' while its other threads
+/// (here the thread that raised the signal, and TSan's background thread) are still exiting, and the
+/// descriptors, which the threads share, are closed when the last of them exits. An exiting thread leaves
+/// /proc/<pid>/task after it has let go of the descriptors.
 bool process_gone(pid_t pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream stat(dir + "/stat");
   std::string line;
   if (!std::getline(stat, line)) return true;
   size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+  const bool zombie =
+      paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+  return zombie && count_dir((dir + "/task").c_str()) <= 3;  // ".", ".." and the main thread
 }
 
 // NOTE [death during rendezvous] in src/bootstrap/peer_mesh.cc: a peer that dies after publishing its mesh key
 // leaves the key and no listener, so connecting to it is refused; the survivor must get kPeerDead from the
-// peer's pid within a few liveness polls (it used to retry until the deadline and get kTimeout). Harness ranks 1
-// and 2 form a mesh of two (harness rank 0 only hosts the store) so that the order is fixed: the victim (mesh
-// rank 0) publishes its key and is gone before the survivor (mesh rank 1) starts connecting to it.
+// peer's pid within a few liveness polls, not retry until the deadline and get kTimeout. Harness ranks 1 and 2
+// form a mesh of two (harness rank 0 only hosts the store) so that the order is fixed: the victim (mesh rank 0)
+// publishes its key and is gone, every thread of it (process_gone()), before the survivor (mesh rank 1) starts
+// connecting to it. Were the survivor to connect while the victim's last threads exit, the listener would still
+// take the connection; NOTE [mesh hellos] makes that kPeerDead too (the acceptance never comes).
 TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
   HarnessOptions opts;
   opts.may_fail = {1};
