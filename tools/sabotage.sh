@@ -83,6 +83,10 @@ case_def host op-record-short src/core/comm_context.cc \
 case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_rank_tests "AllWays/RankDeath.*/rendezvous_sigkill" 120
+# The connecting side never waits for the lower ranks' acceptances (NOTE [mesh hellos]).
+case_def host mesh-acceptance src/bootstrap/peer_mesh.cc \
+  "  await_acceptances(store, prefix, deadline);" "" \
+  symcomm_rank_tests Faults.PeerMeshCreationFailsWhenTheLowerRankClosesWithoutAccepting 60
 case_def host failed-creation-fd src/memory/host_heap.cc \
   "      FdCloser peer_closer{peer_fd};" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60

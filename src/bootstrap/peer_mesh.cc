@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "core/check.h"
@@ -26,8 +27,11 @@ namespace symcomm::detail {
 namespace {
 
 constexpr uint32_t kMagic = 0x53594d43;  // "SYMC"
+// The mesh's own frames. A hello and its acceptance are read only during the creation, a bye only by the
+// watchdog; kTagAccepted lies far from the callers' tags, which are small numbers.
 constexpr uint32_t kTagHello = 1;
 constexpr uint32_t kTagBye = 2;
+constexpr uint32_t kTagAccepted = 0xffff0001;  // header only: no payload, no descriptors
 constexpr uint32_t kMaxFds = 16;
 constexpr uint32_t kMaxPayload = 1 << 20;
 
@@ -152,17 +156,33 @@ bool write_frame(int fd, uint32_t tag, const std::vector<uint8_t>& payload, cons
 }
 
 // NOTE [mesh hellos]
-// Any process on the node can connect to a rank's listening socket: its abstract name is listed in
+// Handshake. Rank p connects to the listening socket of every lower rank and writes a hello (its rank and the
+// token) into each connection; then it waits until every lower rank has answered with an acceptance frame
+// (kTagAccepted, a header with no payload and no descriptors), and only then accepts the connections of the
+// higher ranks, answering each hello it adopts with an acceptance as soon as it has read it. A connect() that
+// succeeds and a hello that is written prove nothing about the peer: a listening socket takes connections into
+// its backlog until it is closed, and a process's descriptors are closed only when its last thread exits (in a
+// multi-threaded process killed by SIGKILL the main thread can show as a zombie while the others still exit);
+// such a connection is then closed unread. So the connecting rank counts a peer as connected only once its
+// acceptance has arrived; a peer that closes the connection first (it died, or dropped the hello) or sends
+// anything else is kPeerDead naming it; one that stays silent is kTimeout naming it at the deadline; and the
+// wait checks the peer's pid every kLivenessPoll (NOTE [death during rendezvous]). No wait cycle: a rank waits
+// for acceptances from lower ranks only, rank 0 waits for none, and a rank that has all its acceptances answers
+// every higher rank's hello without waiting for anything else, so by induction on the rank every live rank gets
+// its acceptances. Rank p writes all its hellos before it waits for any acceptance, so the lower ranks accept it
+// in whatever order they get there.
+// Exact reads. Every read during the creation takes exactly the bytes of the frame it expects (a hello on the
+// accepting side, an acceptance on the connecting side) and never more: a peer's next frames, which it may send
+// as soon as its own creation has returned, stay in the socket for the watchdog.
+// Strangers. Any process on the node can connect to a rank's listening socket: its abstract name is listed in
 // /proc/net/unix. So the connections a rank accepts during the creation are served side by side, none of them
-// trusted: each is read without blocking (poll, MSG_DONTWAIT) until exactly the bytes of a hello frame have
-// arrived (a peer's next frames stay in the socket for the watchdog), and a connection is dropped, alone, when
-// it comes from another user (SO_PEERCRED), sends anything but a hello of a missing higher rank with the token
-// (descriptors, another tag or length, a bad rank or token), closes, or has not completed its hello
-// kHelloTimeout after it was accepted (a peer writes its hello as soon as its connect returns; the timeout only
-// frees a stranger's descriptor), or when kMaxPendingHellos newer connections are waiting. The creation itself
-// keeps its deadline and its liveness checks. Before, each accepted connection's hello was read with blocking
-// reads, one connection at a time: a process that connected and sent a header announcing a hello, then
-// nothing, held the creation for ever, past its deadline.
+// trusted: each is read without blocking (poll, MSG_DONTWAIT) until its hello frame is complete, and a
+// connection is dropped, alone, when it comes from another user (SO_PEERCRED), sends anything but a hello of a
+// missing higher rank with the token (descriptors, another tag or length, a bad rank or token), closes (also
+// when the acceptance cannot be written to it), or has not completed its hello kHelloTimeout after it was
+// accepted (a peer writes its hello as soon as its connect returns; the timeout only frees a stranger's
+// descriptor), or when kMaxPendingHellos newer connections are waiting. A rank whose connection was dropped is
+// still missing: the creation keeps its deadline and its liveness checks for it.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 constexpr size_t kMaxPendingHellos = 64;
 
@@ -174,43 +194,57 @@ struct PendingHello {
   size_t got = 0;
 };
 
-enum class HelloRead { kPartial, kComplete, kBad };
+enum class ExactRead { kPartial, kComplete, kBad };
 
-/// Reads what has arrived of the hello frame, without blocking and without reading past it.
-HelloRead read_hello(PendingHello& c) {
-  while (c.got < c.bytes.size()) {
+/// Reads what has arrived of the first `want` bytes of a handshake frame into buf[*got, want), without blocking
+/// and without reading past them. kBad: the connection closed or failed, or descriptors came (a hello and an
+/// acceptance carry none).
+ExactRead read_exact(int fd, uint8_t* buf, size_t want, size_t* got) {
+  while (*got < want) {
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
-    iovec iov{c.bytes.data() + c.got, c.bytes.size() - c.got};
+    iovec iov{buf + *got, want - *got};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    ssize_t got = ::recvmsg(c.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return HelloRead::kPartial;
+    ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ExactRead::kPartial;
     std::vector<int> fds;
-    if (got > 0) collect_fds(msg, &fds);
-    for (int f : fds) ::close(f);  // a hello carries none
-    if (got <= 0 || !fds.empty() || (msg.msg_flags & MSG_CTRUNC)) return HelloRead::kBad;
-    c.got += static_cast<size_t>(got);
-    if (c.got >= sizeof(FrameHeader)) {
-      FrameHeader h{};
-      std::memcpy(&h, c.bytes.data(), sizeof(h));
-      if (h.magic != kMagic || h.tag != kTagHello || h.len != sizeof(Hello) || h.nfds != 0) return HelloRead::kBad;
-    }
+    if (n > 0) collect_fds(msg, &fds);
+    for (int f : fds) ::close(f);
+    if (n <= 0 || !fds.empty() || (msg.msg_flags & MSG_CTRUNC)) return ExactRead::kBad;
+    *got += static_cast<size_t>(n);
   }
-  return HelloRead::kComplete;
+  return ExactRead::kComplete;
+}
+
+bool header_is(const uint8_t* bytes, uint32_t tag, uint32_t len) {
+  FrameHeader h{};
+  std::memcpy(&h, bytes, sizeof(h));
+  return h.magic == kMagic && h.tag == tag && h.len == len && h.nfds == 0;
+}
+
+/// Reads what has arrived of the hello frame, without blocking and without reading past it; a wrong header is
+/// kBad before the payload arrives.
+ExactRead read_hello(PendingHello& c) {
+  if (c.got < sizeof(FrameHeader)) {
+    ExactRead r = read_exact(c.fd, c.bytes.data(), sizeof(FrameHeader), &c.got);
+    if (r != ExactRead::kComplete) return r;
+    if (!header_is(c.bytes.data(), kTagHello, sizeof(Hello))) return ExactRead::kBad;
+  }
+  return read_exact(c.fd, c.bytes.data(), c.bytes.size(), &c.got);
 }
 
 // NOTE [death during rendezvous]
 // Before the mesh exists there is no socket to watch, so every rank first publishes its pid under
-// "<prefix>/pid/<rank>"; a rank waiting for a peer (its mesh key, or its connection) checks in kLivenessPoll
-// slices whether that pid still runs (all ranks share one node). A peer that dies after publishing is reported
-// as dead within about 0.1 s instead of at the deadline; one that dies before publishing looks late and times
-// out. Waiting for a peer's connection includes connecting to it: a peer that died after publishing its mesh
-// key leaves the key behind and its listener gone, so every connect is refused; that retry loop once never
-// looked at the pid and waited out the whole deadline (kTimeout "could not connect") instead.
+// "<prefix>/pid/<rank>"; a rank waiting for a peer (its mesh key, its connection, its acceptance) checks in
+// kLivenessPoll slices whether that pid still runs (all ranks share one node). A peer that dies after publishing
+// is reported as dead within about 0.1 s instead of at the deadline; one that dies before publishing looks late
+// and times out. Waiting for a peer's connection includes connecting to it: a peer that died after publishing
+// its mesh key leaves the key behind and its listener gone, so every connect is refused, and only the pid tells
+// that retry loop that the peer is dead rather than late.
 constexpr auto kLivenessPoll = std::chrono::milliseconds(100);
 
 bool pid_alive(int pid) {
@@ -358,10 +392,11 @@ class PeerMeshImpl final : public PeerMesh {
   void watch();
   void lost(int peer, bool died);
   void connect_lower(Store& store, const std::string& prefix, const std::string& token, Deadline deadline);
+  void await_acceptances(Store& store, const std::string& prefix, Deadline deadline);
   void accept_higher(Store& store, const std::string& prefix, int listener, const std::string& token,
                      Deadline deadline);
   bool accept_one(int listener, std::vector<PendingHello>& pending);
-  bool adopt(const PendingHello& c, const std::string& token);
+  bool adopt(const PendingHello& c, const std::string& token, std::string_view* why);
 
   RankInfo ranks_;
   std::vector<int> socks_;
@@ -449,7 +484,8 @@ void PeerMeshImpl::connect_all(Store& store, const std::string& prefix, const st
   std::string my_key = mesh_key(prefix, me);
   store.set(my_key, std::to_string(::getpid()));
 
-  connect_lower(store, prefix, token, deadline);
+  connect_lower(store, prefix, token, deadline);  // NOTE [mesh hellos]
+  await_acceptances(store, prefix, deadline);
   accept_higher(store, prefix, listener, token, deadline);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
@@ -500,6 +536,52 @@ void PeerMeshImpl::connect_lower(Store& store, const std::string& prefix, const 
 }
 
 // NOTE [mesh hellos]
+void PeerMeshImpl::await_acceptances(Store& store, const std::string& prefix, Deadline deadline) {
+  const int me = ranks_.rank;
+  struct Awaited {
+    int peer;
+    std::array<uint8_t, sizeof(FrameHeader)> bytes{};
+    size_t got = 0;
+  };
+  std::vector<Awaited> awaited;
+  for (int p = 0; p < me; ++p) awaited.push_back({.peer = p});
+  auto next_check = Clock::now() + kLivenessPoll;
+  while (!awaited.empty()) {
+    std::vector<pollfd> fds;
+    for (const Awaited& a : awaited) fds.push_back({socks_[a.peer], POLLIN, 0});
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(std::min(deadline.at(), next_check) - Clock::now()).count();
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(ms, 0, kLivenessPoll.count())));
+    if (rc < 0 && errno != EINTR) SYMCOMM_CHECK_SYS(rc, "poll");
+    for (size_t i = awaited.size(); i-- > 0;) {  // backwards: erases
+      if (rc <= 0 || fds[i].revents == 0) continue;
+      Awaited& a = awaited[i];
+      ExactRead r = read_exact(socks_[a.peer], a.bytes.data(), a.bytes.size(), &a.got);
+      if (r == ExactRead::kPartial) continue;
+      if (r == ExactRead::kBad || !header_is(a.bytes.data(), kTagAccepted, 0)) {
+        throw Error(ErrorCode::kPeerDead,
+                    fmt::format("rank {}: rank {} {} before accepting this rank (it died or dropped this rank's hello)",
+                                me, a.peer, r == ExactRead::kBad ? "closed the connection" : "sent another frame"),
+                    __FILE__, __LINE__, {a.peer});
+      }
+      awaited.erase(awaited.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (awaited.empty()) break;
+    if (Clock::now() >= next_check) {  // NOTE [death during rendezvous]
+      for (const Awaited& a : awaited) check_peer_alive(store, prefix, me, a.peer);
+      next_check = Clock::now() + kLivenessPoll;
+    }
+    if (deadline.expired()) {
+      std::vector<int> absent;
+      for (const Awaited& a : awaited) absent.push_back(a.peer);
+      throw Error(ErrorCode::kTimeout,
+                  fmt::format("rank {}: ranks {} did not accept this rank's connection before the deadline", me,
+                              fmt::join(absent, ", ")),
+                  __FILE__, __LINE__, absent);
+    }
+  }
+}
+
+// NOTE [mesh hellos]
 void PeerMeshImpl::accept_higher(Store& store, const std::string& prefix, int listener, const std::string& token,
                                  Deadline deadline) {
   const int me = ranks_.rank, n = ranks_.world_size;
@@ -524,12 +606,13 @@ void PeerMeshImpl::accept_higher(Store& store, const std::string& prefix, int li
   };
   // Reads what arrived of pending[i]'s hello; true if the connection was adopted or dropped (erased).
   auto serve = [&](size_t i) {
-    HelloRead r = read_hello(pending[i]);
-    if (r == HelloRead::kPartial) return false;
-    if (r == HelloRead::kComplete && adopt(pending[i], token)) {
+    ExactRead r = read_hello(pending[i]);
+    if (r == ExactRead::kPartial) return false;
+    std::string_view why = "not a hello, or closed";
+    if (r == ExactRead::kComplete && adopt(pending[i], token, &why)) {
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));  // its fd is in socks_ now
     } else {
-      drop(i, r == HelloRead::kBad ? "not a hello, or closed" : "a hello of no missing rank, or a wrong token");
+      drop(i, why);
     }
     return true;
   };
@@ -584,12 +667,20 @@ bool PeerMeshImpl::accept_one(int listener, std::vector<PendingHello>& pending) 
   return true;
 }
 
-/// Takes a complete hello's connection as the mesh socket of the rank it names, if that is right.
-bool PeerMeshImpl::adopt(const PendingHello& c, const std::string& token) {
+/// Takes a complete hello's connection as the mesh socket of the rank it names, if that is right, and accepts
+/// it (NOTE [mesh hellos]); otherwise sets *why.
+bool PeerMeshImpl::adopt(const PendingHello& c, const std::string& token, std::string_view* why) {
   Hello h{};
   std::memcpy(&h, c.bytes.data() + sizeof(FrameHeader), sizeof(h));
   h.token[sizeof(h.token) - 1] = '\0';
-  if (h.rank <= ranks_.rank || h.rank >= ranks_.world_size || socks_[h.rank] >= 0 || token != h.token) return false;
+  if (h.rank <= ranks_.rank || h.rank >= ranks_.world_size || socks_[h.rank] >= 0 || token != h.token) {
+    *why = "a hello of no missing rank, or a wrong token";
+    return false;
+  }
+  if (!write_frame(c.fd, kTagAccepted, {}, {})) {
+    *why = "closed before its hello was accepted";
+    return false;
+  }
   socks_[h.rank] = c.fd;
   return true;
 }

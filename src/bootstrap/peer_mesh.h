@@ -35,8 +35,9 @@ std::string mesh_socket_name(const std::string& token, const std::string& prefix
 
 class PeerMesh {
  public:
-  /// Collective: every rank listens, publishes "<prefix>/mesh/<rank>" in the store, and connects to the
-  /// lower ranks. `token` authenticates the hello of each connection.
+  /// Collective: every rank listens, publishes "<prefix>/mesh/<rank>" in the store, connects to the lower
+  /// ranks and waits until each has accepted it, then accepts the higher ranks (NOTE [mesh hellos] in
+  /// peer_mesh.cc). `token` authenticates the hello of each connection.
   static std::unique_ptr<PeerMesh> create(Store& store, const std::string& prefix, const RankInfo& ranks,
                                           const std::string& token, Deadline deadline);
   virtual ~PeerMesh() = default;

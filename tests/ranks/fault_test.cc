@@ -192,21 +192,31 @@ TEST(Faults, PeerMeshNamesTheDeadRankInSendAndReceive) {
       opts);
 }
 
-/// True once the process is gone or a zombie (its descriptors, its listening socket among them, are closed).
+/// True once every thread of the process has exited, and so its descriptors (its listening socket among them)
+/// are closed: the pid is gone, or its main thread is a zombie and /proc/<pid>/task lists no other thread. The
+/// main thread alone says too little: in a process killed by SIGKILL it can show 'Z' while its other threads
+/// (here the thread that raised the signal, and TSan's background thread) are still exiting, and the
+/// descriptors, which the threads share, are closed when the last of them exits. An exiting thread leaves
+/// /proc/<pid>/task after it has let go of the descriptors.
 bool process_gone(pid_t pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream stat(dir + "/stat");
   std::string line;
   if (!std::getline(stat, line)) return true;
   size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+  const bool zombie =
+      paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+  return zombie && count_dir((dir + "/task").c_str()) <= 3;  // ".", ".." and the main thread
 }
 
 // NOTE [death during rendezvous] in src/bootstrap/peer_mesh.cc: a peer that dies after publishing its mesh key
 // leaves the key and no listener, so connecting to it is refused; the survivor must get kPeerDead from the
-// peer's pid within a few liveness polls (it used to retry until the deadline and get kTimeout). Harness ranks 1
-// and 2 form a mesh of two (harness rank 0 only hosts the store) so that the order is fixed: the victim (mesh
-// rank 0) publishes its key and is gone before the survivor (mesh rank 1) starts connecting to it.
+// peer's pid within a few liveness polls, not retry until the deadline and get kTimeout. Harness ranks 1 and 2
+// form a mesh of two (harness rank 0 only hosts the store) so that the order is fixed: the victim (mesh rank 0)
+// publishes its key and is gone, every thread of it (process_gone()), before the survivor (mesh rank 1) starts
+// connecting to it. Were the survivor to connect while the victim's last threads exit, the listener would still
+// take the connection; NOTE [mesh hellos] makes that kPeerDead too (the acceptance never comes).
 TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
   HarnessOptions opts;
   opts.may_fail = {1};
@@ -239,6 +249,60 @@ TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
         EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();  // mesh rank 0: harness rank 1
         EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
         EXPECT_LT(took, 1500ms) << std::chrono::duration<double>(took).count() << " s";
+      },
+      opts);
+}
+
+// NOTE [mesh hellos] in src/bootstrap/peer_mesh.cc: a connecting rank counts a lower rank as connected only
+// once that rank has accepted its hello. Harness rank 0 plays mesh rank 0 by hand: it listens on mesh rank 0's
+// socket and publishes its pid and mesh keys as the creation does, accepts mesh rank 1's connection, reads the
+// whole hello and closes that connection without accepting it, and lives on (its listener open) until rank 1 has
+// its answer, so no liveness check can tell. Mesh rank 1's creation must fail with kPeerDead naming rank 0 well
+// before its 20 s deadline; without the acceptance it returns a mesh whose only peer is gone.
+TEST(Faults, PeerMeshCreationFailsWhenTheLowerRankClosesWithoutAccepting) {
+  HarnessOptions opts;
+  opts.timeout = 60s;
+  const std::string token = "mesh-token", prefix = "unaccepted";
+  expect_success(
+      2,
+      [&](RankEnv& env) {
+        if (env.info.rank == 0) {
+          // White-box, as peer_mesh.cc's connect_all(): bind mesh_socket_name() in the abstract namespace, listen,
+          // publish "<prefix>/pid/<rank>" and "<prefix>/mesh/<rank>" (each the pid). A hello frame is a 16-byte
+          // header (magic "SYMC", tag 1, payload length 68, no descriptors) and a 68-byte payload.
+          const std::string name = detail::mesh_socket_name(token, prefix, 0);
+          const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          ASSERT_GE(listener, 0) << std::strerror(errno);
+          sockaddr_un a{};
+          a.sun_family = AF_UNIX;
+          std::memcpy(a.sun_path + 1, name.data(), name.size());
+          const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+          ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), len), 0) << std::strerror(errno);
+          ASSERT_EQ(::listen(listener, 2), 0) << std::strerror(errno);
+          env.store->set(prefix + "/pid/0", std::to_string(::getpid()));
+          env.store->set(prefix + "/mesh/0", std::to_string(::getpid()));
+          const int s = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+          ASSERT_GE(s, 0) << std::strerror(errno);
+          uint32_t hello[4 + 68 / 4];
+          ASSERT_EQ(::recv(s, hello, sizeof(hello), MSG_WAITALL), static_cast<ssize_t>(sizeof(hello)));
+          EXPECT_EQ(hello[0], 0x53594d43u);
+          EXPECT_EQ(hello[1], 1u);
+          EXPECT_EQ(hello[2], 68u);
+          EXPECT_EQ(hello[4], 1u) << "the hello names mesh rank 1";
+          ::close(s);
+          store_barrier(*env.store, prefix + "/answered", 2);
+          ::close(listener);
+          return;
+        }
+        const auto t0 = SteadyClock::now();
+        Error e = expect_error(ErrorCode::kPeerDead, [&] {
+          detail::PeerMesh::create(*env.store, prefix, env.info, token, detail::Deadline(20s));
+        });
+        const auto took = SteadyClock::now() - t0;
+        EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+        EXPECT_LT(took, 5s) << std::chrono::duration<double>(took).count() << " s";
+        store_barrier(*env.store, prefix + "/answered", 2);
       },
       opts);
 }
