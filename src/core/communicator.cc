@@ -67,18 +67,20 @@ constexpr uint32_t kTagTuning = 5;
 std::string resolve_comm_tuning(CommContext& ctx, BackendKind backend, int device) {
   const Config& req = ctx.requested;
   const int n = ctx.ranks.world_size;
-  std::string source = "no tuning file";
+  const std::string name =
+      backend == BackendKind::kCuda ? detail::cuda_device_name(ctx, device) : std::string(detail::kHostTuningDevice);
+  const detail::TuningEntry* compiled = detail::compiled_tuning().find(n, name);
+  std::string source = compiled ? fmt::format("the compiled-in entry for {} ranks on '{}'", n, name)
+                                : fmt::format("no compiled-in entry for {} ranks on '{}'", n, name);
   detail::TuningFile file;
   const detail::TuningEntry* entry = nullptr;
   if (!req.tuning_file.empty()) {
     file = detail::read_tuning_file(req.tuning_file);
-    const std::string name =
-        backend == BackendKind::kCuda ? detail::cuda_device_name(ctx, device) : std::string(detail::kHostTuningDevice);
     entry = file.find(n, name);
-    source = fmt::format("tuning file '{}', {} for {} ranks on '{}'", req.tuning_file, entry ? "its entry" : "no entry",
-                         n, name);
+    source = fmt::format("tuning file '{}', {} for {} ranks on '{}'; {}", req.tuning_file,
+                         entry ? "its entry" : "no entry", n, name, source);
   }
-  ctx.config.tuning = detail::resolve_tuning(req, backend, n, entry);
+  ctx.config.tuning = detail::resolve_tuning(req, backend, n, entry, compiled);
   return source;
 }
 

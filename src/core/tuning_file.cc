@@ -21,9 +21,11 @@ namespace symcomm::detail {
 //      from Tuning's default (code assigns fields; that is how it sets them);
 //   2. otherwise the value of the tuning file's entry for this world size and device (Config::tuning_file;
 //      the GPU's name as CUDA reports it, "host" on the host backend);
-//   3. otherwise, on the CUDA backend, the value compiled in for this world size (measured_cuda_tuning() on
-//      Tuning's defaults; NOTE [measured CUDA thresholds]);
-//   4. otherwise Tuning's default.
+//   3. otherwise the value of the compiled-in table's entry for this world size and device (compiled_tuning():
+//      src/core/tuning_defaults.json, symcomm-tune's output on the machines it names, built into the library);
+//   4. otherwise, on the CUDA backend, the value compiled in for this world size on any GPU (measured_cuda_tuning()
+//      on Tuning's defaults; NOTE [measured CUDA thresholds]);
+//   5. otherwise Tuning's default.
 // Explicit settings are tracked by name, not found by comparing with the defaults, so an explicit value equal
 // to a default (SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES=4M at 4 ranks) is kept instead of being taken for "unset".
 // The result is checked by Tuning::validate(), and every value of a file is checked against its field's range
@@ -147,15 +149,25 @@ TuningFile read_tuning_file(const std::string& path) {
   return parse_tuning_file(text.str(), path);
 }
 
-Tuning resolve_tuning(const Config& requested, BackendKind backend, int world_size, const TuningEntry* entry) {
+/// The text of src/core/tuning_defaults.json, built into the library (tuning_defaults.cc.in, src/CMakeLists.txt).
+std::string_view compiled_tuning_text();
+
+const TuningFile& compiled_tuning() {
+  static const TuningFile file = parse_tuning_file(compiled_tuning_text(), "src/core/tuning_defaults.json");
+  return file;
+}
+
+Tuning resolve_tuning(const Config& requested, BackendKind backend, int world_size, const TuningEntry* entry,
+                      const TuningEntry* compiled) {
   for (const std::string& name : requested.tuning_explicit) {
     SYMCOMM_CHECK_ARG(find_tuning_field(name) != nullptr,
                       "Config::tuning_explicit names '{}', which is no Tuning field", name);
   }
   const Tuning defaults;
   Tuning t = backend == BackendKind::kCuda ? measured_cuda_tuning(defaults, world_size) : defaults;
-  if (entry != nullptr) {
-    for (const auto& [name, value] : entry->values) {
+  for (const TuningEntry* e : {compiled, entry}) {
+    if (e == nullptr) continue;
+    for (const auto& [name, value] : e->values) {
       const TuningField* f = find_tuning_field(name);
       SYMCOMM_CHECK(f != nullptr, kInternal, "tuning entry with unknown field '{}'", name);
       t.*f->member = value;

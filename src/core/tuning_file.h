@@ -55,11 +55,17 @@ TuningFile parse_tuning_file(std::string_view text, const std::string& path);
 /// Reads and parses the file at `path`; one that cannot be read is Error(kInvalidArgument) naming it and why.
 TuningFile read_tuning_file(const std::string& path);
 
+/// The tuning table compiled into the library: src/core/tuning_defaults.json, written by symcomm-tune on the
+/// machines it names, parsed once (NOTE [tuning precedence]).
+const TuningFile& compiled_tuning();
+
 /// The Tuning of a communicator of `world_size` ranks on `backend` (NOTE [tuning precedence]): the fields of
 /// `requested.tuning` set explicitly (Config::tuning_explicit, or different from Tuning's default), over the
-/// values of `entry` (may be null), over the compiled-in values for the world size (CUDA: measured_cuda_tuning),
-/// over Tuning's defaults. Throws Error(kInvalidArgument) for an unknown name in tuning_explicit or a result
-/// outside the ranges (Tuning::validate()).
-Tuning resolve_tuning(const Config& requested, BackendKind backend, int world_size, const TuningEntry* entry);
+/// values of `entry` (the tuning file's; may be null), over those of `compiled` (compiled_tuning()'s entry for
+/// the world size and device; may be null), over the compiled-in values for the world size (CUDA:
+/// measured_cuda_tuning), over Tuning's defaults. Throws Error(kInvalidArgument) for an unknown name in
+/// tuning_explicit or a result outside the ranges (Tuning::validate()).
+Tuning resolve_tuning(const Config& requested, BackendKind backend, int world_size, const TuningEntry* entry,
+                      const TuningEntry* compiled = nullptr);
 
 }  // namespace symcomm::detail

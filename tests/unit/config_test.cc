@@ -716,7 +716,7 @@ TEST(TuningPrecedence, ExplicitOverFileOverCompiledInOverDefaults) {
   const Tuning compiled = detail::measured_cuda_tuning(Tuning{}, 4);
   EXPECT_EQ(t.cuda_one_shot_max_bytes, size_t{4} << 20);  // explicit (the file says 1 MiB)
   EXPECT_EQ(t.cuda_ll_max_bytes, size_t{128} << 10);      // the file
-  EXPECT_EQ(t.cuda_nccl_min_bytes, size_t{1} << 30);      // the file over the compiled-in 64 MiB
+  EXPECT_EQ(t.cuda_nccl_min_bytes, size_t{1} << 30);      // the file over the compiled-in value
   EXPECT_EQ(t.cuda_two_shot_push_min_bytes, compiled.cuda_two_shot_push_min_bytes);  // compiled-in for 4 ranks
   EXPECT_EQ(t.cuda_two_shot_push_min_bytes, SIZE_MAX);
   EXPECT_EQ(t.cuda_ll128_max_bytes, Tuning{}.cuda_ll128_max_bytes);  // default
@@ -737,6 +737,44 @@ TEST(TuningPrecedence, AnEntryMissingForTheWorldSizeLeavesTheCompiledInValues) {
   EXPECT_EQ(detail::resolve_tuning(Config{}, BackendKind::kCuda, 2, f.find(2, kGpu)).cuda_one_shot_max_bytes, 65536u);
   // The host backend has no compiled-in values: its defaults.
   EXPECT_EQ(settings_of(detail::resolve_tuning(Config{}, BackendKind::kHost, 4, nullptr)), Config{}.settings());
+}
+
+// The compiled-in table's entry for the world size and device lies below a tuning file's entry and explicit
+// settings, and above the per-world-size values (NOTE [tuning precedence]).
+TEST(TuningPrecedence, TheCompiledInEntryIsBelowTheFileAndAboveThePerWorldSizeValues) {
+  const detail::TuningFile compiled =
+      detail::parse_tuning_file(tuning_json(entry_json(4, kGpu,
+                                                       R"("cuda_ll_max_bytes": 8192, "cuda_ll128_max_bytes": 16384,
+                                "cuda_one_shot_max_bytes": 32768)")),
+                                "compiled.json");
+  const detail::TuningFile file =
+      detail::parse_tuning_file(tuning_json(entry_json(4, kGpu, R"("cuda_ll128_max_bytes": 65536)")), "f.json");
+  auto env = config_env({{"SYMCOMM_CUDA_ONE_SHOT_MAX_BYTES", "4M"}});
+  const Config requested = Config::from_env();
+  const Tuning t = detail::resolve_tuning(requested, BackendKind::kCuda, 4, file.find(4, kGpu), compiled.find(4, kGpu));
+  EXPECT_EQ(t.cuda_ll_max_bytes, 8192u);                  // the compiled-in entry
+  EXPECT_EQ(t.cuda_ll128_max_bytes, 65536u);              // the file over the compiled-in entry
+  EXPECT_EQ(t.cuda_one_shot_max_bytes, size_t{4} << 20);  // explicit over both
+  EXPECT_EQ(t.cuda_nccl_min_bytes, detail::measured_cuda_tuning(Tuning{}, 4).cuda_nccl_min_bytes);  // per world size
+  // Without a file: the compiled-in entry over the per-world-size values.
+  const Tuning c = detail::resolve_tuning(Config{}, BackendKind::kCuda, 4, nullptr, compiled.find(4, kGpu));
+  EXPECT_EQ(c.cuda_ll128_max_bytes, 16384u);
+  EXPECT_EQ(c.cuda_one_shot_max_bytes, 32768u);
+}
+
+// The table built into the library (src/core/tuning_defaults.json) parses, every value in its field's range, and
+// holds the machines it was measured on.
+TEST(CompiledTuning, TheBuiltInTableParsesAndHoldsItsMachines) {
+  const detail::TuningFile& t = detail::compiled_tuning();
+  ASSERT_FALSE(t.entries.empty());
+  for (const detail::TuningEntry& e : t.entries) {
+    EXPECT_GE(e.world_size, 2) << e.device;
+    EXPECT_FALSE(e.device.empty());
+    EXPECT_FALSE(e.values.empty()) << e.device << " " << e.world_size;
+    EXPECT_NO_THROW(detail::resolve_tuning(Config{}, BackendKind::kCuda, e.world_size, nullptr, &e));
+  }
+  for (int n : {2, 4}) EXPECT_NE(t.find(n, "NVIDIA H100 80GB HBM3"), nullptr) << n;
+  EXPECT_EQ(t.find(4, "host"), nullptr);
 }
 
 TEST(TuningPrecedence, ACodeBuiltConfigSetsWhatItChangesAndWhatItNames) {
