@@ -68,7 +68,7 @@ class Reporter {
   /// what is printed and written is every rank's (see set_wrong_sum).
   void add(const Measurement& m);
   /// How add() combines the ranks' wrong counts (a collective; without it, rank 0's count alone is reported,
-  /// so an error seen only on another rank, such as a wrong reduce-scatter block there, never reached the JSON).
+  /// so an error seen only on another rank, such as a wrong reduce-scatter block there, never reaches the JSON).
   void set_wrong_sum(std::function<long long(long long)> sum) { wrong_sum_ = std::move(sum); }
   /// Prints "ratio symcomm / <impl>" lines for matching (collective, mode, bytes) points.
   void print_ratios(const std::string& baseline_impl);

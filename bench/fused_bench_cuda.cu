@@ -1,5 +1,5 @@
-// symcomm-bench --backend cuda --extra fused: the fused GEMM + collective operations (issue 5) against, in
-// the same run and on the same inputs,
+// symcomm-bench --backend cuda --extra fused: the fused GEMM + collective operations (include/symcomm/fused.h)
+// against, in the same run and on the same inputs,
 //   nccl_unfused    cuBLASLt GEMM + NCCL collective on one stream (all-gather then GEMM; GEMM then bf16
 //                   reduce-scatter), the usual unfused tensor-parallel code;
 //   symcomm_unfused the library's own unfused fallback (FusedOptions::force_unfused);
@@ -246,7 +246,8 @@ long long FusedBench::run() {
   BENCH_CUDA(cudaSetDevice(comm_.device()));
   nccl_ = make_nccl_comm(comm_);
   BENCH_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
-  // The issue's two headline shapes, then Llama-like ones (K = 4096, N = 14336 / 11008) from M = 1024 to 16384.
+  // The two headline shapes of the fused-op requirement, then Llama-like ones (K = 4096, N = 14336 / 11008)
+  // from M = 1024 to 16384.
   std::vector<Shape> shapes = {{true, 8192, 8192, 8192}, {false, 8192, 4096, 8192}};
   for (int64_t m : {1024, 4096, 16384}) {
     shapes.push_back({true, m, 4096, 14336});

@@ -1,5 +1,5 @@
-// --extra group / --extra bucket (issue 6): the measuring loop, result checks and the host patterns. The
-// CUDA patterns are in group_bench_cuda.cu. See group_bench.h.
+// --extra group / --extra bucket (grouped collectives, ReduceScatterBucketer): the measuring loop, result
+// checks and the host patterns. The CUDA patterns are in group_bench_cuda.cu. See group_bench.h.
 #include "group_bench.h"
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 #pragma once
-// --extra group / --extra bucket (issue 6): coalescing and bucketing patterns, host and CUDA.
+// --extra group / --extra bucket: coalescing and bucketing patterns, host and CUDA.
 //   group:  64 all-reduces of 8 MB (in place) grouped vs one by one vs one flattened 512 MB all-reduce
 //           (CUDA: plus NCCL grouped / one by one / flattened).
 //   bucket: 512 reduce-scatters with 8 KB outputs through ReduceScatterBucketer vs one by one vs grouped vs

@@ -1,4 +1,4 @@
-// --extra group / --extra bucket on the CUDA backend (issue 6): symcomm grouped / one by one / flattened /
+// --extra group / --extra bucket on the CUDA backend: symcomm grouped / one by one / flattened /
 // bucketed against NCCL grouped (ncclGroupStart/End), one by one and flattened, in one run. symcomm's buffers
 // are slabs of its symmetric heap; NCCL's are cudaMalloc'ed. GPU time: events around `iters` pattern
 // instances on one stream; CPU time: thread CPU time of the issuing loop (no synchronisation inside).

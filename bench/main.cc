@@ -96,7 +96,7 @@ int run(int argc, char** argv) {
     const bool coalescing = std::find(o.extra.begin(), o.extra.end(), "group") != o.extra.end() ||
                             std::find(o.extra.begin(), o.extra.end(), "bucket") != o.extra.end();
     if (coalescing) {
-      wrong = bench::run_group_bench(*comm, o, rep);  // issue 6: --extra group / --extra bucket
+      wrong = bench::run_group_bench(*comm, o, rep);  // --extra group / --extra bucket
     } else if (*be == BackendKind::kHost) {
       wrong = bench::run_host(*comm, o, rep);
     } else {

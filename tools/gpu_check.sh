@@ -8,7 +8,7 @@
 #   BENCH_ARGS="--max-bytes 64M" tools/gpu_check.sh
 #   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket sanitize sabotage" tools/gpu_check.sh
 #   (everything; sabotage rebuilds parts of the tree several times)
-#   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu_check.sh   (issue 7's 1000 cycles)
+#   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu_check.sh   (the full 1000 cycles)
 #   GPU_CHECK_STEPS="build shared" tools/gpu_check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
 #
 #   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu_check.sh   (here, on the CPU machine: see "prebuilt" below)
@@ -70,7 +70,7 @@ fi
 
 # What the prebuilt archive is checked against: every source the three binaries are built from.
 source_stamp() {
-  # LC_ALL=C: the GPU machine's locale sorted the paths differently, so its stamp never matched (2026-11-24).
+  # LC_ALL=C: a machine with another locale sorts the paths differently, and its stamp would never match.
   (cd "$ROOT" && find CMakeLists.txt cmake include src tests bench tools -type f ! -name '.*' -print0 |
     LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
@@ -116,7 +116,7 @@ fi
 
 # The GPU suite in gtest shards (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX: every test in exactly one shard), so
 # that each shard ends well inside one device call. SHARDS: how many (default by world size: the whole suite
-# took ~950 s at 2 ranks on 2 x H100, most of it GpuKernelFaults and GpuLifecycle, and grows with the ranks);
+# takes ~950 s at 2 ranks on 2 x H100, most of it GpuKernelFaults and GpuLifecycle, and grows with the ranks);
 # SHARD_LIST: which of them this call runs (default all), each under SHARD_TIMEOUT seconds (default 420). Every
 # shard's output goes to gpu_tests.log, one line per shard to the summary, and the summary names the shards
 # not run, with the command line that runs them.
@@ -180,7 +180,7 @@ if has shared && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   done
 fi
 
-# Issue 7's lifecycle count: LIFECYCLE_CYCLES (default 1000) create/destroy and create/abort cycles with NCCL
+# The lifecycle count: LIFECYCLE_CYCLES (default 1000) create/destroy and create/abort cycles with NCCL
 # created lazily (a quarter of the cycles use it; ~0.26 s per cycle on 1 x H200), on as many ranks as the
 # machine allows; the eager 2-rank test needs ~1 s per cycle (NCCL's teardown), too long for 1000 here.
 if has lifecycle && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
@@ -245,22 +245,22 @@ done
 
 # The GPU tests under compute-sanitizer (SANITIZE_TOOLS, default "memcheck racecheck"; also synccheck and
 # initcheck), symcomm's kernels only: NCCL's LL kernels read up to 4 bytes past the end of odd-sized buffers
-# (seen 2026-11-22: ncclDevKernel_AllGather_RING_LL on an 8198-byte buffer), and NCCL probes kernels that were
+# (ncclDevKernel_AllGather_RING_LL on an 8198-byte buffer), and NCCL probes kernels that were
 # not built for this GPU; neither is symcomm's to fix.
 # SANITIZE_FILTER picks the tests (gtest filter) of every tool; SANITIZE_MEMCHECK_EXTRA adds memcheck-only ones.
 # SANITIZE_EXCLUDE names the kernels left uninstrumented (default kns=nccl). For GpuFused.* under racecheck use
-# kns=gemm: with cuBLASLt's GEMM kernels instrumented, racecheck 2025.3.1 on an H100 stopped with "Internal
-# Sanitizer Error: The Sanitizer failed to handle a hardware exception" and the GEMM launches failed (also
-# with --kernel-name kns=symcomm); with them excluded it ran the fused tests clean (2026-11-24).
+# kns=gemm: with cuBLASLt's GEMM kernels instrumented, racecheck 2025.3.1 on an H100 stops with "Internal
+# Sanitizer Error: The Sanitizer failed to handle a hardware exception" and the GEMM launches fail (also
+# with --kernel-name kns=symcomm); with them excluded it runs the fused tests clean.
 # The tests' default deadlines are scaled by SANITIZE_TIMEOUT_SCALE (default 20; NOTE [test timeout scale] in
-# tests/harness/rank_harness.h): under the tools, host waits around collective set-up took more than the 3 s
-# default (2026-11-23: GpuBucketer/GpuGroupMulti random tests failed with "no message from rank 0 before the
+# tests/harness/rank_harness.h): under the tools, host waits around collective set-up take more than the 3 s
+# default (unscaled, GpuBucketer/GpuGroupMulti random tests fail with "no message from rank 0 before the
 # deadline", with 0 memcheck errors and 0 racecheck hazards).
 # Each tool first runs its positive control (tests/gpu/sanitizer_probe_test.cc): every rank makes the one
 # mistake the tool exists to report, once, and the tool must report it in every rank, or its clean reports below
 # would prove nothing. initcheck passes its probe but cannot run symcomm's CUDA backend: compute-sanitizer
 # 2025.3.1's initcheck fails the first cudaMemset of any cuMem allocation whose handle was exported to a POSIX
-# fd ("unspecified launch failure", no report; a 40-line program without symcomm does the same, 2026-11-25), and
+# fd ("unspecified launch failure", no report; a 40-line program without symcomm does the same), and
 # every communicator's heap is such an allocation.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 probe_test() {
@@ -302,7 +302,7 @@ elif has sabotage && [ $BUILD_OK = 1 ]; then
   tee -a "$SUMMARY" <"$OUT/sabotage/sabotage.txt"
 fi
 
-# The issues' speed targets judged from whatever JSON the steps above wrote (bench/targets/targets.h; no GPU
+# The speed targets judged from whatever JSON the steps above wrote (bench/targets/targets.h; no GPU
 # needed, so the same command works on copies of these files elsewhere).
 JSONS=()
 for f in bench ce_bench contention group bucket; do [ -s "$OUT/$f.json" ] && JSONS+=("$OUT/$f.json"); done

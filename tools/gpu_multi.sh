@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs tools/gpu_check.sh on every GPU of the machine and again on the first two (the 2-rank numbers of
-# issue 3 and the N-rank numbers of issue 8 in one batch), then the GPU tests under compute-sanitizer
+# the speed targets and the N-rank numbers in one batch), then the GPU tests under compute-sanitizer
 # (memcheck, racecheck) on two GPUs. Everything lands in $OUT/results.tgz (the device tool returns at most 8
 # files), re-packed after every phase so that a run stopped by the device's time limit still returns what
 # it finished; the summaries are printed last.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sabotage.sh: shows that the fault tests can fail (issue 7). For each case, one line of the library is broken
+# sabotage.sh: shows that the fault tests can fail. For each case, one line of the library is broken
 # on purpose (a literal text replacement in the working tree), the test binary is rebuilt incrementally, and
 # the named tests run under a time limit. The case counts as caught when those tests fail or time out, after
 # the same tests passed on the unbroken build. The file is restored after each case and the build brought
@@ -173,7 +173,7 @@ case_def gpu failed-communicator src/algos/cuda_common.cuh \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/skipped*" 300 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=20 GTEST_REPEAT=3"
 # The copy-engine watchdog's stall reading names the first peer holding another op's header before a peer that
-# never came (the order before NOTE [copy-engine stall]): at 3+ ranks the rank that gave up first and went on
+# never came (the reverse of NOTE [copy-engine stall]'s order): at 3+ ranks the rank that gave up first and went on
 # is then blamed (kMismatch) for the missing rank's timeout.
 case_def gpu ce-stall-mismatch-first src/algos/ce_plan.cc \
   "    if (p != rank && arrive[p] == 0 && depart[p] == 0 && gave_up[p] == 0) return {CeStall::kMissing, p};" \
@@ -192,7 +192,7 @@ case_def gpu ce-gave-up src/core/cuda_copy_engine_cuda.cc \
   symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*:Cases/GpuMismatch.*/skipped_copy_engine" 300 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=10 GTEST_REPEAT=4"
 # The watchdog never acts on its early readings (NOTE [copy-engine early mismatch]): mismatches are reported at
-# the deadline again, which the tests now refuse.
+# the deadline again, which the tests refuse.
 case_def gpu ce-early src/core/cuda_copy_engine_cuda.cc \
   "      if (early.peer >= 0 && early.peer == suspect) fail_and_release(" "      if (false) fail_and_release(" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*:GpuCopyEngineFaults.Skipped*" 200 \
@@ -226,7 +226,7 @@ case_def gpu ll-broadcast-store src/algos/cuda_all_reduce_ll.cu \
   "store8(out, i, bytes, out_al, make_uint2(lines[u].x, lines[u].z));" \
   "store8(out, i, bytes, out_al, make_uint2(lines[u].z, lines[u].x));" \
   symcomm_gpu_tests "GpuCollectives.Broadcast" 200 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
-# symcomm's memory ledger (cuda_memory_use, issue 7's leak counts): a freed heap chunk that is never unmapped
+# symcomm's memory ledger (cuda_memory_use, the leak counts): a freed heap chunk that is never unmapped
 # (its own memory and every peer's mapping kept), and the device state never freed on destruction (a few
 # hundred bytes: below what the device-wide free count can see; the ledger counts it exactly).
 case_def gpu heap-free-keeps src/memory/cuda_heap_cuda.cc \
@@ -236,8 +236,8 @@ case_def gpu state-leak src/core/cuda_backend_cuda.cc \
   "  if (state_) {" "  if (false) {" \
   symcomm_gpu_tests "GpuMemoryUse.*:GpuLifecycle.CreateDestroyAndAbortCyclesLeakNothing" 300 \
   "$SHARED2 SYMCOMM_TEST_LIFECYCLE_CYCLES=10"
-# A rank whose part of a symmetric alloc fails throws at once instead of telling its peers (as before NOTE
-# [failed symmetric alloc]): where only some ranks run out of memory, the others wait for its fd until the
+# A rank whose part of a symmetric alloc fails throws at once instead of telling its peers (what NOTE [failed
+# symmetric alloc] prevents): where only some ranks run out of memory, the others wait for its fd until the
 # deadline. Only ranks sharing a GPU make that case (one gets 60% of the free memory, the other cannot).
 case_def gpu alloc-silent-failure src/memory/cuda_heap_cuda.cc \
   "    AllocMsg msg{id, stride, bytes, own_error ? 1u : 0u};" \

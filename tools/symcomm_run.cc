@@ -21,15 +21,15 @@
 //   with that rank's exit code (128 + signal number if it was killed). All ranks exiting 0 gives 0.
 // - --timeout S: after S seconds the ranks are terminated the same way and the launcher exits 124. S must be
 //   a finite number in (0, kMaxTimeoutS]; anything else is a usage error before any rank starts (1e10 s
-//   overflowed steady_clock's nanoseconds into a deadline in the past: an instant exit 124).
+//   would overflow steady_clock's nanoseconds into a deadline in the past: an instant exit 124).
 // - SIGINT/SIGTERM/SIGHUP received by the launcher are forwarded to every rank's process group (SIGKILL
 //   follows after kGracePeriod); the launcher then exits with 128 + that signal unless a rank failed first.
 // - The launcher reaps every rank before it exits; output still held open by background processes of the
 //   ranks is read for at most kDrainTime after the last rank exited.
 //
 // NOTE [launcher death]
-// A launcher killed by SIGKILL can tell no one. PR_SET_PDEATHSIG on each rank killed the rank's own process
-// only: what it had started (a shell script's python, `sleep 1000 &`) was orphaned and outlived the job. So
+// A launcher killed by SIGKILL can tell no one. PR_SET_PDEATHSIG on each rank kills the rank's own process
+// only: what it started (a shell script's python, `sleep 1000 &`) would be orphaned and outlive the job. So
 // the launcher forks a guardian per rank, and the guardian forks and execs the rank:
 //   launcher ── guardian (leads the rank's process group, never execs) ── rank ── what the rank starts
 // - The guardian learns of the launcher's death from the lifeline: a pipe whose write end only the launcher
@@ -41,7 +41,7 @@
 //   directly, not SIGTERM and a grace period: whoever killed the launcher with SIGKILL chose a hard stop
 //   (often after a SIGTERM, which the launcher has already forwarded to the groups and which gave the ranks
 //   their chance to clean up), nobody reads the ranks' output any more, and a rank ignoring SIGTERM would
-//   outlive the job by the grace period. The rank's own process got SIGKILL before this change too.
+//   outlive the job by the grace period. The rank's own PR_SET_PDEATHSIG is SIGKILL as well.
 // - Signals from the launcher go to the group, so they reach the guardian as well: it keeps SIGINT, SIGTERM
 //   and SIGHUP blocked (inherited from the launcher) and so ignores them; SIGKILL (the grace period's end)
 //   kills it with the rank, as it should. A signal that reached the group after the guardian created it but
@@ -52,8 +52,8 @@
 // - Descriptors: the guardian closes what the launcher opened (signalfd, lifeline write end, other ranks'
 //   pipes) and, once the rank is forked, its own copies of the rank's output pipes, so that EOF on the rank's
 //   output comes when the rank (and what it started) closes them; the rank gets stdin, stdout and stderr and
-//   whatever the launcher itself inherited, as before.
-// - Limits: processes that leave the rank's process group (setsid, setpgid) escape as they did before; a
+//   whatever the launcher itself inherited.
+// - Limits: processes that leave the rank's process group (setsid, setpgid) escape; a
 //   guardian killed by SIGKILL at the same time as the launcher leaves the rank's children behind (the rank
 //   itself still has PR_SET_PDEATHSIG). A guardian killed alone is a failed rank to the launcher, which then
 //   kills that rank's group. Guardians are named symcomm-guard (ps, `killall symcomm-run`), but share the
@@ -424,10 +424,10 @@ void Launcher::on_signal() {
   reap();
 }
 
-// Each deadline is cleared once it has passed, so that poll() waits again instead of returning at once (the
-// launcher spun at 100% CPU through the SIGTERM grace period after a timeout). The timeout only counts while
-// ranks run and nothing else ended the job: a rank that failed first, or ranks that all finished and whose
-// output is being drained, keep their own exit status (124 used to override both).
+// Each deadline is cleared once it has passed, so that poll() waits again instead of returning at once (which
+// would spin the launcher at 100% CPU through the SIGTERM grace period after a timeout). The timeout only
+// counts while ranks run and nothing else ended the job: a rank that failed first, or ranks that all finished
+// and whose output is being drained, keep their own exit status (124 overrides neither).
 void Launcher::check_deadlines(Clock::time_point now) {
   if (timeout_at_ && now >= *timeout_at_) {
     timeout_at_.reset();

@@ -1,5 +1,5 @@
-// symcomm-targets: prints the verdict on every speed target of issues 3, 4 and 6 from symcomm-bench's JSON lines
-// (bench/targets/targets.h). Needs no GPU:
+// symcomm-targets: prints the verdict on every speed target (requirements 3, 4 and 6; bench/targets/targets.h)
+// from symcomm-bench's JSON lines. Needs no GPU:
 //   symcomm-targets OUT/bench.json OUT/ce_bench.json OUT/contention.json OUT/group.json OUT/bucket.json
 // Exit status: 0 every target with data met, 1 one missed or had wrong results, 2 unreadable input.
 #include <CLI/CLI.hpp>

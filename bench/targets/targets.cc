@@ -14,8 +14,9 @@ namespace {
 constexpr size_t kKB = size_t{1} << 10, kMB = size_t{1} << 20;
 
 /// The fastest row of each (collective, bytes, impl, mode, algorithm), with whether any row of that key was wrong.
-/// The algorithm is part of the key: the SM all-gather rows of one file and the copy-engine rows of another used
-/// to compete, the faster SM rows were kept, and the copy-engine target found no row ("no data", not MISSED).
+/// The algorithm is part of the key: otherwise the SM all-gather rows of one file and the copy-engine rows of
+/// another would compete, the faster SM rows would be kept, and the copy-engine target would find no row ("no
+/// data", not MISSED).
 struct Best {
   const Row* row = nullptr;
   bool wrong = false;
@@ -111,7 +112,7 @@ double field(const Row& r, const char* name) {
   return it != r.json.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
 
-/// Issue 3: all-reduce against the best NCCL mode, and the bandwidths.
+/// Requirement 3's targets: all-reduce against the best NCCL mode, and the bandwidths.
 void issue3(const Table& t, std::vector<Result>& out) {
   const std::string ar = "all_reduce";
   auto ratio_target = [&](const std::string& text, const std::string& mode, const std::vector<std::string>& nccl_modes,
@@ -157,7 +158,7 @@ void issue3(const Table& t, std::vector<Result>& out) {
   }
 }
 
-/// Issue 4: the contention runner's rows (mode "overlap") and the copy-engine all-gather alone.
+/// Requirement 4's targets: the contention runner's rows (mode "overlap") and the copy-engine all-gather alone.
 void issue4(const Table& t, std::vector<Result>& out) {
   struct Goal {
     std::string coll;
@@ -219,7 +220,7 @@ void issue4(const Table& t, std::vector<Result>& out) {
   out.push_back(j.result());
 }
 
-/// Issue 6: the group and bucket patterns against one flattened collective of the same bytes.
+/// Requirement 6's targets: the group and bucket patterns against one flattened collective of the same bytes.
 void issue6(const Table& t, const std::string& backend, std::vector<Result>& out) {
   const std::string where = backend == "cuda" ? "" : "[" + backend + " backend, for the record] ";
   auto flat_ratio = [&](const std::string& pattern, const std::string& impl, const std::string& text, double limit) {
@@ -302,7 +303,7 @@ std::vector<Row> parse_rows(std::istream& in, const std::string& source, std::ve
 
 std::vector<Result> evaluate(const std::vector<Row>& rows, int world_size) {
   std::vector<Result> out;
-  // The issues' numbers are for bf16 sum on the GPUs; the host patterns run in the bench's host default (float32).
+  // The targets' numbers are for bf16 sum on the GPUs; the host patterns run in the bench's host default (float32).
   const Table cuda(rows, world_size, "cuda", "bfloat16", "sum"), host(rows, world_size, "host", "", "sum");
   issue3(cuda, out);
   issue4(cuda, out);

@@ -1,10 +1,12 @@
 #pragma once
-// symcomm-targets: the issues' speed targets (issues 3, 4 and 6), judged from symcomm-bench's JSON lines.
+// symcomm-targets: the speed targets, judged from symcomm-bench's JSON lines.
 //
-// Every number an issue's "Done when" names is computed here from the rows of one or more runs (bench,
-// cebench, contention, group and bucket steps of tools/gpu_check.sh), so that a GPU session prints the
-// verdicts instead of someone reading them off the tables by hand. Only rows of the CUDA backend at the world
-// size asked for (the issues' numbers are for 2 ranks) count. Where several rows share a key (the same
+// Each target carries the number of the requirement that sets it (Result::issue, the table's first column):
+// 3 the CUDA all-reduce and bandwidths, 4 the low-contention collectives, 6 the group and bucket patterns.
+// Every number a target names is computed here from the rows of one or more runs (bench, cebench,
+// contention, group and bucket steps of tools/gpu_check.sh), so that a GPU run prints the verdicts instead
+// of someone reading them off the tables by hand. Only rows of the CUDA backend at the world size asked for
+// (the targets' numbers are for 2 ranks) count. Where several rows share a key (the same
 // collective, size, implementation and mode from two runs), the fastest counts, for symcomm and for NCCL alike.
 // A target whose rows include a wrong result is judged kWrong, whatever its times.
 
@@ -34,15 +36,15 @@ enum class Verdict { kMet, kMissed, kNoData, kWrong, kInfo };
 const char* to_string(Verdict v);
 
 struct Result {
-  int issue = 0;
-  std::string target;    ///< the issue's words, shortened
+  int issue = 0;         ///< the number of the requirement that sets the target (3, 4 or 6)
+  std::string target;    ///< the requirement's words, shortened
   std::string measured;  ///< per size, e.g. "64K 0.471, 256K 0.533"
   Verdict verdict = Verdict::kNoData;
 };
 
-/// Judges every target of issues 3, 4 and 6 on the rows of `world_size` ranks (CUDA backend; the group and
+/// Judges every target (requirements 3, 4 and 6) on the rows of `world_size` ranks (CUDA backend; the group and
 /// bucket patterns also on the host backend, as information). Lines of kind kInfo carry the competitor's
-/// numbers the issues ask to see beside symcomm's (NCCL's GEMM slowdown).
+/// numbers the requirements ask to see beside symcomm's (NCCL's GEMM slowdown).
 std::vector<Result> evaluate(const std::vector<Row>& rows, int world_size);
 
 /// A markdown table: issue, target, measured, verdict.

@@ -44,10 +44,9 @@ struct Tuning {
   /// Host backend: all-reduce payloads up to this many bytes use one-shot, larger ones two-shot.
   size_t host_one_shot_max_bytes = 64 * 1024;
   /// CUDA backend: all-reduce payloads up to this many bytes use one-shot. Measured on 2 x H200
-  /// (tools/gpu_check.sh / tools/gpu_sweep.sh, bf16 sum, CUDA graph): 2026-11-22 one-shot 9.8 us vs two-shot
-  /// 11.2 us at 1 MB, two-shot ahead at 4 MB (20.0 vs 22.6 us); once the kernel end lost its fences
-  /// (2026-11-23) one-shot led at 4 MB in four runs (18.70 vs 19.30; 18.55 vs 19.26; 18.52 vs 19.63; 18.68 vs
-  /// 19.80) and two-shot at 16 MB (57.96 vs 63.76).
+  /// (tools/gpu_check.sh / tools/gpu_sweep.sh, bf16 sum, CUDA graph, kernel end without fences: NOTE [frame end
+  /// without fences]), one-shot vs two-shot in us: one-shot ahead at 4 MB in four runs (18.70 vs 19.30; 18.55
+  /// vs 19.26; 18.52 vs 19.63; 18.68 vs 19.80), two-shot ahead at 16 MB (57.96 vs 63.76).
   size_t cuda_one_shot_max_bytes = 4 << 20;
   /// CUDA backend: all-reduce payloads up to this many bytes use two-shot; larger ones go to NCCL when
   /// NCCL is available (two-shot otherwise).
@@ -55,31 +54,30 @@ struct Tuning {
   /// CUDA two-shot all-reduce with its output in the symmetric heap: from this many bytes on, the input's
   /// shards are pushed through staging and the results pushed into the peers' outputs (remote stores only)
   /// instead of pulling the peers' inputs (NOTE [two-shot push to output]); SIZE_MAX = never.
-  /// Measured 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
+  /// Measured on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
   /// push): 4 MB 19.26 / 19.62, 16 MB 58.07 / 56.36, 64 MB 207.75 / 200.15, 256 MB 803.19 / 766.64.
   size_t cuda_two_shot_push_min_bytes = 8 << 20;
   /// CUDA two-shot all-reduce: most blocks (0 or 1-256: the signal pad's block slots, device::kMaxBlocks; 512
   /// threads each, one SM each at its register use); 0 = one per SM of the ranks' smallest GPU (132 on an
-  /// H100/H200; more than 256 SMs would be capped at 256). It was 128 until 2026-11-24.
+  /// H100/H200; more than 256 SMs would be capped at 256).
   size_t cuda_two_shot_max_blocks = 0;
   /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
-  /// 2 x H200, 2026-11-22, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
+  /// 2 x H200, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
   size_t cuda_nccl_min_bytes = SIZE_MAX;
   /// CUDA backend: non-empty all_gather / reduce_scatter / all_to_all / broadcast with at most this many bytes
   /// per rank go to NCCL when it is available and low contention was not asked for; 0 = never. Measured on
-  /// 2 x H200 (tools/gpu_check.sh, bf16, 4 KB-1 MB): 2026-11-22, with a blocking NCCL communicator, symcomm's
-  /// direct kernels were 1.1-1.6x slower than NCCL in CUDA graphs and eagerly (512 KB was the default then);
-  /// 2026-11-24, with symcomm's NCCL communicator nonblocking (NOTE [settling NCCL calls]), an eager
-  /// collective sent to NCCL took 47-95 us against 7.6-12.0 us for the direct kernels, while in a CUDA graph
-  /// the direct kernels were 0.88-1.25x NCCL's time (all-gather 5.9-9.3 us vs 5.6-10.6 us).
+  /// 2 x H200 (tools/gpu_check.sh, bf16, 4 KB-1 MB, symcomm's NCCL communicator nonblocking: NOTE [settling
+  /// NCCL calls]): an eager collective sent to NCCL took 47-95 us against 7.6-12.0 us for the direct kernels,
+  /// while in a CUDA graph the direct kernels were 0.88-1.25x NCCL's time (all-gather 5.9-9.3 us vs
+  /// 5.6-10.6 us).
   size_t cuda_direct_nccl_max_bytes = 0;
   /// CUDA LL all-reduce (one-shot up to 1 MB): 8-byte chunks each thread carries before another block of 512
-  /// threads is added (1-64), and the most blocks (1-1024) (NOTE [LL lines]). Measured 2026-11-22 on 2 x H200 (bf16
+  /// threads is added (1-64), and the most blocks (1-1024) (NOTE [LL lines]). Measured on 2 x H200 (bf16
   /// sum, CUDA graph, µs at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 1 chunk, 128 blocks: 2.83 / 3.73 / 4.05 / 5.08 /
-  /// 9.68; 4 chunks, 64 blocks (the earlier default): 2.78 / 4.25 / 5.32 / 6.43 / 9.68; 2 chunks: in between.
+  /// 9.68; 4 chunks, 64 blocks: 2.78 / 4.25 / 5.32 / 6.43 / 9.68; 2 chunks: in between.
   size_t cuda_ll_chunks_per_thread = 1;
   size_t cuda_ll_max_blocks = 128;
-  /// CUDA LL all-reduce: threads per block (a multiple of 32, 32-512). Measured 2026-11-23 on 2 x H200
+  /// CUDA LL all-reduce: threads per block (a multiple of 32, 32-512). Measured on 2 x H200
   /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 512 threads,
   /// 128 blocks: 2.81 / 3.58 / 3.95 / 5.06 / 9.60 (1 MB: staged); 256 x 256: 3.26 / 3.53 / 3.99 / 5.12;
   /// 128 x 512: 3.19 / 3.58 / 4.00 / 5.21; 64 x 1024: 3.24 / 3.70 / 4.05 / 5.20; LL at 1 MB (128 x 1024): 10.81.
@@ -91,21 +89,21 @@ struct Tuning {
   size_t cuda_ll_max_bytes = 512 << 10;
   /// CUDA all-gather, reduce-scatter and all-to-all blocks, and broadcast payloads (direct algorithm), of at
   /// most this many bytes (0-1M) use the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL
-  /// broadcast]; capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Measured 2026-11-24 on 2 x
+  /// broadcast]; capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Measured on 2 x
   /// H200 (tools/gpu_sweep.sh, bf16, CUDA graph, bench sizes 4 KB-1 MB, i.e. blocks of 2-512 KB): LL all-gather
   /// 2.73-6.50 us against the direct kernels' 5.95-9.28 us, reduce-scatter 2.75-6.46 against 6.38-10.29,
-  /// broadcast 2.77-4.05 against 5.88-8.70 (4-256 KB payloads); blocks between 512 KB and the LL capacity were
-  /// not in the sweep (written first, without a 2-GPU machine, as the LL all-reduce's range).
+  /// broadcast 2.77-4.05 against 5.88-8.70 (4-256 KB payloads). Blocks between 512 KB and the LL capacity are
+  /// not measured; the default equals cuda_ll_max_bytes, the LL all-reduce's range.
   size_t cuda_ll_gather_max_bytes = 512 << 10;
   /// CUDA staged one-shot all-reduce: payload bytes per block before another block is added (16 or more: one
   /// 16-byte vector), and the most blocks (1-256, the signal pad's block slots, device::kMaxBlocks). Measured
-  /// 2026-11-23 on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 64 KB / 256 KB / 1 MB, LL off): 16 KB x 32
+  /// on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 64 KB / 256 KB / 1 MB, LL off): 16 KB x 32
   /// blocks 6.45 / 7.04 / 9.60; 8 KB x 128: 6.14 / 6.99 / 9.25; 4 KB x 128: 6.27 / 6.80 / 9.33.
   size_t cuda_one_shot_block_bytes = 8 << 10;
   size_t cuda_one_shot_max_blocks = 128;
   /// CUDA one-shot all-reduce: payloads above cuda_ll_max_bytes and up to this many bytes (0-4M) use the LL128
   /// kernel (120 bytes of payload per 128-byte line, capped by its buffer, 4 MB; NOTE [LL128 lines] in
-  /// src/algos/cuda_all_reduce_ll.cu), larger ones the staged one-shot. 0 = never. Measured 2026-11-23 on
+  /// src/algos/cuda_all_reduce_ll.cu), larger ones the staged one-shot. 0 = never. Measured on
   /// 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 256 KB / 1 MB / 4 MB): LL128 4.69 / 7.48 / 18.72
   /// (LL off), staged 4.79 / 8.88 / 18.72, LL 4.75 at 256 KB; LL128 with 64 blocks 18.35 at 4 MB but 9.23 at 1 MB.
   size_t cuda_ll128_max_bytes = 2 << 20;
@@ -132,7 +130,7 @@ struct Config {
   /// symmetric heap. Large collectives are processed in rounds of at most half of this.
   size_t scratch_bytes = size_t{16} << 20;
   /// CUDA backend: the same, in device memory (also the copy engine's staging window). Each round of a
-  /// staged kernel ends in a barrier, so larger rounds cost fewer barriers: measured 2026-11-23 on 2 x H200
+  /// staged kernel ends in a barrier, so larger rounds cost fewer barriers: measured on 2 x H200
   /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]), see docs/benchmarks.md.
   size_t cuda_scratch_bytes = size_t{128} << 20;
   /// Log verbosity (stderr).

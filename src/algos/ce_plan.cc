@@ -10,7 +10,7 @@ namespace symcomm::detail {
 namespace {
 
 // A pull is never cut into pieces on several lanes: one cudaMemcpyAsync from a peer already runs at the
-// NVLink limit (2 x H200, 2026-11-22: 356 GB/s at 32 MB, 370 GB/s at 128 MB, the `peer_memcpy` probe of the
+// NVLink limit (2 x H200: 356 GB/s at 32 MB, 370 GB/s at 128 MB, the `peer_memcpy` probe of the
 // contention benchmark), while pieces on three lanes made the in-place all-gather slower (261 GB/s bus
 // bandwidth at 64 MB) and cost a fork and a join. Pulls from different peers go round-robin to the lanes.
 constexpr size_t kAlign = 16;
@@ -335,7 +335,7 @@ CeStall definite_ce_mismatch(const uint32_t* arrive, const uint32_t* depart, con
 // every other peer is in the op (none has written nothing), nothing else can explain the stall and nothing can
 // end it: the early reading then names the peer that gave up (kAbandoned, reported as kTimeout) instead of
 // waiting for this rank's deadline. While some peer is missing, the fellow waiters of a peer that gave up wait
-// for their own deadline and name the missing one, as before.
+// for their own deadline and name the missing one.
 CeStall abandoned_ce_op(const uint32_t* arrive, const uint32_t* depart, const uint32_t* gave_up, int world_size,
                         int rank, uint32_t header) {
   int quitter = -1;

@@ -45,8 +45,8 @@ namespace {
 // needs the inter-block counter update from 8 KB on.
 constexpr int kBatch = 4;
 /// The LL kernel's batch for up to kR ranks: its line loads in flight, kBatch x kR 16-byte lines, must stay in
-/// registers. With 4 x 8 lines the 8-rank instance (also the one for 3-7 ranks) spilled 600-1100 bytes per
-/// thread (ptxas -v, sm_90, 512 threads) and took ~11 us for 4 KB at one rank under ncu.
+/// registers. With 4 x 8 lines the 8-rank instance (also the one for 3-7 ranks) spills 600-1100 bytes per
+/// thread (ptxas -v, sm_90, 512 threads) and takes ~11 us for 4 KB at one rank under ncu.
 template <int kR>
 inline constexpr int kLLBatch = kR <= 2 ? kBatch : 1;
 
@@ -128,15 +128,15 @@ __device__ __forceinline__ void load_batch(uint2 (&own)[kN], const char* in, siz
 
 /// NOTE [LL flag zero] The flag words of LL and LL128 lines are the op's sequence number, except that 0 is
 /// sent as 1: the LL buffer starts zeroed, so at the one op in 2^32 whose sequence number is 0 (the counter
-/// wraps), lines never written before would otherwise read as arrived. Before, such an op failed with a false
-/// kMismatch (the zeroed header line read as arrived, its header as another op's): seen on every LL and LL128
-/// case of `Cases/GpuSequenceWrap.*` (tests/gpu/sequence_test.cc, the counter started just below the wrap with
-/// Config::debug_seq_start; 2026-11-25, twentieth session; sabotage case `ll-flag-zero`). The substitute is odd
-/// because the op at 0 uses the parity-0 area (seq & 1), where every other op's flag is even: so it is sent
-/// again only 2^32 advances later, like any flag. The first fix sent 2^31, which the op at 2^31 also sends in
-/// that area: a line of that op left unwritten for 2^31 advances read as arrived at 0 (a review found it,
-/// twenty-first session). Sequence numbers themselves (parity areas, announcements, error reports) are
-/// unchanged.
+/// wraps), lines never written before would otherwise read as arrived, and the op would fail with a false
+/// kMismatch (the zeroed header line read as arrived, its header as another op's). Every LL and LL128 case of
+/// `Cases/GpuSequenceWrap.*` (tests/gpu/sequence_test.cc, the counter started just below the wrap with
+/// Config::debug_seq_start) fails that way with the substitution removed (sabotage case `ll-flag-zero`). The
+/// substitute is odd because the op at 0 uses the parity-0 area (seq & 1), where every other op's flag is even:
+/// so it is sent again only 2^32 advances later, like any flag. An even substitute such as 2^31 would not do:
+/// the op at 2^31 also sends it in that area, so a line of that op left unwritten for 2^31 advances would read
+/// as arrived at 0. Sequence numbers themselves (parity areas, announcements, error reports) are not
+/// substituted.
 __device__ __forceinline__ uint32_t ll_flag(uint32_t seq) { return seq != 0 ? seq : 1u; }
 
 /// One LL op's lines: line `line` of the slot of rank `from` in rank `owner`'s buffer; line 0 carries the
@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
 
   // Per batch of kB chunks: load this rank's values (all loads in flight at once), send them to every
   // peer, issue the loads of the peers' lines, then wait for and reduce each chunk. The own values stay in
-  // registers for the reduction, so one thread pays about one local and one NVLink latency per batch (the
-  // earlier send-everything-first loop paid one local load latency per chunk, twice). A thread waits only for
+  // registers for the reduction, so one thread pays about one local and one NVLink latency per batch (a
+  // send-everything-first loop pays one local load latency per chunk, twice). A thread waits only for
   // lines its peers' threads of the same index send before they wait themselves, so no cycle is possible.
   bool failed = false;
   for (size_t base = tid; base < nchunks && !failed; base += stride * kB) {

@@ -47,31 +47,31 @@ struct Frame {
 /// error word is already set, before it writes anything to a peer. Collectives issued asynchronously are
 /// queued before the host can see a failure, and a queued kernel that still ran would send its lines, headers
 /// and signals into the peers' buffers under sequence numbers that slower ranks may still be using for an
-/// earlier collective. Found with 4 ranks sharing one GPU (tests/gpu/mismatch_test.cc, a skipped call): a
-/// rank that failed its second all-reduce on the skipping rank's header ran its third anyway and overwrote
-/// what a slower rank, still in the first (matched) all-reduce, was waiting for: on the LL path that rank
-/// timed out with a wrong result of the matched call; on the staged path it reported a mismatch naming the
-/// rank that was ahead instead of the rank that skipped. The error word is read with the counters, in the same
+/// earlier collective. tests/gpu/mismatch_test.cc (4 ranks sharing one GPU, a skipped call) shows it without
+/// this check: a rank that fails its second all-reduce on the skipping rank's header runs its third anyway and
+/// overwrites what a slower rank, still in the first (matched) all-reduce, is waiting for: on the LL path that
+/// rank times out with a wrong result of the matched call; on the staged path it reports a mismatch naming
+/// the rank that was ahead instead of the rank that skipped. The error word is read with the counters, in the same
 /// load (NOTE [state read]; as a load of its own it cost up to 1 us per kernel).
 
 /// NOTE [state read] Every kernel starts by reading its communicator's sequence counters and error word
 /// (DeviceState, one 32-byte line in device memory). Each warp that reads them sends its own request for that
 /// line, all warps at once; the cost grows with the grid, as if the line's L2 slice served the requests one
 /// after another (the likely cause; not profiled). Measured on 1 x H100 (one rank, one-shot all-reduce of bf16 in a
-/// CUDA graph, 2026-11-25; docs/benchmarks.md, "Sixteenth session"): the error word's load as a third load per thread
-/// (NOTE [failed communicator], eighth session of 2026-11-23) cost 0.47 us at 256 KB, 0.77 us at 1 MB and 0.98 us at 4
-/// MB; 2 x H200 showed a slowdown of that size at those sizes since (ninth session). Now the three words sit in the
-/// line's first 16 bytes and are read with one vector load, and in grids of more than kStateReadPerThreadMaxBlocks
-/// blocks only thread 0 of each block reads them and hands them on through shared memory (one request per block instead
-/// of one per warp): 2.68 / 3.42 / 4.28 us at 256 KB / 1 MB / 4 MB, against 3.22 / 4.52 / 5.46 with three loads per
-/// thread and 2.65 / 4.03 / 4.44 with two (before the error word). Small grids keep the per-thread read: the barrier
-/// that hands the words on puts the load's latency before every thread's first input load, which cost 0.07 us at 64 KB
-/// (16 blocks). The two paths together cost registers: ptxas spills 36-56 bytes per thread in the 2-rank LL128
-/// instances (64-register cap; none before) and the kernels' spill stores total 16,276 bytes against 13,452, while
-/// either path alone spills nothing in the LL128 sum instances. The 1 MB LL128 time did not show it (3.42 us, the same
-/// as a block-read-only build). If 2 GPUs show a cost: the block read alone in every kernel spills 14,180 bytes in all
-/// (LL128: 0, avg 28) and cost 0.05 us at 4-16 KB at one rank; keeping both paths in the LL kernels only does not
-/// help (the LL128 instances in the same file still spill 36).
+/// CUDA graph; docs/benchmarks.md): the error word (NOTE [failed communicator]) read as a third load per thread costs
+/// 0.47 us at 256 KB, 0.77 us at 1 MB and 0.98 us at 4 MB; 2 x H200 shows a slowdown of that size at those sizes. So
+/// the three words sit in the line's first 16 bytes and are read with one vector load, and in grids of more than
+/// kStateReadPerThreadMaxBlocks blocks only thread 0 of each block reads them and hands them on through shared memory
+/// (one request per block instead of one per warp): 2.68 / 3.42 / 4.28 us at 256 KB / 1 MB / 4 MB, against 3.22 /
+/// 4.52 / 5.46 with three loads per thread and 2.65 / 4.03 / 4.44 with two (no error word). Small grids keep the
+/// per-thread read: the barrier that hands the words on puts the load's latency before every thread's first input
+/// load, which costs 0.07 us at 64 KB (16 blocks). The two paths together cost registers: ptxas spills 36-56 bytes per
+/// thread in the 2-rank LL128 instances (64-register cap; none without the block read) and the kernels' spill stores
+/// total 16,276 bytes against 13,452 without the block read, while either path alone spills nothing in the LL128 sum
+/// instances. The 1 MB LL128 time does not show it (3.42 us, the same as a block-read-only build). If 2 GPUs show a
+/// cost: the block read alone in every kernel spills 14,180 bytes in all (LL128: 0, avg 28) and costs 0.05 us at
+/// 4-16 KB at one rank; keeping both paths in the LL kernels only does not help (the LL128 instances in the same file
+/// still spill 36).
 inline constexpr unsigned kStateReadPerThreadMaxBlocks = 16;
 
 __device__ __forceinline__ uint4 load_state(const DeviceComm& c) {
@@ -128,7 +128,7 @@ __device__ __forceinline__ void refresh_unused_signals(const DeviceComm& c, cons
 /// the atomicAdd that the last block observes. The next kernel on the stream sees the new values at the
 /// kernel boundary. A __threadfence() here would make every block wait for its remote (NVLink) stores to be
 /// acknowledged before the atomic; with it, the LL all-reduce of 4 KB took 2.81 us on one block and 3.26 us
-/// on two (2 x H200, 2026-11-23).
+/// on two (2 x H200).
 ///
 /// `slots`: false for kernels without block barriers (the LL kernels), whose refresh then covers every block's
 /// slots (NOTE [signal refresh]).

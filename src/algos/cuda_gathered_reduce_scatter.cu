@@ -5,9 +5,9 @@
 // inputs) and the slots of the others, in rank order, into the output. Halves alternate per round (NOTE
 // [rounds] in cuda_common.cuh), so one barrier per round.
 //
-// NOTE [gathered flush] A bucket flush used to be a copy kernel (every row of every input into the bucket)
-// and then the zero-copy reduce-scatter of the bucket (pull). This kernel replaces both: one launch instead
-// of two, no local copy of the rows that stay on this rank, and pushes instead of pulls for the rest.
+// NOTE [gathered flush] A bucket flush is this one kernel, not a copy kernel (every row of every input into
+// the bucket) followed by the zero-copy reduce-scatter of the bucket (pull): one launch instead of two, no
+// local copy of the rows that stay on this rank, and pushes instead of pulls for the rest.
 #include <algorithm>
 #include <array>
 #include <cstddef>

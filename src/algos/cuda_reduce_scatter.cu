@@ -13,7 +13,7 @@ namespace symcomm::detail::cuda {
 namespace {
 
 // Tunables: as the two-shot all-reduce (cuda_all_reduce_two_shot.cu); 128 blocks give 328 GB/s bus bandwidth
-// at 256 MB, 1.41x NCCL's best (measured 2026-11-22 on 2 x H200 (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum,
+// at 256 MB, 1.41x NCCL's best (measured on 2 x H200 (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum,
 // symcomm-bench)).
 constexpr size_t kBytesPerBlock = 64 << 10;
 constexpr int kMaxBlocks = 128;

@@ -19,9 +19,9 @@
 //
 // NOTE [step variant] The header's kind, dtype, op, root, count and round do not tell apart everything ranks
 // can disagree on: a one-shot and a two-shot all-reduce (each rank may force its own algorithm) number their
-// steps alike, and bucket flushes of one count can lay their inputs out differently. Ranks that disagreed
-// there used to finish the op with wrong elements and no error (the two-shot reading a whole round from the
-// one-shot's shorter block, past its end). Every header now also carries the op's variant (begin_op()): the
+// steps alike, and bucket flushes of one count can lay their inputs out differently. Ranks that disagree
+// there would finish the op with wrong elements and no error (the two-shot reading a whole round from the
+// one-shot's shorter block, past its end). So every header also carries the op's variant (begin_op()): the
 // all-reduce's algorithm, a flush's layout fold (host_reduce_scatter.cc); a different variant is kMismatch.
 
 #include <cstddef>

@@ -42,9 +42,10 @@ uint32_t host_gathered_variant(const GatheredReduceScatter& g) {
 // NOTE [host gathered flush] A bucket flush on the host backend. The peers need rows q != me of every input
 // in shared memory, so those are copied into the bucket's rows (g.stage, in the heap) and published
 // zero-copy, one round per scratch-half's worth as above; this rank's own row is read where it is, in the
-// inputs, instead of being copied too (the copy pass used to copy every row: n rows where n - 1 suffice).
+// inputs, instead of being copied too (copying every row would copy n rows where n - 1 suffice).
 // Each round reduces, piece by piece (inputs sorted by offset), the own row and the peers' published rows
-// in rank order, so the bits equal those of the copy pass plus host_reduce_scatter.
+// in rank order, so the bits equal those of copying every row into the bucket and running
+// host_reduce_scatter on it.
 void host_reduce_scatter_gathered(HostEngine& e, const GatheredReduceScatter& g) {
   const int n = e.world_size(), me = e.rank();
   const size_t es = dtype_size(g.dtype), row = g.count * es;

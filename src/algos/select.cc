@@ -32,13 +32,13 @@ bool copy_engine_capable(Collective c) {
 
 // NOTE [measured CUDA thresholds]
 // Tuning's CUDA defaults were measured on 2 x H200. Fields left at those defaults take other values from 3
-// ranks on, measured on 4 x H100 (every pair NV18; 2026-11-27, `NRANKS=4 GPU_CHECK_STEPS=bench
+// ranks on, measured on 4 x H100 (every pair NV18; `NRANKS=4 GPU_CHECK_STEPS=bench
 // tools/gpu_check.sh`, bf16 sum, CUDA graph, us, one-shot / two-shot / NCCL's best mode):
 //   4 KB 4.26 / 9.19 / 4.65; 16 KB 4.63 / 9.41 / 5.03; 64 KB 5.50 / 11.33 / 10.24; 256 KB 9.61 / 12.39 / 11.70;
 //   1 MB 19.52 / 14.30 / 17.79; 64 MB - / 324.98 / 325.68; 256 MB - / 1254 / 1185.
 // So at 3-4 ranks one-shot up to 256 KB (512 KB was not measured), two-shot above, NCCL from 256 MB (at 64 MB
 // two-shot and NCCL tie, and an eager call through symcomm's nonblocking NCCL communicator costs ~115 us of
-// host time against ~6 us for the kernels, NOTE [settling NCCL calls]). From 5 ranks on, nothing was measured:
+// host time against ~6 us for the kernels, NOTE [settling NCCL calls]). From 5 ranks on, nothing is measured:
 // one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256 KB at 8 ranks in
 // TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The push-to-output two-shot was measured on 2
 // ranks only: off for more. A communicator applies these values once, at creation, below a tuning file's entry

@@ -25,7 +25,7 @@ int env_int(const char* name, int fallback, bool required) {
     SYMCOMM_CHECK_ARG(!required, "environment variable {} is not set", name);
     return fallback;
   }
-  // Digits only, like Config's variables: strtol alone also took " 1" and "+1".
+  // Digits only, like Config's variables: strtol alone also takes " 1" and "+1".
   char* end = nullptr;
   long x = std::isdigit(static_cast<unsigned char>(v[0])) ? std::strtol(v, &end, 10) : -1;
   SYMCOMM_CHECK_ARG(end != nullptr && end != v && *end == '\0' && x >= 0 && x <= 1 << 30,

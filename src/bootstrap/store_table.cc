@@ -20,10 +20,10 @@
 // wake() looks for another missing key, starting after the watched one and wrapping around; if there is
 // none the request completes, otherwise that key becomes the watched one. So the request is always
 // registered under a key that was missing when it was chosen, and it cannot complete before that key is set
-// and wake() looks again; removes need no bookkeeping. Registering under every missing key at once, as
-// before, lost the request when a key was set, removed and set again: wait({A, B}); set A (the request
-// stays under B only); remove A; set B (A missing again, but the request was dropped from A's list by the
-// first wake); set A: nothing woke it and it timed out with both keys present. Searching from the watched
+// and wake() looks again; removes need no bookkeeping. Registering under every missing key at once would
+// lose the request when a key is set, removed and set again: wait({A, B}); set A (the request stays under
+// B only); remove A; set B (A missing again, but the first wake dropped the request from A's list); set A:
+// nothing wakes it and it times out with both keys present. Searching from the watched
 // key on makes keys set in the order they are listed cost O(1) each.
 
 namespace symcomm::detail {

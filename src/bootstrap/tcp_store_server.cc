@@ -13,9 +13,10 @@
 //   handles one request at a time, in order: while it is parked or its output is not yet flushed, later
 //   frames stay buffered, and a peer that buffers more than one maximal frame beyond that is dropped.
 // - Before its hello a connection buffers at most one hello (~64 KiB) plus one read, not one maximal request
-//   (~3 MiB with the default limits). 1000 strangers that each announce a maximal frame and never finish it
-//   held 1785 MiB of the server's RSS for kHelloTimeout; the worst now (each sends all but one byte of a
-//   maximal hello) holds 129 MiB (measured 2026-11-25 on the 2-core CPU machine, default limits).
+//   (~3 MiB with the default limits). Measured on a 2-core CPU machine with the default limits: 1000
+//   strangers that each announce a maximal frame and never finish it would hold 1785 MiB of the server's RSS
+//   for kHelloTimeout if a maximal request were buffered; with this bound the worst case (each sends all but
+//   one byte of a maximal hello) holds 129 MiB.
 // - A connection that has not said hello within kHelloTimeout is dropped; authenticated idle connections
 //   are kept (ranks hold their store connection for the life of a job). At most max_connections are open;
 //   one more is told so (kFatal) and closed.

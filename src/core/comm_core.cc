@@ -260,8 +260,8 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq,
 // from an inner group_end_async()) complete with it. group_cancel() drops what its own level recorded
 // (inner levels included) and fails that level's Works; the outer levels' collectives stay recorded. So a
 // CollectiveGroup guard left by an exception cancels its level only, and each enclosing guard that the
-// exception also leaves cancels its own: no guard finds its level already gone (before, an inner cancel
-// dropped the whole group and the outer guard's cancel then threw while unwinding: std::terminate).
+// exception also leaves cancels its own: no guard finds its level already gone (if an inner cancel dropped
+// the whole group, the outer guard's cancel would throw while unwinding: std::terminate).
 bool CommCore::in_group() const {
   std::lock_guard lock(group_mu_);
   return !group_.scopes.empty() && group_.owner == std::this_thread::get_id();

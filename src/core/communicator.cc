@@ -54,8 +54,8 @@ void validate_rank_info(const RankInfo& r) {
 // the rank itself may differ: log level, operations remembered, trace directory, timeout. On the host backend the
 // memory sizes are left to the heap exchange, which compares them with a message of its own (and whose failure
 // paths the lifecycle tests exercise through it). The CUDA heap's exchange does not compare them, so there they
-// are compared here: with heaps of different sizes, a rank whose heap was full refused an alloc() before its
-// exchange while its peers went on into theirs, and every later alloc() paired different allocations. The Tuning
+// are compared here: with heaps of different sizes, a rank whose heap is full refuses an alloc() before its
+// exchange while its peers go on into theirs, and every later alloc() pairs different allocations. The Tuning
 // compared is the one each rank resolved (NOTE [tuning precedence] in tuning_file.cc), so ranks that read
 // different tuning files, or whose GPUs pick different entries of one, fail here too; the message then says where
 // each rank's Tuning came from. The file's path itself is not compared: two paths may hold the same values.
@@ -308,7 +308,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   if (color == kSplitNoColor) {
     // The ranks with a color each create() a communicator, which takes a number from g_comm_counter; take one
     // too, so that the next communicator created without a name gets the same default name on every rank
-    // (it used to be c<k> here and c<k+1> there: both sides waited for keys that never came).
+    // (otherwise it would be c<k> here and c<k+1> there, and both sides would wait for keys that never come).
     g_comm_counter.fetch_add(1);
     return nullptr;
   }

@@ -119,9 +119,9 @@ EnvVar bool_var(const char* name, const char* doc, bool Config::*field) {
 // Each Tuning field is declared here once: its variable, documentation and range. A value outside the range
 // is refused, by from_env() as it parses the variable and by Tuning::validate() (which Communicator::create()
 // calls for a Config built in code), naming the field, the variable and the range: a kernel that silently
-// clamped a bad setting measured something else than what was asked for. The ranges come from the code that
+// clamps a bad setting measures something else than what was asked for. The ranges come from the code that
 // consumes each field: the block counts of the two-shot and staged one-shot kernels index the signal pad's
-// device::kMaxBlocks (256) block slots; the LL and LL128 launches took 1-64 chunks or lines per thread or group
+// device::kMaxBlocks (256) block slots; the LL and LL128 launches take 1-64 chunks or lines per thread or group
 // and 1-1024 blocks of at most kThreads (512) threads; the LL and LL128 sizes are bounded by their buffers
 // (kLLPayloadBytes, 1 MiB; kLL128PayloadBytes, 4 MiB); the staged one-shot moves 16-byte vectors. The byte
 // thresholds of select() take every value. The kernels keep their clamps as a defensive bound: the two-shot's

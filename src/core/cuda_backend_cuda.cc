@@ -304,14 +304,14 @@ void CudaBackend::init_nccl() {
 // NOTE [nonblocking NCCL] symcomm's NCCL communicator is nonblocking (ncclConfig_t::blocking = 0): its
 // creation, and any call that must first connect to peers, returns ncclInProgress and is finished by NCCL's
 // own threads. nccl_settle() waits for that while watching the mesh, abort() and the deadline. A blocking
-// ncclCommInitRank has no deadline: a rank that died after agreeing to create NCCL (init_nccl) held the
-// others inside it for ever; now they get kPeerDead naming it within milliseconds of its death, and the
+// ncclCommInitRank has no deadline: a rank that dies after agreeing to create NCCL (init_nccl) would hold the
+// others inside it for ever. Here they get kPeerDead naming it within milliseconds of its death, and the
 // half-made communicator is aborted by release().
 //
 // NOTE [settling NCCL calls] On a nonblocking communicator of more than one rank every NCCL call, each
 // collective included, ends in a group that NCCL runs on a thread it creates for it, and returns
-// ncclInProgress (a 1-rank communicator's collectives are plain copies and return at once, which is why the
-// 1-GPU measurement of 2026-11-23 saw no cost). On 2 x H200 (2026-11-24) an eager all-gather or
+// ncclInProgress (a 1-rank communicator's collectives are plain copies and return at once, so a 1-GPU
+// measurement shows no cost). On 2 x H200 an eager all-gather or
 // reduce-scatter of 4 KB-1 MB sent to NCCL took 110-124 us with sleeps between the polls from the first one
 // and 47-95 us with PollPause (NOTE [polling pauses]), against 7-11 us through a blocking NCCL communicator:
 // the thread per call is NCCL's. Hence Tuning::cuda_direct_nccl_max_bytes = 0 (symcomm's kernels for those
@@ -351,7 +351,7 @@ void CudaBackend::release() {
   // creation still in progress (NOTE [nonblocking NCCL]). ncclCommDestroy would take ~0.5 s instead of ~1 s
   // (both are NCCL's proxy threads polling every 500 ms), but its proxy thread stays until every peer has
   // closed its connection, i.e. destroyed its communicator too: a peer that is alive but busy elsewhere
-  // would hold this rank here without bound (docs/benchmarks.md, eighteenth session).
+  // would hold this rank here without bound (docs/benchmarks.md).
   if (nccl_) {
     const auto t0 = std::chrono::steady_clock::now();
     ncclCommAbort(nccl_);
@@ -403,7 +403,7 @@ bool CudaBackend::symmetric(const void* p, size_t bytes, uint64_t* place) const 
 }
 
 void CudaBackend::check_pointer(const void* p, const char* what, cudaStream_t stream) {
-  if (symmetric(p, 1)) return;  // issue 6: heap memory is this device's; skips the cache for many-tensor groups
+  if (symmetric(p, 1)) return;  // heap memory is this device's; skips the cache for many-tensor groups
   {
     std::lock_guard lock(ptr_mu_);
     for (auto& [q, ok] : ptr_cache_) {

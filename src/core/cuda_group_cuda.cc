@@ -1,4 +1,4 @@
-// CudaBackend's group execution (issue 6): runs of same-(kind, dtype, op, stream) all-reduces,
+// CudaBackend's group execution: runs of same-(kind, dtype, op, stream) all-reduces,
 // reduce-scatters and all-gathers of one group become one multi-tensor kernel launch (src/algos/cuda_multi.h).
 //
 // NOTE [cuda group fusion] A run is a maximal sequence of consecutive group entries with the same collective

@@ -20,8 +20,8 @@ namespace {
 
 // NOTE [heap keys] A zero-copy path reaches a peer's copy of this rank's buffer: the same allocation at the same
 // offset, where the peer is expected to have passed its own. A peer that passed another heap buffer (or another
-// offset) has its data elsewhere, and the kernels would read and write the wrong place with matching headers:
-// found 2026-11-25 (Cases/GpuHeapBuffers.*, every zero-copy path returned wrong elements without an error).
+// offset) has its data elsewhere, and the kernels would read and write the wrong place with matching headers
+// (Cases/GpuHeapBuffers.*: without the check every zero-copy path returns wrong elements without an error).
 // So every path folds the heap places (CudaHeap::find's `place`) of the buffers its peers reach into the op header
 // the ranks compare: different places are kMismatch on every rank. Only buffers reached remotely count: a
 // path that touches a peer's output only may be given different inputs, as NCCL allows.
@@ -79,7 +79,7 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
       // a copy in a buffer of this op's own, allocated and freed in stream order (memory nodes in a graph).
       // Not the staging buffer: the peers' staged kernels push into it before their first barrier (NOTE
       // [rounds]), and an NCCL op has no barrier with them, so a peer done with its part of this op could
-      // overwrite a chunk here before NCCL sent it (a review found it, twenty-first session; 3+ ranks).
+      // overwrite a chunk here before NCCL sent it (3+ ranks).
       const size_t chunk = std::max<size_t>(1, 2 * comm_.scratch_half_bytes / (n * es));
       char* stage = nullptr;
       SYMCOMM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stage), std::min(chunk, r.count) * n * es, s));
@@ -105,8 +105,8 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
     case Collective::kBarrier:
       // With P2P the symcomm kernel (a barrier has no payload for NCCL). Without it (a PCIe-only node, where
       // select() routes the barrier here) a one-byte NCCL all-reduce, on the staging buffer's first byte:
-      // without P2P no peer writes that buffer, and its contents do not matter. Before, this threw
-      // kUnsupported, so barrier() never worked without NVLink (a review found it; no such node here to test).
+      // without P2P no peer writes that buffer, and its contents do not matter. This path is not tested: no
+      // PCIe-only node is available to the tests.
       if (caps_.full_nvlink) {
         launch(r, Algorithm::kDirect, s);
       } else {

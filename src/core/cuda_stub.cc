@@ -13,7 +13,7 @@ std::string cuda_device_name(const CommContext&, int) {
   SYMCOMM_THROW(kUnsupported, "this build of symcomm has no CUDA backend (nvcc was not found at build time)");
 }
 
-// Issue 6: the bucketer's batched copy (src/algos/cuda_bucket_copy.cu); unreachable without a CUDA backend.
+// The bucketer's batched copy (src/algos/cuda_bucket_copy.cu); unreachable without a CUDA backend.
 void cuda_bucket_copy(const BucketCopySegment*, size_t, char*, size_t, int, int, Stream) {
   SYMCOMM_THROW(kUnsupported, "this build of symcomm has no CUDA backend");
 }

@@ -9,8 +9,8 @@ namespace symcomm::detail {
 
 using Clock = std::chrono::steady_clock;
 
-/// now + budget, saturated at the clock's end: Work::wait_for(milliseconds::max()) overflowed into the past
-/// and returned false at once.
+/// now + budget, saturated at the clock's end: unsaturated, Work::wait_for(milliseconds::max()) would overflow
+/// into the past and return false at once.
 inline Clock::time_point time_after(std::chrono::milliseconds budget) {
   const Clock::time_point now = Clock::now();
   if (budget <= std::chrono::milliseconds::zero()) return now;

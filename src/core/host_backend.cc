@@ -104,9 +104,9 @@ class HostBackend final : public Backend {
   // NOTE [host worker start] The worker thread of the `*_async` calls starts with the first of them, here:
   // CommCore::enqueue() calls check_async() before it records the op, so a thread that cannot be created
   // (std::system_error: EAGAIN when threads or memory run out) is Error(kSystem) with nothing queued, nothing
-  // recorded and the communicator usable; a later call tries again. It used to be created in submit() after the
-  // job was queued: the caller got a raw std::system_error, and the job stayed queued, to run (its Work never
-  // completed) once a later call started the thread. submit() still starts it for group_end_async() of a group
+  // recorded and the communicator usable; a later call tries again. Were it created in submit() after the job
+  // is queued, the caller would get a raw std::system_error, and the job would stay queued, to run (its Work
+  // never completing) once a later call started the thread. submit() also starts it for group_end_async() of a group
   // without `*_async` calls; there a failure is an error of the whole group, which makes the communicator fail
   // like any other kSystem error of a collective.
   void check_async(const Request&) override {

@@ -1,7 +1,6 @@
 #pragma once
 // Leveled logging to stderr. The level comes from Config::log_level (SYMCOMM_LOG): SYMCOMM_LOG at start-up,
-// then each communicator's creation sets the process-wide level to its own, so the last one created decides
-// (this comment claimed "the most verbose of the live communicators", which the code never did).
+// then each communicator's creation sets the process-wide level to its own, so the last one created decides.
 
 #include <fmt/format.h>
 

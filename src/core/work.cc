@@ -51,7 +51,7 @@ class CompositeWork final : public Work {
 // wait, wait_for or exception), their records in the op history become done or failed, so a dump after a
 // later error does not list long-finished ops as running. It keeps a handle on the records, so that marking them
 // is safe even where the Work is used after its communicator was destroyed (the host backend's Works allow
-// that; the first version kept a reference and read freed memory then).
+// that; a reference to the records would read freed memory then).
 class TrackedWork final : public Work {
  public:
   TrackedWork(std::shared_ptr<Work> inner, OpHistory history, std::vector<uint64_t> seqs)

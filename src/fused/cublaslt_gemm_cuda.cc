@@ -35,14 +35,14 @@ namespace {
 //   by that stream at once and by another once the free has executed (opportunistic reuse); reuse that would
 //   make one stream wait for another (internal dependencies) is off. It keeps what it reserved (release
 //   threshold unlimited) instead of unmapping and remapping around synchronisations; the ledger reads its
-//   reserve when asked. This costs ~1.6-2.3 us of host time per GEMM (1 x H100, 2026-11-25), not GPU time.
+//   reserve when asked. This costs ~1.6-2.3 us of host time per GEMM (1 x H100), not GPU time.
 // - Captured: cudaMallocAsync and cudaFreeAsync around the GEMM, i.e. an allocation node and a free node. The
 //   graph owns its workspace, so a replay on any stream never shares one with eager GEMMs on the stream it was
 //   captured on, as a stream's own workspace would. The price is CUDA's rule for graphs with memory nodes: one
 //   executable graph at a time per graph, and a child graph must move its ownership to the parent.
-// Until 2026-11-25 every stream got a workspace of its own for ever, so memory grew with every stream a GEMM
-// ever ran on: the fused tests, which make a stream per case, held 640 MiB of workspaces after 20 cases (found
-// with cuda_memory_use).
+// A workspace of its own for every stream, kept for ever, would grow memory with every stream a GEMM ever ran
+// on: the fused tests, which make a stream per case, would hold 640 MiB of workspaces after 20 cases (as
+// cuda_memory_use shows).
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kMaxStreamWorkspaces = 4;  ///< per device
 // Cached plans are never freed (like cuBLAS's own handles); past this many shapes new ones are not cached.

@@ -30,7 +30,7 @@ void check_shape(const TensorRef& t, const std::vector<int64_t>& want, const cha
   SYMCOMM_CHECK_ARG(t.shape == want, "{} has shape {}, expected {}", what, shape_str(t.shape), shape_str(want));
 }
 
-// Automatic chunk counts, from 2 x H200 (2026-11-22, `symcomm-bench --extra fused`, docs/benchmarks.md):
+// Automatic chunk counts, from 2 x H200 (`symcomm-bench --extra fused`, docs/benchmarks.md):
 // all-gather + matmul at two ranks overlaps the whole gather with the local GEMM, so one chunk; in three runs
 // 1, 2 and 4 row chunks came within the run-to-run noise (±5%) of each other at the large shapes, and 4
 // chunks cost 1.4 x at M = 1024. More ranks split the gather so that remote GEMMs start early (not measured).
@@ -41,7 +41,7 @@ int auto_row_chunks(const RowSplit& s, int world_size, bool want_gathered) {
 }
 // Matmul + reduce-scatter (two ranks): the copy engine moves a chunk while the next one is computed, so a
 // few wide chunks (efficient GEMMs, few transfers of fixed cost) suffice; the last transfer still hides
-// behind this rank's own rows. On 2 x H200 (2026-11-22) the automatic 4 chunks at N = 8192 beat 8 and 16.
+// behind this rank's own rows. On 2 x H200 the automatic 4 chunks at N = 8192 beat 8 and 16.
 int auto_col_chunks(int64_t n) { return static_cast<int>(std::clamp<int64_t>(n / 1024, 2, 4)); }
 
 }  // namespace

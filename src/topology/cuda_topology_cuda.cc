@@ -31,10 +31,10 @@ struct NvmlPciInfo {                    // nvmlPciInfo_t (v3 layout, used by the
 };
 
 // NOTE [nvml once] NVML is loaded and initialised once per process and never shut down or unloaded: loading
-// it per communicator (dlopen, nvmlInit_v2, ..., nvmlShutdown, dlclose) left file descriptors open (driver
-// 580.159.04: 10 such loads took a process from 6 to 21 fds; kept loaded, 10 init/shutdown pairs added 1), so
-// a process creating communicators without NCCL (which keeps NVML loaded itself) leaked one fd per
-// communicator. Found by the GPU lifecycle test with two ranks sharing a GPU (SYMCOMM_SHARED_GPU=1, no NCCL).
+// it per communicator (dlopen, nvmlInit_v2, ..., nvmlShutdown, dlclose) leaves file descriptors open (driver
+// 580.159.04: 10 such loads take a process from 6 to 21 fds; kept loaded, 10 init/shutdown pairs add 1), so
+// a process creating communicators without NCCL (which keeps NVML loaded itself) would leak one fd per
+// communicator. The GPU lifecycle test with two ranks sharing a GPU (SYMCOMM_SHARED_GPU=1, no NCCL) counts them.
 struct Nvml {
   void* lib = nullptr;
   nvmlReturn_t (*init)() = nullptr;
@@ -187,7 +187,7 @@ bool functional_p2p_check(CommContext& ctx, char* const* peer_areas, uint64_t sa
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
   if (n > device::kMaxDeviceRanks) return false;
   // Cleared on the device and waited for: a cudaMemcpy from pageable host memory may return before its DMA
-  // has landed, and a late zero overwrote a peer's probe write (seen with two ranks on one GPU).
+  // has landed, and a late zero can overwrite a peer's probe write (seen with two ranks on one GPU).
   SYMCOMM_CUDA_CHECK(cudaMemset(peer_areas[me], 0, n * sizeof(uint64_t)));
   SYMCOMM_CUDA_CHECK(cudaDeviceSynchronize());
   agree_all(ctx, true);  // everyone cleared its area before anyone writes

@@ -1,4 +1,4 @@
-// ReduceScatterBucketer on the CUDA backend (issue 6): random sequences of bucketed reduce-scatters (device
+// ReduceScatterBucketer on the CUDA backend: random sequences of bucketed reduce-scatters (device
 // inputs, mixed dtypes/ops/counts, inputs larger than a bucket, explicit flushes, teardowns) must equal byte
 // for byte the same reduce-scatters issued one by one on poisoned outputs, and the host reference; a
 // captured flush replays correctly with changing inputs; invalid use throws kInvalidArgument.
@@ -217,8 +217,8 @@ TEST(GpuBucketer, InvalidUseThrows) {
     b.flush();
     EXPECT_EQ(code([&] { b.reduce_scatter_async(view, 16, DataType::kFloat32, ReduceOp::kSum, noop); }),
               ErrorCode::kInvalidArgument);
-    // Pageable host memory is refused when recorded, as by Communicator::reduce_scatter; it used to be
-    // accepted and fault the copy kernel at the flush (a sticky kCuda error: the communicator unusable).
+    // Pageable host memory is refused when recorded, as by Communicator::reduce_scatter; accepted, it would
+    // fault the copy kernel at the flush (a sticky kCuda error: the communicator unusable).
     std::vector<float> pageable(world * 64, 1.0f);
     EXPECT_EQ(code([&] { b.reduce_scatter_async(pageable.data(), 64, DataType::kFloat32, ReduceOp::kSum, noop); }),
               ErrorCode::kInvalidArgument);

@@ -151,7 +151,7 @@ class Runner {
 // Sweeps `cases` on both buffer kinds, on every rank, and fails with the first few mismatches.
 // Buffers are sized from the cases and the world size (the region one case needs: its larger side plus the
 // misalignment offset), and the heap grows to hold both of them when a tweak or the default leaves it short: a
-// fixed factor sized for 2 ranks ran out of heap at 4 and 8 (seen with ranks sharing one GPU).
+// fixed factor sized for 2 ranks runs out of heap at 4 and 8 ranks (ranks sharing one GPU).
 void sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<void(Config&)>& tweak = {}) {
   const size_t world = env.info.world_size;
   size_t cap = 0;

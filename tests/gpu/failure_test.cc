@@ -224,7 +224,7 @@ TEST(GpuFailure, CopyEngineAbort) { copy_engine_fault(CeFault::kAbort); }
 TEST(GpuFailure, CopyEngineMissingPeerTimesOut) { copy_engine_fault(CeFault::kMissing); }
 TEST(GpuFailure, CopyEngineMismatchIsReported) { copy_engine_fault(CeFault::kMismatch); }
 
-// Every way a peer can die (issue 7), eager and inside a replayed CUDA graph: the survivor's wait ends with
+// Every way a peer can die, eager and inside a replayed CUDA graph: the survivor's wait ends with
 // kPeerDead naming the dead rank within ~1 s of the death, and the GPU then runs fresh work.
 enum class Death { kSigkill, kSigterm, kSigsegv, kExit0, kExit1 };
 
@@ -458,11 +458,11 @@ size_t free_gpu_memory() {
 // The last rank dies inside the NCCL communicator's creation, after the mesh agreement that precedes it: the
 // others are already inside NCCL's creation, which waits for every rank with no deadline of its own. They
 // get kPeerDead naming it within 1.5 s of the death (NOTE [nonblocking NCCL]; a blocking
-// ncclCommInitRank held them for ever). Eagerly (NCCL made with the communicator): the creation fails and
+// ncclCommInitRank would hold them for ever). Eagerly (NCCL made with the communicator): the creation fails and
 // leaves the GPU's free memory where it was (what it had made is freed, NCCL's half-made communicator
 // aborted); lazily: the first NCCL collective fails. The memory check counts symcomm's own: what NCCL's
-// abort keeps is printed, not counted (g_nccl_memory). Before that split, 2 x H200 with NCCL 2.28.9 showed
-// 32 MiB less free after the failed creation in both modes. The free count is device-wide: it also holds what
+// abort keeps is printed, not counted (g_nccl_memory): on 2 x H200 with NCCL 2.28.9 the device's free memory
+// is 32 MiB lower after the failed creation in both modes. The free count is device-wide: it also holds what
 // other processes have on this GPU, among them the dead rank's, whose driver state (its imports of this rank's
 // heap included) is torn down after the kill, not at it. A leak stays; a teardown ends. So the check waits up
 // to kSettle for the count to come back and prints how long that took.
@@ -473,7 +473,7 @@ void peer_dies_inside_nccl_creation(NcclInit mode) {
     o.config = env.config;
     o.config->nccl = mode;
     // The buffer goes on the communicators' device; the process's current device is 0 until a communicator
-    // is made (this test was first written on a one-GPU machine, where that is the same device).
+    // is made (on a one-GPU machine they are the same device).
     ASSERT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
     void* buf = nullptr;
     ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);

@@ -1,4 +1,4 @@
-// Fused all-gather + matmul and matmul + reduce-scatter on the CUDA backend (issue 5). World size = number
+// Fused all-gather + matmul and matmul + reduce-scatter on the CUDA backend. World size = number
 // of GPUs. Random bf16 / fp16 / fp32 inputs built on the host, a float64 reference computed on the host
 // (tests/harness/fused_reference.h), poisoned outputs (0xff: NaN) with guard bytes, batch dims and several
 // gather/scatter dims, the pipelined path (several chunk counts) and the unfused fallback, eagerly and
@@ -293,8 +293,8 @@ TEST(GpuFused, AllGatherMatmulMatchesFloat64Reference) {
       }
     }
     // Each case ran on a stream of its own, one after the other: the workspaces do not grow with the streams
-    // (before NOTE [cuBLASLt workspace] these 20 cases left 20 of them, 640 MiB): the first four streams' own
-    // and one in the pool.
+    // (a workspace per stream would leave 20 of them, 640 MiB: NOTE [cuBLASLt workspace]): the first four
+    // streams' own and one in the pool.
     const CudaMemoryUse end = cuda_memory_use(comm->device());
     EXPECT_LE(end.device_bytes - start.device_bytes, 5 * kLtWorkspace)
         << "from " << to_string(start) << " to " << to_string(end);

@@ -1,4 +1,4 @@
-// Multi-tensor group execution on the CUDA backend (issue 6): random groups made of runs of same-(kind,
+// Multi-tensor group execution on the CUDA backend: random groups made of runs of same-(kind,
 // dtype, op) all-reduces, reduce-scatters and all-gathers (fused into one kernel per run) must give, byte for
 // byte, what the same collectives give one by one on poisoned outputs, and the host reference of
 // gpu_test_util.h. Buffers: all symmetric (zero-copy), all cudaMalloc (staged) or mixed; runs longer than

@@ -1,6 +1,6 @@
 // Coalescing on the CUDA backend: collectives recorded in a group (synchronous and asynchronous end) give
-// exactly the expected results. The six all-reduces form one run: one multi-tensor kernel (issue 6; random
-// mixed groups and graph capture are in group_multi_test.cc).
+// exactly the expected results. The six all-reduces form one run: one multi-tensor kernel (random mixed
+// groups and graph capture are in group_multi_test.cc).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -61,9 +61,9 @@ TEST(GpuGroup, GroupedAllReducesMatchExpected) {
 }
 
 // NOTE [group streams]: a group's collectives on several streams run in issue order, one kernel of the
-// communicator at a time. Before, each run went to its stream with nothing between them, so two kernels of
-// one communicator ran at once on the same sequence number and signal slots (two 4 KB LL all-reduces
-// exchanged each other's lines). Three runs (stream A, B, A) of LL-sized and larger all-reduces, each
+// communicator at a time. Were each run sent to its stream with nothing between them, two kernels of one
+// communicator would run at once on the same sequence number and signal slots (two 4 KB LL all-reduces
+// exchange each other's lines). Three runs (stream A, B, A) of LL-sized and larger all-reduces, each
 // iteration with fresh inputs, synchronous and asynchronous ends, exact.
 TEST(GpuGroup, CollectivesOnSeveralStreamsRunInIssueOrder) {
   const int n = testing::gpu_test_world();
@@ -121,7 +121,7 @@ TEST(GpuGroup, CollectivesOnSeveralStreamsRunInIssueOrder) {
 }
 
 // An `*_async` call inside a group ended by the synchronous group_end() returns a Work that waits for the
-// group's device work. It used to be bound to an empty Work: complete at once, whatever the stream held.
+// group's device work, not an empty Work (complete at once, whatever the stream holds).
 TEST(GpuGroup, AsyncWorkOfASynchronouslyEndedGroupWaitsForTheDevice) {
   const int n = testing::gpu_test_world();
   testing::expect_success(n, [](RankEnv& env) {

@@ -114,7 +114,7 @@ TEST_P(GpuHeapBuffers, DifferentHeapBuffersOnDifferentRanksAreAMismatch) {
     }
     EXPECT_EQ(got, ErrorCode::kMismatch) << c.name << " on rank " << comm->rank() << ": " << what;
     // No rank leaves before every rank has its error: a peer still classifying would see the departure and
-    // report kPeerDead instead (seen once on the copy-engine case, 2026-11-25).
+    // report kPeerDead instead (seen on the copy-engine case).
     testing::store_barrier(*env.store, "heap/done", world);
     cudaStreamDestroy(s);
   });

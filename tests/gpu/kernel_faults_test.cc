@@ -1,5 +1,5 @@
-// Every device-side wait gives up, on every path: issue 3 promises that "every device wait checks an abort word
-// and a deadline and exits with an error that the host turns into an exception naming the rank", and issue 7
+// Every device-side wait gives up, on every path: the requirements are that "every device wait checks an abort
+// word and a deadline and exits with an error that the host turns into an exception naming the rank", and
 // that a peer's death is reported within about a second. GpuFailure's tests show it for one kernel each (the
 // barrier for the deadline, the LL all-reduce for abort() and a killed peer; the copy-engine all-gather). Here
 // each path that waits for peers, the SM kernels' (staged, zero-copy, push, LL, LL128, multi-tensor, gathered
@@ -130,7 +130,7 @@ size_t out_elems(const Path& p, int world) {
 /// The op deadline of the missing-rank cases: short, scaled only for slow tools (SYMCOMM_TEST_TIMEOUT_SCALE
 /// 20 where ranks share a GPU gives 2 s: the matched call before the fault runs with the ranks time-sliced), and
 /// where more than four ranks share a GPU, by world / 4: the ranks' kernels take turns on it, and at 8 ranks the
-/// matched staged two-shot (64 MB, two barriers per round) took ~2.3 s, past a 2 s deadline (2026-11-25). The ranks
+/// matched staged two-shot (64 MB, two barriers per round) takes ~2.3 s, past a 2 s deadline. The ranks
 /// read it back from their communicator's config.
 std::chrono::milliseconds deadline(int world) {
   const int turns = ranks_share_gpus() ? std::max(1, world / 4) : 1;

@@ -1,8 +1,8 @@
-// Counts past 2^31 elements and byte sizes past 4 GiB on the CUDA backend's kernels (issue 7: "counts 2^31 ± 1"):
-// an index or a byte offset kept in 32 bits anywhere in a kernel, a grid computation or a staging loop would
-// wrap and put data in the wrong place. Every output is poisoned first; windows around element 2^31 and byte
-// offsets 2^31 and 2^32, the first and last MiB and 4096 scattered elements are compared with values computed
-// on the host.
+// Counts past 2^31 elements and byte sizes past 4 GiB on the CUDA backend's kernels (the requirement
+// "counts 2^31 ± 1"): an index or a byte offset kept in 32 bits anywhere in a kernel, a grid computation or a
+// staging loop would wrap and put data in the wrong place. Every output is poisoned first; windows around
+// element 2^31 and byte offsets 2^31 and 2^32, the first and last MiB and 4096 scattered elements are compared
+// with values computed on the host.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

@@ -30,7 +30,7 @@ using testing::RankEnv;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-/// Cycles of the tests: SYMCOMM_TEST_LIFECYCLE_CYCLES (1000 for the full count, fewer under
+/// Cycles of the tests: SYMCOMM_TEST_LIFECYCLE_CYCLES (1000 for the reliability requirement's full count, fewer under
 /// compute-sanitizer), default 100 for the 2-rank eager test: a cycle takes ~0.95 s on 2 x H200 (most of it
 /// ncclCommAbort in the destroy, which waits out NCCL's 500 ms service-thread polls), so 1000 would hold the
 /// GPU suite for ~16 minutes. With SYMCOMM_NCCL=lazy only the cycles that use NCCL pay for it.
@@ -46,8 +46,8 @@ int lifecycle_cycles(int default_cycles) {
 // heap]); each fd is closed once imported, and cuMemMap places the memory in the GPU's page tables inside the
 // driver's unified address reservation, so symmetric memory makes no entry of its own in /proc/self/maps
 // (unlike the host backend's memfd:symcomm segments). Nor does pinned host memory: on 2 x H200 (driver
-// 580.159.04, NCCL 2.28) the mappings of /dev/nvidia* stayed at 34 and there were none of /dev/shm or memfd
-// while a communicator lived, and the whole map grew by 3 (two anonymous mappings, one of a file). So the
+// 580.159.04, NCCL 2.28) the mappings of /dev/nvidia* stay at 34 and there are none of /dev/shm or memfd
+// while a communicator lives, and the whole map grows by 3 (two anonymous mappings, one of a file). So the
 // whole map is counted: a mapping leaked per cycle (a stack, a library, a pinned or shared region) shows as
 // hundreds after 1000 cycles.
 
@@ -99,8 +99,8 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
   const int cycles = lifecycle_cycles(default_cycles);
   ASSERT_GT(cycles, 0) << "SYMCOMM_TEST_LIFECYCLE_CYCLES must be an integer in [1, 1000000]";
   testing::HarnessOptions opt;
-  // A cycle took 0.95-0.97 s on 2 x H200 (2026-11-23, 20-40 cycles, this test's printout: create 35-47 ms,
-  // destroy 880-890 ms); twice that per cycle is left, so only a hang reaches the limit.
+  // A cycle takes 0.95-0.97 s on 2 x H200 (20-40 cycles, this test's printout: create 35-47 ms, destroy
+  // 880-890 ms); twice that per cycle is left, so only a hang reaches the limit.
   opt.timeout = (std::chrono::seconds(120) + cycles * std::chrono::seconds(2)) * testing::timeout_scale();
   testing::expect_success(
       world,
@@ -193,8 +193,8 @@ void cycles_leak_nothing(const int world, const NcclInit nccl, const int default
         // freed virtual ranges, internal pools), which is not ours. A leak of even 2 KiB per cycle exceeds this
         // bound after 1000 cycles; one heap page per cycle (the smallest symcomm allocation) after one. Ranks
         // sharing a GPU (SYMCOMM_SHARED_GPU=1) read the free memory of the whole device, every rank's context
-        // included, and these pools move with all of them: at 4 and 8 ranks on one H200 (2026-11-23) the
-        // device had 2-10 MiB more free after the cycles than before, so there a page per rank is allowed
+        // included, and these pools move with all of them: at 4 and 8 ranks on one H200 the device has
+        // 2-10 MiB more free after the cycles than before, so there a page per rank is allowed
         // each way (100 cycles leaking one page each would still exceed it 12-fold at 8 ranks).
         const size_t slack = 2 * kMiB * (ranks_share_gpus() ? world : 1);
         EXPECT_LE(before.free_gpu, after.free_gpu + slack)
@@ -249,7 +249,7 @@ TEST(GpuLifecycle, SingleGpuLazyNcclCreateDestroyAndAbortCyclesLeakNothing) {
   cycles_leak_nothing(1, NcclInit::kLazy, 40);
 }
 // Without NCCL in the process at all: NVML is symcomm's own then (NOTE [nvml once] in
-// src/topology/cuda_topology_cuda.cc: an fd per communicator leaked before).
+// src/topology/cuda_topology_cuda.cc: loading NVML per communicator would leak an fd per communicator).
 TEST(GpuLifecycle, SingleGpuWithoutNcclCreateDestroyAndAbortCyclesLeakNothing) {
   cycles_leak_nothing(1, NcclInit::kOff, 40);
 }
@@ -441,9 +441,9 @@ TEST(GpuMemoryUse, MismatchedAllocIsAnErrorOnEveryRankAndTheCommunicatorStaysUsa
 }
 
 // NOTE [configuration agreement]: the CUDA heap's exchange does not compare heap sizes, so ranks whose
-// heaps differ fail at creation, naming the setting. Before, they created fine, and a rank whose smaller heap
-// was full refused an alloc() on its own while its peers went into their exchange: every later alloc() paired
-// different allocations.
+// heaps differ fail at creation, naming the setting. Created, a rank whose smaller heap is full would refuse
+// an alloc() on its own while its peers go into their exchange, and every later alloc() would pair different
+// allocations.
 TEST(GpuMemoryUse, DifferentHeapSizesAreAMismatchAtCreation) {
   const int world = testing::gpu_test_world();
   if (world < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -484,8 +484,8 @@ void expect_failure_on_every_rank(const Error& e, int me, int failing, const std
 
 // A rank that cannot set up its copy engine at creation (its staging buffer: out of device memory, injected
 // with SYMCOMM_DEBUG_FAULT=ce_setup@1) fails the creation on every rank, the others naming it, and leaks
-// nothing; the next communicator (no fault) runs an exact copy-engine all-gather. Before, the set-up came after
-// the creation's last exchange: rank 1 failed alone, the others made a communicator that waited for it.
+// nothing; the next communicator (no fault) runs an exact copy-engine all-gather. A set-up after the
+// creation's last exchange would fail rank 1 alone, and the others would make a communicator that waits for it.
 TEST(GpuMemoryUse, CopyEngineSetUpFailingOnOneRankFailsTheCreationOnEveryRank) {
   const int world = testing::gpu_test_world();
   if (world < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -531,8 +531,9 @@ TEST(GpuMemoryUse, CopyEngineSetUpFailingOnOneRankFailsTheCreationOnEveryRank) {
 
 // A symmetric alloc whose import of a peer's part fails on one rank (the driver refusing the handle, injected
 // with SYMCOMM_DEBUG_FAULT=heap_import@1) after the exchange fails on every rank, the others naming it, leaves
-// nothing allocated, and the next alloc() pairs the right parts: an exact all-reduce in it. Before, rank 1
-// failed alone (the others returned the allocation) and left its peers' messages unread.
+// nothing allocated, and the next alloc() pairs the right parts: an exact all-reduce in it. The failure this
+// guards against: rank 1 failing alone (the others returning the allocation) and leaving its peers' messages
+// unread.
 TEST(GpuMemoryUse, SymmetricAllocFailingToMapOnOneRankFailsOnEveryRank) {
   const int world = testing::gpu_test_world();
   if (world < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -615,7 +616,7 @@ TEST(GpuNcclInit, SingleGpuLazyNcclIsCreatedAtFirstUseButNotInsideACapture) {
     comm->check();
 
     ASSERT_NO_FATAL_FAILURE(all_reduce_exact(*comm, dev, 2, Algorithm::kNccl));  // creates NCCL, eagerly
-    // Now captured, replayed with new inputs, exact.
+    // Then captured, replayed with new inputs, exact.
     GPU_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     comm->all_reduce(dev, dev, 1024, DataType::kInt32, ReduceOp::kSum, {.stream = s, .algorithm = Algorithm::kNccl});
     GPU_CHECK(cudaStreamEndCapture(s, &graph));

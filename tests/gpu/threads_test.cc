@@ -306,7 +306,7 @@ TEST(GpuThreads, CallsLeaveTheCallersCurrentDeviceAlone) {
 }
 
 // NOTE [launch result] in src/algos/cuda_common.cuh: a failure the caller's own CUDA calls left in the thread's
-// last error is neither taken for a failure of symcomm's launches (which then failed the communicator for good)
+// last error is neither taken for a failure of symcomm's launches (which would fail the communicator for good)
 // nor cleared. Before every call the test leaves cudaErrorInvalidDevice there (a cudaSetDevice to no device);
 // every path still runs exactly, and the error is still there afterwards. One GPU is enough.
 TEST(GpuThreads, ACallersEarlierCudaErrorIsNeitherTakenNorCleared) {

@@ -10,7 +10,7 @@
 // summation order, so |fl(Σ a·b) − Σ a·b| ≤ γ_K · Σ|a·b| with γ_K ≈ K·2^-24 (Higham, Accuracy and Stability of
 // Numerical Algorithms, §3.5); summing R partial results in float32 adds at most R·2^-24 · Σ|a·b|; and the one
 // rounding to the output dtype adds half an ulp, u·|ref| with u = 2^-8 (bfloat16), 2^-11 (float16), 2^-24
-// (float32). For matmul + reduce-scatter the bar (issue 5) is an unfused GEMM in the output dtype followed by
+// (float32). For matmul + reduce-scatter the bar is an unfused GEMM in the output dtype followed by
 // a float32-accumulating reduce-scatter, which rounds each rank's partial product P_q to the output dtype
 // first: rs_tolerance adds u·Σ_q|P_q| for those roundings (the paths that keep partials in float32 stay
 // well inside it).

@@ -23,9 +23,9 @@ inline int count_dir(const char* path) {
 
 /// NOTE [thread counts] A thread that was just joined can still be listed in /proc/self/task: pthread_join
 /// returns once the kernel clears the thread's tid, early in its exit, and the task leaves the list only when
-/// it is released at the end of that exit (longer when the machine is busy). Seen in CI and reproduced here
-/// with CPU hogs beside the tests: one thread more than the truth on both ranks, in the count before the
-/// cycles (then "after" is one less) or after them. So the count before waits for the list to stand still,
+/// it is released at the end of that exit (longer when the machine is busy). On a loaded machine (CI, or CPU
+/// hogs beside the tests) this shows as one thread more than the truth on both ranks, in the count before
+/// the cycles (then "after" is one less) or after them. So the count before waits for the list to stand still,
 /// the count after waits (2 s at most) to fall to the count before, and a leak check asks for no more
 /// threads after than before: a leaked thread stays, an exiting one goes.
 

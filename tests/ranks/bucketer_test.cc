@@ -378,8 +378,9 @@ TEST(HostBucketerRules, FullBucketFlushesAndLargeInputRunsAtOnce) {
 }
 
 // Uses the bucketer has no sensible meaning for are errors that record nothing: inside a collective group
-// (the group would defer the reduction past the callbacks, which then saw stale results), and teardown()
-// from inside a callback (it freed the buckets while the flush still ran callbacks stored in them).
+// (the group would defer the reduction past the callbacks, which would then see stale results), and
+// teardown() from inside a callback (it would free the buckets while the flush still runs callbacks stored in
+// them).
 TEST(HostBucketerRules, InsideAGroupAndTeardownFromACallbackAreErrors) {
   expect_success(2, [](RankEnv& env) {
     auto comm = env.make_comm();
@@ -420,8 +421,8 @@ TEST(HostBucketerRules, InsideAGroupAndTeardownFromACallbackAreErrors) {
 }
 
 // NOTE [large buffers]: an input larger than a bucket gets a symmetric buffer of its own, reused after the next
-// flush. With a 1 MiB heap and a 64 KiB output per step, holding one buffer per step until teardown() ran
-// out of heap within 16 steps; 200 steps must now pass, each exact, two large inputs between the same flushes
+// flush. With a 1 MiB heap and a 64 KiB output per step, holding one buffer per step until teardown() runs
+// out of heap within 16 steps; 200 steps must pass, each exact, two large inputs between the same flushes
 // must get different buffers, and the heap must still take one more large allocation afterwards.
 TEST(HostBucketerRules, LargeInputBuffersAreReusedNotHeldUntilTeardown) {
   expect_success(2, [](RankEnv& env) {
@@ -463,8 +464,9 @@ TEST(HostBucketerRules, LargeInputBuffersAreReusedNotHeldUntilTeardown) {
   });
 }
 
-// NOTE [step variant]: ranks that recorded a flush's inputs in different orders (same total) used to get each
-// other's rows mixed into their results with no error; the gathered flush's headers now carry its layout.
+// NOTE [step variant]: ranks that recorded a flush's inputs in different orders (same total) would get each
+// other's rows mixed into their results with no error; the gathered flush's headers carry its layout, so they
+// get kMismatch.
 TEST(HostBucketerRules, FlushesLaidOutDifferentlyAreAMismatch) {
   HarnessOptions opts;
   opts.config.timeout = std::chrono::seconds(2);

@@ -1,4 +1,4 @@
-// Fused all-gather + matmul and matmul + reduce-scatter on the host backend (issue 5): random inputs in
+// Fused all-gather + matmul and matmul + reduce-scatter on the host backend: random inputs in
 // bf16 / fp16 / fp32 against an independent float64 reference (harness/fused_reference.h), batch dims,
 // every gather/scatter dim, the pipelined path with several chunk counts and the unfused fallback (no
 // workspace, a workspace one byte too small, forced, one rank), poisoned outputs with guard bytes, and

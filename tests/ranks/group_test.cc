@@ -140,9 +140,9 @@ TEST(HostGroupRules, BadArgumentsThrowAtIssueAndCancelRunsNothing) {
   });
 }
 
-// NOTE [nested groups]: each level ends or cancels on its own. An exception leaving two nested guards used to
-// terminate the process (the inner cancel dropped the whole group, the outer guard's cancel then threw while
-// unwinding); an inner level cancelled and caught used to drop the outer level's collectives too.
+// NOTE [nested groups]: each level ends or cancels on its own. Were an inner cancel to drop the whole group,
+// an exception leaving two nested guards would terminate the process (the outer guard's cancel would throw
+// while unwinding), and an inner level cancelled and caught would drop the outer level's collectives too.
 TEST(HostGroupRules, NestedLevelsCancelOnlyThemselves) {
   expect_success(2, [](RankEnv& env) {
     auto comm = env.make_comm();

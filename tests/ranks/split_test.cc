@@ -76,8 +76,8 @@ TEST(Split, ColorsFormCommunicatorsRankedByKey) {
 }
 
 // A rank that opts out of a split creates no child, but the next communicator created without a name must
-// still get the same default name on every rank (it was c<k> on the opted-out rank and c<k+1> on the others,
-// which then waited for each other's keys until the deadline).
+// still get the same default name on every rank (otherwise it would be c<k> on the opted-out rank and c<k+1>
+// on the others, which would then wait for each other's keys until the deadline).
 TEST(Split, DefaultNamesStayInStepAfterARankOptsOut) {
   HarnessOptions opts;
   opts.config.timeout = std::chrono::seconds(5);

@@ -538,7 +538,7 @@ TEST(TuningRanges, ValuesAtTheEdgesOfTheRangeAreAccepted) {
   }
 }
 
-// Communicator::create() checks a Config built in code (it used to pass to the kernels, which clamped it).
+// Communicator::create() checks a Config built in code (unchecked, it would reach the kernels, which clamp it).
 TEST(TuningRanges, CommunicatorCreationRefusesValuesOutsideTheRange) {
   OneRankComm comms;
   for (const TuningRange& r : kTuningRanges) {
@@ -978,7 +978,7 @@ TEST(RendezvousFromEnv, MalformedVariablesAreNamed) {
   expect_rendezvous_rejected(with(kTorchrun, "WORLD_SIZE", "99999999999999999999"), "WORLD_SIZE");
   expect_rendezvous_rejected(with(kTorchrun, "LOCAL_RANK", "one"), "LOCAL_RANK");
   expect_rendezvous_rejected(with(kTorchrun, "LOCAL_WORLD_SIZE", "4.0"), "LOCAL_WORLD_SIZE");
-  // Digits only, as for Config's variables (strtol alone took a sign and leading blanks).
+  // Digits only, as for Config's variables (strtol alone takes a sign and leading blanks).
   expect_rendezvous_rejected(with(kTorchrun, "RANK", "+3"), "RANK");
   expect_rendezvous_rejected(with(kTorchrun, "RANK", " 3"), "RANK");
   expect_rendezvous_rejected(with(kTorchrun, "MASTER_PORT", "+29500"), "MASTER_PORT");

@@ -190,9 +190,9 @@ TEST_F(LauncherTest, TimeoutKillsEverythingAndExits124) {
   EXPECT_LT(r.seconds, 3.0);
 }
 
-// A rank's failure before the timeout keeps its own exit status: the timeout used to fire during the SIGTERM
-// grace period (rank 1 ignores SIGTERM) and exit 124. The launcher waits in poll() meanwhile: it used to spin
-// at 100% CPU through the grace period once a deadline had passed.
+// A rank's failure before the timeout keeps its own exit status: the timeout must not fire during the SIGTERM
+// grace period (rank 1 ignores SIGTERM) and exit 124. The launcher waits in poll() meanwhile, not spinning at
+// 100% CPU through the grace period once a deadline has passed.
 TEST_F(LauncherTest, AFailureBeforeTheTimeoutKeepsItsExitCodeAndTheLauncherDoesNotSpin) {
   rusage before{};
   ::getrusage(RUSAGE_CHILDREN, &before);
@@ -209,7 +209,8 @@ TEST_F(LauncherTest, AFailureBeforeTheTimeoutKeepsItsExitCodeAndTheLauncherDoesN
 }
 
 // --timeout is bounded (NOTE [launcher behaviour]): a value whose deadline steady_clock cannot hold (1e10 s,
-// inf) used to overflow into a deadline in the past and exit 124 at once; nan used to mean no timeout.
+// inf) would overflow into a deadline in the past and exit 124 at once, and nan would mean no timeout; all
+// are usage errors.
 TEST_F(LauncherTest, TimeoutOutOfRangeIsAUsageError) {
   for (const char* bad : {"1e10", "inf", "nan", "1000001", "0", "-1", "5s"}) {
     RunResult r = run_sh(1, "echo ran", {"--timeout", bad});
@@ -294,8 +295,8 @@ bool still_runs(pid_t pid, unsigned long long start) {
 }
 
 // NOTE [launcher death] in tools/symcomm_run.cc. Each rank's shell starts a sleep in its process group; the
-// launcher is then signalled. SIGTERM has always reached the whole group of every rank. SIGKILL used to kill
-// each rank's own process only (PR_SET_PDEATHSIG), and the sleeps outlived the job.
+// launcher is then signalled. Both SIGTERM and SIGKILL must reach the whole group of every rank: with
+// PR_SET_PDEATHSIG alone a SIGKILL kills each rank's own process only, and the sleeps outlive the job.
 TEST_F(LauncherTest, LauncherKilledOrTerminatedLeavesNoProcessOfARankBehind) {
   for (int sig : {SIGTERM, SIGKILL}) {
     SCOPED_TRACE(strsignal(sig));
@@ -331,8 +332,8 @@ TEST_F(LauncherTest, LauncherKilledOrTerminatedLeavesNoProcessOfARankBehind) {
 
 // A SIGTERM that the launcher forwards while a guardian has made its rank's process group but not yet forked the
 // rank reaches the guardian only; the guardian passes it on (NOTE [launcher death]). Without that, a run now and
-// then waited for the SIGKILL at the end of the 5 s grace period (this test failed 3 times in 3, one run of 20
-// each). The signal is sent 0-9 ms after the start, while the ranks are being started.
+// then waits for the SIGKILL at the end of the 5 s grace period (this test then fails in 3 of 3 sets of 20
+// runs). The signal is sent 0-9 ms after the start, while the ranks are being started.
 TEST_F(LauncherTest, SigtermWhileTheRanksStartReachesEveryRank) {
   for (int run = 0; run < 20; ++run) {
     auto wait_a_little = [&] {

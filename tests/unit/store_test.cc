@@ -204,7 +204,7 @@ TEST_F(StoreTest, WaitForManyKeysAndTimeout) {
 }
 
 // NOTE [watched key] in src/bootstrap/store_table.cc: a key of a parked wait set, removed and set again while
-// the others arrive must still complete the wait (it used to be lost and time out with every key present).
+// the others arrive must still complete the wait (not be lost and time out with every key present).
 TEST_F(StoreTest, WaitCompletesAfterAKeyIsSetRemovedAndSetAgain) {
   auto waiter = client();
   auto setter = client();

@@ -67,7 +67,7 @@ constexpr const char* kLarge = "all-reduce, graph: <= 0.8 x";
 constexpr const char* kBusbw = "all-reduce, graph: bus bandwidth";
 constexpr const char* kEager = "all-reduce, eager";
 
-/// Issue 3's all-reduce rows that meet every target exactly at its limit (or well inside it).
+/// Requirement 3's all-reduce rows that meet every target exactly at its limit (or well inside it).
 std::vector<R> issue3_met() {
   return {
       {"all_reduce", "symcomm", "graph", 4 * kKB, 2.80},
@@ -202,7 +202,7 @@ TEST(Targets, Issue4ContentionAndTheCopyEngineAlone) {
 
 // The SM all-gather rows (bench.json) and the copy-engine rows (ce_bench.json) of the same sizes are fed together,
 // as the documented call does; the SM rows are faster. The copy-engine target must still see its own rows (it
-// used to find none, "no data", because only the fastest row per size was kept whatever its algorithm), and the
+// finds none, "no data", if only the fastest row per size is kept whatever its algorithm), and the
 // all-gather bandwidth target over NCCL still takes the fastest algorithm.
 TEST(Targets, CopyEngineRowsSurviveFasterSmRowsOfTheSameSize) {
   const std::vector<R> rs = {
@@ -222,8 +222,8 @@ TEST(Targets, CopyEngineRowsSurviveFasterSmRowsOfTheSameSize) {
 }
 
 // A contention row whose collectives ended before the GEMMs, or of which none ended inside the GEMM window, proves
-// neither issue-4 target: it fails them, marked, however good its numbers (it used to pass, or drop out with
-// a time of 0).
+// neither low-contention target (requirement 4): it fails them, marked, however good its numbers (it must not
+// pass, nor drop out with a time of 0).
 TEST(Targets, ContentionRowsThatDoNotCoverTheGemmFail) {
   auto row = [](size_t bytes, const char* more) {
     return R{"all_gather",

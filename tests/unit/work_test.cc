@@ -1,6 +1,6 @@
 // The Work objects of src/core/work.cc: a tracked Work marks its collectives' op-history records done or
-// failed once its completion is seen, and not before (asynchronous collectives used to stay "running" in the
-// history for good, so a dump after a later error pointed at long-finished ops).
+// failed once its completion is seen, and not before (otherwise asynchronous collectives would stay "running"
+// in the history for good, and a dump after a later error would point at long-finished ops).
 
 #include <gtest/gtest.h>
 
@@ -78,7 +78,7 @@ TEST(TrackedWork, MarksItsOpsFailedWhenItCompletesWithAnError) {
 }
 
 // The Work may be used after the communicator (and its OpHistory) is gone: it keeps a handle on the records
-// (the first version kept a reference, and marking the records read freed memory: valgrind, a review).
+// (with a reference instead, marking the records would read freed memory: valgrind shows it).
 TEST(TrackedWork, OutlivesTheHistoryItWasMadeWith) {
   auto fake = std::make_shared<FakeWork>();
   std::shared_ptr<Work> w;

@@ -52,10 +52,10 @@ __host__ __device__ __forceinline__ bool seq_reached(uint32_t value, uint32_t ta
 /// its block index goes unused: block b's slots are written only by kernels of more than b blocks, and the
 /// counter advances with every kernel (by one per LL kernel or barrier, by one or two per round otherwise).
 /// A job of small collectives (an inference server's decode steps, ~3 us each) moves the counter 2^31 in a
-/// couple of hours; the next large collective then ran its upper blocks unsynchronised. Found by reading the
-/// code (2026-11-25, twentieth session), then shown by `GpuSequence.*` without the refresh (sabotage case
-/// `signal-refresh`): the early rank's upper blocks passed their first barrier at once and failed with a false
-/// kMismatch on the peer's never-written header slots.
+/// couple of hours; without a refresh the next large collective would run its upper blocks unsynchronised.
+/// `GpuSequence.*` shows it with the refresh removed (sabotage case `signal-refresh`): the early rank's upper
+/// blocks pass their first barrier at once and fail with a false kMismatch on the peer's never-written header
+/// slots.
 ///
 /// So whenever a kernel's advance crosses a multiple of 2^kSignalRefreshShift, the thread that advances the
 /// counter (frame_end) writes the counter's value at the kernel's start (seq0) into every slot this rank owns
@@ -102,7 +102,7 @@ __device__ __forceinline__ bool comm_failed(const DeviceComm& c) { return ld_vol
 /// with the awaited peer's slot: the same signal value with another fold proves that the peer runs another op
 /// at this point of the sequence, and the wait gives up with kMismatch naming it. Nothing else counts as proof:
 /// 0 (nothing announced yet), another value (one rank is ahead, or the slot still holds an earlier op), the
-/// same word (matched, or a fold collision: then the deadline decides, as before). Signal values identify an
+/// same word (matched, or a fold collision: then the deadline decides). Signal values identify an
 /// op: every rank's kernels advance DeviceState::seq alike as long as their ops matched, and every kernel that
 /// announces advances it. Kernels of a failed communicator return before announcing (NOTE [failed
 /// communicator]). `mine` is a value, not a load of a slot of one's own: the polling loops must keep no more
