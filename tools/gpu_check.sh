@@ -164,8 +164,8 @@ fi
 # speed). SHARED_WORLD is a list (default "2"), run in order with SHARED_TIMEOUT seconds each. Contexts on one
 # GPU time-slice, so a collective costs about a time slice per rank: the suite takes ~10 minutes at 2 ranks
 # (`GpuKernelFaults` alone ~260 s; more than one device call allows: split it with GTEST_TOTAL_SHARDS=2 and
-# GTEST_SHARD_INDEX=0 or 1 in the environment), and the collective matrix alone ~10 minutes at 4 and ~20 at 8
-# (docs/benchmarks.md); pick tests with GTEST_ARGS="--gtest_filter=...".
+# GTEST_SHARD_INDEX=0 or 1 in the environment), and the collective matrix alone ~10 minutes at 4 and ~20 at 8;
+# pick tests with GTEST_ARGS="--gtest_filter=...".
 if has shared && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   for world in ${SHARED_WORLD:-2}; do
     t0=$(date +%s)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lint.sh: the style checks CI runs (STYLE.md rules 4, 8 and 11).
+# lint.sh: the style checks CI runs: formatting, what library code may not call, and comments that state facts.
 #
 #   tools/lint.sh          check; exit 1 listing every offending file or line
 #   tools/lint.sh --fix    reformat the offending files in place with clang-format, then check the rest

@@ -131,7 +131,7 @@ struct Config {
   size_t scratch_bytes = size_t{16} << 20;
   /// CUDA backend: the same, in device memory (also the copy engine's staging window). Each round of a
   /// staged kernel ends in a barrier, so larger rounds cost fewer barriers: measured on 2 x H200
-  /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]), see docs/benchmarks.md.
+  /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]).
   size_t cuda_scratch_bytes = size_t{128} << 20;
   /// Log verbosity (stderr).
   LogLevel log_level = LogLevel::kWarn;

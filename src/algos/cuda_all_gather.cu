@@ -14,7 +14,7 @@ namespace {
 
 // Tunables: 128 blocks x 512 threads with the load-once/store-to-all copy reach 357 GB/s bus bandwidth at
 // 256 MB (1.45x NCCL's best); 64 blocks with one copy pass per destination give 298 (measured on 2 x H200
-// (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench), runs 1 vs 2).
+// (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench)).
 constexpr size_t kBytesPerBlock = 64 << 10;
 constexpr int kMaxBlocks = 128;
 

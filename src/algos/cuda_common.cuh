@@ -58,7 +58,7 @@ struct Frame {
 /// (DeviceState, one 32-byte line in device memory). Each warp that reads them sends its own request for that
 /// line, all warps at once; the cost grows with the grid, as if the line's L2 slice served the requests one
 /// after another (the likely cause; not profiled). Measured on 1 x H100 (one rank, one-shot all-reduce of bf16 in a
-/// CUDA graph; docs/benchmarks.md): the error word (NOTE [failed communicator]) read as a third load per thread costs
+/// CUDA graph): the error word (NOTE [failed communicator]) read as a third load per thread costs
 /// 0.47 us at 256 KB, 0.77 us at 1 MB and 0.98 us at 4 MB; 2 x H200 shows a slowdown of that size at those sizes. So
 /// the three words sit in the line's first 16 bytes and are read with one vector load, and in grids of more than
 /// kStateReadPerThreadMaxBlocks blocks only thread 0 of each block reads them and hands them on through shared memory

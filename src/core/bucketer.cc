@@ -18,7 +18,7 @@
 // reused from flush to flush), not in a std::function: a std::function keeps 16 bytes of captures inline and
 // heap-allocates for more (and frees it after the call), and a training loop records hundreds of callbacks
 // per step: recording 512 callbacks that capture 32 bytes takes 13.4-14.7 us with std::function and
-// 9.9-10.4 us here (CPU machine, docs/benchmarks.md). The arena is rewound once its bucket has no entry
+// 9.9-10.4 us here (CPU machine). The arena is rewound once its bucket has no entry
 // left, i.e. after the flush that ran (or dropped) every callback constructed in it.
 //
 // NOTE [large buffers] An input larger than a bucket is reduced at once into a symmetric buffer of its own,

@@ -351,7 +351,7 @@ void CudaBackend::release() {
   // creation still in progress (NOTE [nonblocking NCCL]). ncclCommDestroy would take ~0.5 s instead of ~1 s
   // (both are NCCL's proxy threads polling every 500 ms), but its proxy thread stays until every peer has
   // closed its connection, i.e. destroyed its communicator too: a peer that is alive but busy elsewhere
-  // would hold this rank here without bound (docs/benchmarks.md).
+  // would hold this rank here without bound.
   if (nccl_) {
     const auto t0 = std::chrono::steady_clock::now();
     ncclCommAbort(nccl_);

@@ -30,7 +30,7 @@ void check_shape(const TensorRef& t, const std::vector<int64_t>& want, const cha
   SYMCOMM_CHECK_ARG(t.shape == want, "{} has shape {}, expected {}", what, shape_str(t.shape), shape_str(want));
 }
 
-// Automatic chunk counts, from 2 x H200 (`symcomm-bench --extra fused`, docs/benchmarks.md):
+// Automatic chunk counts, from 2 x H200 (`symcomm-bench --extra fused`):
 // all-gather + matmul at two ranks overlaps the whole gather with the local GEMM, so one chunk; in three runs
 // 1, 2 and 4 row chunks came within the run-to-run noise (±5%) of each other at the large shapes, and 4
 // chunks cost 1.4 x at M = 1024. More ranks split the gather so that remote GEMMs start early (not measured).

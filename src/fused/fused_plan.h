@@ -111,7 +111,7 @@ std::vector<ColChunk> col_chunks(int64_t n, size_t elem_size, int requested);
 size_t ag_staging_bytes(int world_size, const RowSplit& s, size_t elem_size, bool direct);
 /// Whether matmul_reduce_scatter has a pipelined path (RsMode::kExchange) for a world size and contraction
 /// extent: two ranks only (measured on 4 x H200: a float32 pipeline over column chunks took
-/// 1.9-8.2 x the matmul alone, the unfused path 1.2-1.5 x; see docs/benchmarks.md).
+/// 1.9-8.2 x the matmul alone, the unfused path 1.2-1.5 x).
 bool rs_can_pipeline(int world_size, int64_t k);
 /// The unfused mode for a world size.
 RsMode rs_unfused_mode(int world_size);

@@ -382,7 +382,7 @@ TEST(GpuFailure, PeerDiesDuringRendezvous) {
 // The last rank dies while the others destroy the communicator: destruction is local (no wait for the dead
 // rank, whose deadline here is 20 s), and leaves the GPU usable. It takes ~1 s, not less: the NCCL
 // communicator's teardown (ncclCommAbort) always waits out its service threads' 500 ms polls (0.88-1.0 s
-// measured, docs/benchmarks.md), so the bound leaves room for that and nothing more.
+// measured), so the bound leaves room for that and nothing more.
 TEST(GpuFailure, PeerDiesDuringDestroy) {
   with_last_rank_dying([](RankEnv& env, int n) {
     const CudaMemoryUse none = cuda_memory_use(rank_device(env.info.local_rank));
