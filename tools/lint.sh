@@ -17,7 +17,9 @@
 #    included) or *.cmake file under include/ src/ tests/ bench/ tools/ that git tracks or would track names
 #    a session ("the twelfth session", "sessions"), says "a review found", cites an issue number ("issue 6",
 #    "issues 3, 4", "issue-4") or carries an ISO date (2026-11-25). String literals are not checked (test
-#    data may hold dates). Not checked: this file (it holds the patterns) and the files of HISTORY_EXCLUDED.
+#    data may hold dates). The same words, except dates, in every line of the Markdown files (README.md, docs/,
+#    tests/README.md): results there carry the date they were measured. Not checked: this file (it holds the
+#    patterns) and the files of HISTORY_EXCLUDED.
 #
 # Needs only git and clang-format (CLANG_FORMAT names another binary). Exit status: 0 clean, 1 findings,
 # 2 usage or tool error.
@@ -136,7 +138,7 @@ HISTORY_EXCLUDED=(
 
 # Files of the given folders that check 3 reads, one per line (existing, tracked or not ignored).
 text_files() {
-  git ls-files --cached --others --exclude-standard -- "$@" | grep -E '\.(h|cc|cu|cuh|sh|py|txt|cmake)$' |
+  git ls-files --cached --others --exclude-standard -- "$@" | grep -E '\.(h|cc|cu|cuh|sh|py|txt|cmake|md)$' |
     sort -u | while IFS= read -r f; do
       if [ -f "$f" ]; then printf '%s\n' "$f"; fi
     done
@@ -151,6 +153,7 @@ history_words() {
     FNR == 1 {
       in_block = 0; in_doc = 0; kind = "text"
       if (FILENAME ~ /\.(h|cc|cu|cuh)$/) kind = "c"
+      else if (FILENAME ~ /\.md$/) kind = "md"
       else if (FILENAME ~ /(\.sh|\.py|\.cmake|(^|\/)CMakeLists\.txt)$/) kind = "hash"
     }
     # The rest of `s` after the string literal it starts with (quote `q`; a lone quote is skipped alone).
@@ -160,7 +163,7 @@ history_words() {
     }
     {
       line = $0; text = ""
-      if (kind == "text") text = line
+      if (kind == "text" || kind == "md") text = line
       else if (kind == "c") {
         while (line != "") {
           if (in_block) {
@@ -199,7 +202,7 @@ history_words() {
       if (t ~ /session/) what = "a session"
       else if (t ~ /a review found/) what = "\"a review found\""
       else if (t ~ /(^|[^a-z0-9_])issues?[ -]?#?[0-9]/) what = "an issue number"
-      else if (t ~ /(^|[^0-9])[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]([^0-9]|$)/) what = "a date"
+      else if (kind != "md" && t ~ /(^|[^0-9])[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]([^0-9]|$)/) what = "a date"
       if (what != "") printf "  %s:%d: %s: %s\n", FILENAME, FNR, what, $0
     }
   ' "$@"
@@ -211,7 +214,7 @@ while IFS= read -r f; do
   excluded=0
   for x in "${HISTORY_EXCLUDED[@]}"; do [ "$f" = "$x" ] && excluded=1; done
   [ "$excluded" -eq 0 ] && history_files+=("$f")
-done < <(text_files include src tests bench tools)
+done < <(text_files include src tests bench tools docs README.md)
 if [ "${#history_files[@]}" -gt 0 ]; then
   findings=$(history_words "${history_files[@]}")
   if [ -n "$findings" ]; then
