@@ -1,7 +1,7 @@
 // Tests of Config::from_env() and Tuning::validate() (src/core/config.cc) and Rendezvous::from_env()
 // (src/bootstrap/rendezvous.cc).
-// Every environment variable a test touches goes through ScopedEnv, which restores the previous value (or
-// unsets it again) when the test ends, pass or fail.
+// Every environment variable a test touches goes through ScopedEnv (harness/scoped_env.h), which restores the
+// previous value (or unsets it again) when the test ends, pass or fail.
 
 #include "symcomm/config.h"
 
@@ -26,6 +26,7 @@
 #include "core/logging.h"
 #include "core/op_history.h"
 #include "core/tuning_file.h"
+#include "harness/scoped_env.h"
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
 #include "symcomm/store.h"
@@ -33,37 +34,8 @@
 namespace symcomm {
 namespace {
 
-// Sets (or, with nullopt, unsets) one environment variable for the lifetime of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, std::optional<std::string> value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) previous_ = std::string(old);
-    apply(value);
-  }
-  ~ScopedEnv() { apply(previous_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  void apply(const std::optional<std::string>& value) {
-    int rc = value ? ::setenv(name_.c_str(), value->c_str(), 1) : ::unsetenv(name_.c_str());
-    EXPECT_EQ(rc, 0) << "cannot set " << name_;
-  }
-
-  std::string name_;
-  std::optional<std::string> previous_;
-};
-
-// Several variables at once; each one is restored by its own ScopedEnv.
-class ScopedEnvSet {
- public:
-  ScopedEnvSet(const std::vector<std::pair<std::string, std::optional<std::string>>>& vars) {
-    for (const auto& [name, value] : vars) vars_.push_back(std::make_unique<ScopedEnv>(name, value));
-  }
-
- private:
-  std::vector<std::unique_ptr<ScopedEnv>> vars_;
-};
+using testing::ScopedEnv;
+using testing::ScopedEnvSet;
 
 const std::vector<std::string> kConfigVars = {
     "SYMCOMM_TIMEOUT_MS",
