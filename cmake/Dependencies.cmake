@@ -32,6 +32,21 @@ if(SYMCOMM_WITH_CUDA)
 endif()
 message(STATUS "symcomm: CUDA backend ${SYMCOMM_HAVE_CUDA}")
 
+# The NCCL drop-in library (src/nccl_shim) needs only the types of nccl.h and of the CUDA headers nccl.h
+# includes, so it is built with or without the CUDA backend wherever both are found. The real libnccl is not
+# linked; where it is found, the tests compare the drop-in's exports with it and link a program to it.
+option(SYMCOMM_WITH_NCCL_SHIM "Build libsymcomm_nccl, the NCCL drop-in library, where nccl.h is found" ON)
+set(SYMCOMM_HAVE_NCCL_SHIM OFF)
+if(SYMCOMM_WITH_NCCL_SHIM)
+  find_path(SYMCOMM_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_path(SYMCOMM_CUDA_RUNTIME_INCLUDE cuda_runtime.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(SYMCOMM_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(SYMCOMM_NCCL_INCLUDE AND SYMCOMM_CUDA_RUNTIME_INCLUDE)
+    set(SYMCOMM_HAVE_NCCL_SHIM ON)
+  endif()
+endif()
+message(STATUS "symcomm: NCCL drop-in library ${SYMCOMM_HAVE_NCCL_SHIM}")
+
 # CPU BLAS (OpenBLAS, Debian libopenblas-dev) for the host backend's fused GEMM + collective operations;
 # without it the build works and those operations throw kUnsupported on the host backend.
 find_library(SYMCOMM_BLAS_LIBRARY NAMES openblas PATH_SUFFIXES openblas-pthread)

@@ -8,8 +8,8 @@
 #    *.cuh under include/ src/ tests/ bench/ tools/ that git tracks or would track (untracked, not ignored).
 # 2. Library code (src/, include/) never exits, aborts or prints to stdout: no exit( (nor _exit, _Exit,
 #    quick_exit), abort(, printf( (device printf included), std::cout or fprintf(stdout; and only
-#    src/core/config.cc and src/bootstrap/rendezvous.cc call getenv(. Tests are not checked (_exit in a
-#    forked test child is fine).
+#    src/core/config.cc, src/bootstrap/rendezvous.cc and src/nccl_shim/shim_config.cc (the NCCL drop-in
+#    library's settings) call getenv(. Tests are not checked (_exit in a forked test child is fine).
 #    Comments and string literals are ignored; member functions named abort() (Communicator::abort) are not
 #    calls of the C library's abort.
 # 3. Comments state facts, not history: no comment (//, /* */, # in scripts and CMake, Python's triple-quoted
@@ -108,8 +108,9 @@ forbidden_calls() {
       }
       if (match(code, "std::cout|fprintf[ \t]*\\([ \t]*stdout")) what = "printing to stdout"
       if (match(code, "(^|[^A-Za-z0-9_])(secure_)?getenv[ \t]*\\(") &&
-          FILENAME != "src/core/config.cc" && FILENAME != "src/bootstrap/rendezvous.cc") {
-        what = "getenv outside src/core/config.cc and src/bootstrap/rendezvous.cc"
+          FILENAME != "src/core/config.cc" && FILENAME != "src/bootstrap/rendezvous.cc" &&
+          FILENAME != "src/nccl_shim/shim_config.cc") {
+        what = "getenv outside src/core/config.cc, src/bootstrap/rendezvous.cc and src/nccl_shim/shim_config.cc"
       }
       if (what != "") printf "  %s:%d: %s: %s\n", FILENAME, FNR, what, $0
     }

@@ -108,6 +108,19 @@ case_def host tuning-agreement src/core/communicator.cc \
 case_def host split-store-server src/core/communicator.cc \
   "  comm->core_->ctx().server = ctx.server;" "" \
   symcomm_rank_tests Split.ChildKeepsTheParentsStoreServerAlive 60
+# The NCCL drop-in library (src/nccl_shim). Two arguments of one type trade places in the forwarding table;
+# the search takes a drop-in library (itself, or a copy) for the real NCCL, and each call comes back to it
+# without end (NOTE [drop-in note]); a failure in the real library leaves the drop-in library's older text as
+# the last error.
+case_def host nccl-args-swapped src/nccl_shim/nccl_api.h \
+  "    (comm, color, key, newcomm, config))" "    (comm, key, color, newcomm, config))" \
+  nccl_shim/symcomm_nccl_shim_tests Forwarding.EveryResultFunctionPassesItsArgumentsAndResultUnchanged 60
+case_def host nccl-self-load src/nccl_shim/real_nccl.cc \
+  "  if (handle_is_drop_in(h)) {  // NOTE [drop-in note]" "  if (false) {" \
+  nccl_shim/symcomm_nccl_shim_tests "NcclDropIn.*Itself*:NcclDropIn.TheSearch*" 60
+case_def host nccl-stale-last-error src/nccl_shim/forward.cc \
+  "        clear_shim_error();" "" \
+  nccl_shim/symcomm_nccl_shim_tests NcclDropIn.AFunctionTheRealLibraryLacksIsASystemErrorNamingIt 60
 # signal.h's waits (block_barrier and what uses it): each case meets the barrier, the two-shot push all-reduce,
 # the bucket flush and the group all-reduce (the GpuFailure tests that caught these on 2 GPUs hang for the
 # whole-job limit where ranks share a GPU; GpuKernelFaults' cases end at 20 s each).
