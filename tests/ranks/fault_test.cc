@@ -24,6 +24,7 @@
 
 #include "bootstrap/peer_mesh.h"
 #include "core/deadline.h"
+#include "harness/expect_error.h"
 #include "harness/process_counts.h"
 #include "harness/rank_harness.h"
 
@@ -38,19 +39,6 @@ int64_t now_ns() {
 }
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-/// Runs `fn`, expects it to throw symcomm::Error with `code`; returns it.
-template <class Fn>
-Error expect_error(ErrorCode code, Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << "got: " << e.what();
-    return e;
-  }
-  ADD_FAILURE() << "expected an error with code " << to_string(code) << ", none was thrown";
-  return Error(ErrorCode::kInternal, "no error");
-}
 
 enum class DeathKind { kSigkill, kSigterm, kSigsegv, kExit0, kExit1 };
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/expect_error.h"
 #include "harness/rank_harness.h"
 
 namespace symcomm::testing {
@@ -47,19 +48,6 @@ class TuningFiles {
  private:
   std::string dir_;
 };
-
-/// Runs `fn`, expects it to throw symcomm::Error with `code`; returns it.
-template <class Fn>
-Error expect_error(ErrorCode code, Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << "got: " << e.what();
-    return e;
-  }
-  ADD_FAILURE() << "expected an error with code " << to_string(code) << ", none was thrown";
-  return Error(ErrorCode::kInternal, "no error");
-}
 
 /// The algorithm an all-reduce of `count` floats ran with on `comm`, its result checked.
 Algorithm all_reduce_algorithm(Communicator& comm, size_t count) {
