@@ -323,7 +323,7 @@ bool closed_by_peer(int fd, std::chrono::milliseconds limit) {
 // name is in /proc/net/unix). Strangers that connect before the real peer (silent; half a hello; a header
 // announcing 1 GiB; a whole hello with a wrong token; junk) must not hold up the creation: it completes as soon
 // as the peer has connected, the peer's connection is the one adopted (messages go both ways), and every stranger
-// is disconnected. Before, rank 0 read each hello with blocking reads and hung for ever on the half hello.
+// is disconnected. A rank that read each hello with blocking reads would hang for ever on the half hello.
 TEST(Faults, PeerMeshCreationCompletesDespiteStrangersOnItsSocket) {
   HarnessOptions opts;
   opts.timeout = 40s;  // a hang fails the test here, not at the harness's default 120 s
@@ -634,9 +634,8 @@ TEST(Faults, RanksWithDifferentSettingsFailAtCreationNamingThem) {
   });
 }
 
-// Issue 7, observability: the first fatal error is logged once with the last operations, whichever path finds
-// it. An asynchronous collective's timeout (found on the host backend's worker thread) used to be neither
-// logged nor dumped, and a later group_end() logged the same sticky error again.
+// The first fatal error is logged once with the last operations, whichever path finds it: also an asynchronous
+// collective's timeout, found on the host backend's worker thread, and not again by a later group_end().
 TEST(Faults, FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce) {
   HarnessOptions opts;
   opts.config.timeout = 500ms;
@@ -838,7 +837,7 @@ TEST(Faults, AWorkerThreadThatCannotStartIsAnErrorAndQueuesNothing) {
 
 // The same where the thread starts inside group_end_async() (a group without `*_async` calls): an Error(kSystem)
 // of the whole group, which, like any kSystem error of a collective, makes the communicator fail; nothing was
-// queued, so the group's collective never runs (before, std::system_error escaped with the job queued).
+// queued, so the group's collective never runs (no std::system_error escapes, no job stays queued).
 TEST(Faults, AWorkerThreadThatCannotStartFailsTheAsyncGroupWithAnError) {
   HarnessOptions opts;
   opts.timeout = 30s;  // before the fix the next call waited for ever for the queued job
