@@ -6,7 +6,8 @@
 //   matmul          the GEMM alone: on the already-gathered A (all-gather + matmul), the full local GEMM
 //                   (matmul + reduce-scatter).
 // Every GEMM is the same cuBLASLt call (src/fused/cublaslt_gemm_cuda.h). The fused op is also run with a
-// few forced chunk counts ("fused_c<k>") to place the automatic choice.
+// few forced chunk counts ("fused_c<k>", pipelined at every size where the op has a pipelined path) to place
+// the automatic choice.
 //
 // Shapes: all-gather + matmul gathers A [M, K] along M (M global); matmul + reduce-scatter has A [M, K] with
 // K per rank and scatters the product along M. Timing as in cuda_runner.cu (events around `iters` eager
@@ -176,7 +177,9 @@ void FusedBench::run_variants(const Shape& sh, const std::function<void()>& nccl
   record(sh, "matmul", "cublaslt", time([&] { cublaslt_gemm(matmul, comm_.device(), s_); }), 0);
   std::vector<std::pair<std::string, FusedOptions>> variants = {{"fused", {}}, {"symcomm_unfused", {}}};
   variants[1].second.force_unfused = true;
-  for (int c : chunk_counts) variants.push_back({"fused_c" + std::to_string(c), FusedOptions{.chunks = c}});
+  for (int c : chunk_counts) {
+    variants.push_back({"fused_c" + std::to_string(c), FusedOptions{.chunks = c, .min_pipelined_flops = 0}});
+  }
   for (auto& [impl, fo] : variants) {
     FusedPath path = FusedPath::kUnfused;
     fo.workspace = ws_.get();

@@ -181,6 +181,10 @@ class Communicator {
   /// a communicator of another size with the same settings, pass the Config this one was created with: here
   /// every resolved value that differs from Tuning's default would count as set explicitly.
   const Config& config() const;
+  /// Whether every rank reaches every peer's memory directly: host backend always; CUDA backend when every
+  /// pair of GPUs is NVLink-connected with peer access. Without it the CUDA backend runs every collective
+  /// through NCCL, and forcing another Algorithm throws Error(kUnsupported).
+  bool full_peer_access() const;
 
   /// Allocates `bytes` from the symmetric heap: the same offset on every rank, mapped by every peer.
   /// Collectives on such buffers skip the staging copy. Must be called by all ranks in the same order with

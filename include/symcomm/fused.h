@@ -79,9 +79,9 @@ struct FusedOptions {
   /// small inputs. Clamped to what the shape allows (at most kMaxFusedChunks).
   int chunks = 0;
   /// GEMMs with fewer floating-point operations (2·M·N·K over all ranks' rows) than this take the unfused
-  /// path: below it the pipeline's extra launches cost more than the overlap saves. Not measured yet:
-  /// 2^34 (about 20 us of bf16 GEMM on an H200) is an estimate; tests set 0.
-  double min_pipelined_flops = 0x1p34;
+  /// path: below it the pipeline's extra launches and smaller GEMMs cost more than the overlap saves.
+  /// Negative: the measured threshold of the operation (kAutoPipelinedFlops*); tests set 0.
+  double min_pipelined_flops = -1;
   /// Always take the unfused path (benchmark baseline, debugging).
   bool force_unfused = false;
   /// If not null, receives the path that ran.
@@ -90,6 +90,14 @@ struct FusedOptions {
 
 /// Upper bound of FusedOptions::chunks.
 inline constexpr int kMaxFusedChunks = 16;
+
+/// The automatic FusedOptions::min_pipelined_flops, from `symcomm-bench --extra fused` on 2 and 4 x H100
+/// (bf16): all-gather + matmul pipelined gained at most 2% below 2^40 flops (M = N = K = 8192) at 4 ranks and
+/// lost up to 2.4 x at M = 1024 (its GEMMs split in world - 1 chunks); at 2 ranks it was within ±4% of the
+/// unfused path below 2^40 and 9% faster at 2^40. Matmul + reduce-scatter (two ranks) lost 5% at 1.2·10^11
+/// flops (M = 1024, K = 4096, N = 14336) and gained 8-18% from 3.7·10^11.
+inline constexpr double kAutoPipelinedFlopsAllGather = 0x1p40;
+inline constexpr double kAutoPipelinedFlopsReduceScatter = 0x1p38;
 
 /// all_gather_matmul: A = all-gather of `a_shard` along `gather_dim` (rank order), then out[i] = A · b[i].
 ///
@@ -108,8 +116,11 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, std::span<c
 /// a: [batch..., M, K_local] (each rank holds a slice of the contraction dim); b: [K_local, N]; the product
 /// P = a · b has a's shape with the last extent N; scatter_dim in [-ndim, ndim - 1) indexes a's dims (not
 /// K) and its extent must be divisible by the world size; out has P's shape with that extent divided by the
-/// world size and holds block `rank` of the reduction. op is kSum or kAvg. Partial products are summed in
-/// float32 and rounded to the dtype once.
+/// world size and holds block `rank` of the reduction. op is kSum or kAvg. Each rank's partial product is
+/// rounded to the dtype once, the partials are summed in float32 and the sum is rounded once (the accuracy
+/// of a GEMM followed by symcomm's reduce-scatter). Where the communicator lacks full peer access
+/// (Communicator::full_peer_access(): its reduce-scatter is NCCL's, which rounds every intermediate sum)
+/// and more than two ranks take part, the partials stay in float32 and only the sum is rounded.
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, ReduceOp op, int scatter_dim,
                            const TensorRef& out, const CollOptions& coll = {}, const FusedOptions& fused = {});
 

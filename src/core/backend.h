@@ -98,6 +98,8 @@ class Backend {
   /// group: what the `*_async` calls of a group ended by the synchronous group_end() return. The default
   /// (run_group returns when done) returns a completed Work.
   virtual std::shared_ptr<Work> run_group_with_work(const std::vector<std::pair<Request, Algorithm>>& ops);
+  /// Whether every rank reaches every peer's memory (Communicator::full_peer_access()).
+  virtual bool full_peer_access() const { return true; }
   /// Whether reduce_scatter_gathered() is available (the bucketer otherwise copies its inputs into the
   /// bucket and calls reduce_scatter).
   virtual bool can_reduce_scatter_gathered() const { return false; }

@@ -347,6 +347,7 @@ const RankInfo& Communicator::rank_info() const { return core_->ctx().ranks; }
 BackendKind Communicator::backend() const { return core_->backend().kind(); }
 int Communicator::device() const { return core_->backend().device(); }
 const Config& Communicator::config() const { return core_->ctx().config; }
+bool Communicator::full_peer_access() const { return core_->backend().full_peer_access(); }
 
 void* Communicator::alloc(size_t bytes) {
   core_->ctx().throw_if_failed();

@@ -120,6 +120,7 @@ class CudaBackend final : public Backend {
  public:
   /// Runs of same-(kind, dtype, op, stream) all-reduces / reduce-scatters / all-gathers run as one kernel.
   void run_group(const std::vector<std::pair<Request, Algorithm>>& ops) override;
+  bool full_peer_access() const override { return caps_.full_nvlink; }
   bool can_reduce_scatter_gathered() const override { return caps_.full_nvlink; }
   void reduce_scatter_gathered(const GatheredReduceScatter& g) override;
   std::shared_ptr<Work> run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops) override;

@@ -275,14 +275,16 @@ void run_matmul_reduce_scatter(Communicator& comm, Engine& e, const RsPlan& p, c
     // Products in the output dtype, reduced in float32 by the reduce-scatter (the accuracy the fused paths
     // must match), straight into the output.
     rs_gemms(e, p, a, b, world, ws, a.dtype, p.chunks[0]);
-    comm.reduce_scatter(ws, out.data, static_cast<size_t>(local_rows * p.n), a.dtype, op, e.coll(Lane::kMain));
+    CollOptions co = e.coll(Lane::kMain);
+    if (world > 2) co.algorithm = Algorithm::kDirect;  // not NCCL's ring (RsMode::kUnfused)
+    comm.reduce_scatter(ws, out.data, static_cast<size_t>(local_rows * p.n), a.dtype, op, co);
     return;
   }
   if (p.mode == RsMode::kExchange) {
     run_exchange(comm, e, p, a, b, out, ws);
     return;
   }
-  // kFloat32 (more than two ranks): float32 products and reduce-scatter, one rounding into the output.
+  // kFloat32 (more than two ranks without full peer access): float32 products and reduce-scatter, one rounding into the output.
   float* result = reinterpret_cast<float*>(ws + p.product_bytes);
   rs_gemms(e, p, a, b, world, ws, DataType::kFloat32, p.chunks[0]);
   comm.reduce_scatter(ws, result, static_cast<size_t>(local_rows * p.n), DataType::kFloat32, ReduceOp::kSum,
@@ -312,7 +314,8 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   using namespace detail::fused;
   comm.check();
   const RsPlan p =
-      plan_matmul_reduce_scatter(comm.world_size(), a, b, op, scatter_dim, out, fused, workspace_bytes(comm, fused));
+      plan_matmul_reduce_scatter(comm.world_size(), a, b, op, scatter_dim, out, fused, workspace_bytes(comm, fused),
+                                 comm.full_peer_access());
   if (fused.path_out) *fused.path_out = p.path;
   if (p.empty) return;
   auto e = make_engine(comm, coll, fused.workspace, p.path == FusedPath::kPipelined);
@@ -343,9 +346,10 @@ size_t matmul_reduce_scatter_workspace_bytes(int world_size, const TensorRef& a,
   SYMCOMM_CHECK_ARG(a.shape[dim] % world_size == 0, "scatter extent not divisible by the world size");
   const RowSplit s = split_rows(a.shape, dim, world_size);
   const size_t es = dtype_size(a.dtype);
-  // The pipelined path's buffers where there is one, else the unfused path's (a workspace that large spares
-  // it temporary allocations).
-  const RsMode mode = rs_can_pipeline(world_size, s.k) ? RsMode::kExchange : rs_unfused_mode(world_size);
+  // The pipelined path's buffers where there is one, else the larger unfused path's (a workspace that large
+  // spares it temporary allocations, with or without full peer access).
+  const RsMode mode =
+      rs_can_pipeline(world_size, s.k) ? RsMode::kExchange : rs_unfused_mode(world_size, /*full_peer_access=*/false);
   const auto c = rs_chunks(mode, b.shape[1], es, chunks);
   int buffers = 0;
   size_t product = 0, result = 0;

@@ -119,7 +119,9 @@ size_t ag_staging_bytes(int world_size, const RowSplit& s, size_t elem_size, boo
 }
 
 bool rs_can_pipeline(int world_size, int64_t k) { return world_size == 2 && k > 0; }
-RsMode rs_unfused_mode(int world_size) { return world_size <= 2 ? RsMode::kUnfused : RsMode::kFloat32; }
+RsMode rs_unfused_mode(int world_size, bool full_peer_access) {
+  return world_size <= 2 || full_peer_access ? RsMode::kUnfused : RsMode::kFloat32;
+}
 std::vector<ColChunk> rs_chunks(RsMode mode, int64_t n, size_t elem_size, int requested) {
   return mode == RsMode::kExchange ? col_chunks(n, elem_size, requested) : std::vector<ColChunk>{{.c0 = 0, .c1 = n}};
 }
@@ -195,7 +197,8 @@ AgPlan plan_all_gather_matmul(int world_size, const TensorRef& a, std::span<cons
                               .chunks = static_cast<int>(chunks.size()),
                               .needs_two_chunks = false,
                               .force_unfused = o.force_unfused,
-                              .min_flops = o.min_pipelined_flops,
+                              .min_flops = o.min_pipelined_flops >= 0 ? o.min_pipelined_flops
+                                                                      : kAutoPipelinedFlopsAllGather,
                               .empty = p.empty});
   if (p.path == FusedPath::kPipelined) {
     p.chunks = std::move(chunks);
@@ -209,7 +212,8 @@ AgPlan plan_all_gather_matmul(int world_size, const TensorRef& a, std::span<cons
 }
 
 RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b, ReduceOp op, int scatter_dim,
-                                  const TensorRef& out, const FusedOptions& o, size_t workspace_bytes) {
+                                  const TensorRef& out, const FusedOptions& o, size_t workspace_bytes,
+                                  bool full_peer_access) {
   SYMCOMM_CHECK_ARG(fused_dtype(a.dtype), "fused operations take bfloat16, float16 or float32, not {}",
                     to_string(a.dtype));
   SYMCOMM_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kAvg, "matmul_reduce_scatter supports sum and avg, not {}",
@@ -248,9 +252,10 @@ RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const Tens
                               .chunks = static_cast<int>(chunks.size()),
                               .needs_two_chunks = true,
                               .force_unfused = o.force_unfused || !can_pipeline,
-                              .min_flops = o.min_pipelined_flops,
+                              .min_flops = o.min_pipelined_flops >= 0 ? o.min_pipelined_flops
+                                                                      : kAutoPipelinedFlopsReduceScatter,
                               .empty = p.empty});
-  p.mode = p.path == FusedPath::kPipelined ? RsMode::kExchange : rs_unfused_mode(world_size);
+  p.mode = p.path == FusedPath::kPipelined ? RsMode::kExchange : rs_unfused_mode(world_size, full_peer_access);
   p.chunks = p.mode == RsMode::kExchange ? std::move(chunks) : rs_chunks(p.mode, p.n, es, o.chunks);
   rs_workspace_bytes(p.mode, world_size, p.rows, p.n, es, p.chunks, &p.buffers, &p.product_bytes, &p.result_bytes);
   return p;

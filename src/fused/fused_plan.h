@@ -56,10 +56,11 @@ struct AgPlan {
 
 /// How matmul_reduce_scatter runs (NOTE [fused pipelines]).
 enum class RsMode : uint8_t {
-  kUnfused,   ///< up to two ranks: one GEMM of every rank's rows in the output dtype, one reduce-scatter into
-              ///< `out` (float32 accumulation inside, each partial rounded once: the accuracy bar)
-  kFloat32,   ///< more ranks: one float32 GEMM, one float32 reduce-scatter, then rounding into `out` (a ring
-              ///< reduce-scatter in the output dtype would round every intermediate sum)
+  kUnfused,   ///< one GEMM of every rank's rows in the output dtype, one reduce-scatter into `out` (float32
+              ///< accumulation inside, each partial rounded once: the accuracy bar); from three ranks it is
+              ///< forced onto the direct algorithm (symcomm's kernel), never NCCL's ring
+  kFloat32,   ///< three ranks or more without full peer access: one float32 GEMM, one float32 reduce-scatter,
+              ///< then rounding into `out` (NCCL's ring in the output dtype would round every intermediate sum)
   kExchange,  ///< two ranks, pipelined: the peer's rows first, swapped chunk by chunk by the copy engine, then
               ///< this rank's rows with the received partial added in the GEMM's epilogue
 };
@@ -113,8 +114,10 @@ size_t ag_staging_bytes(int world_size, const RowSplit& s, size_t elem_size, boo
 /// extent: two ranks only (measured on 4 x H200: a float32 pipeline over column chunks took
 /// 1.9-8.2 x the matmul alone, the unfused path 1.2-1.5 x).
 bool rs_can_pipeline(int world_size, int64_t k);
-/// The unfused mode for a world size.
-RsMode rs_unfused_mode(int world_size);
+/// The unfused mode for a world size: kUnfused up to two ranks (any reduce-scatter of two partials rounds once)
+/// and, from three, where the communicator has full peer access (its direct reduce-scatter sums every partial
+/// in float32 and rounds once); kFloat32 otherwise (NCCL's ring would round every intermediate sum).
+RsMode rs_unfused_mode(int world_size, bool full_peer_access);
 /// The column chunks of `mode`: col_chunks for kExchange, one chunk of width n otherwise.
 std::vector<ColChunk> rs_chunks(RsMode mode, int64_t n, size_t elem_size, int requested);
 /// Buffers of matmul_reduce_scatter in `mode` (see RsPlan): sets *buffers, *product and *result and returns
@@ -126,8 +129,10 @@ size_t rs_workspace_bytes(RsMode mode, int world_size, const RowSplit& s, int64_
 AgPlan plan_all_gather_matmul(int world_size, const TensorRef& a, std::span<const TensorRef> b, int gather_dim,
                               std::span<const TensorRef> out, const TensorRef* a_gathered, const FusedOptions& o,
                               size_t workspace_bytes);
+/// `full_peer_access`: Communicator::full_peer_access() (see rs_unfused_mode).
 RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b, ReduceOp op, int scatter_dim,
-                                  const TensorRef& out, const FusedOptions& o, size_t workspace_bytes);
+                                  const TensorRef& out, const FusedOptions& o, size_t workspace_bytes,
+                                  bool full_peer_access);
 
 /// Bytes rounded up to kWorkspaceAlign.
 inline size_t align_up(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }

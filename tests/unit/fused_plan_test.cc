@@ -4,6 +4,9 @@
 
 #include "fused/fused_plan.h"
 
+#include <cstdint>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "symcomm/error.h"
@@ -137,6 +140,37 @@ TEST(FusedPlans, AllGatherPathsAndStaging) {
   EXPECT_THROW(all_gather_matmul_workspace_bytes(2, huge, 0, false), Error) << "2^64 bytes";
 }
 
+// The automatic flop thresholds (FusedOptions::min_pipelined_flops < 0) at the shapes they were measured on:
+// pipelined from M = N = K = 8192 (2^40 flops) for all-gather + matmul, from 2^38 for matmul + reduce-scatter.
+TEST(FusedPlans, AutomaticThresholdsFollowTheMeasuredShapes) {
+  const DataType dt = DataType::kBFloat16;
+  char dummy[16];
+  FusedOptions o{.workspace = reinterpret_cast<FusedWorkspace*>(dummy)};
+  ASSERT_LT(o.min_pipelined_flops, 0) << "the default is automatic";
+  auto ag = [&](int world, int64_t m, int64_t k, int64_t n) {
+    TensorRef a{dummy, dt, {m / world, k}}, b{dummy, dt, {k, n}}, out{dummy, dt, {m, n}};
+    std::vector<TensorRef> bs{b}, outs{out};
+    return plan_all_gather_matmul(world, a, bs, 0, outs, nullptr, o, SIZE_MAX).path;
+  };
+  auto rs = [&](int world, int64_t m, int64_t k, int64_t n) {
+    TensorRef a{dummy, dt, {m, k}}, b{dummy, dt, {k, n}}, out{dummy, dt, {m / world, n}};
+    return plan_matmul_reduce_scatter(world, a, b, ReduceOp::kSum, 0, out, o, SIZE_MAX, true).path;
+  };
+  for (int world : {2, 4, 8}) {
+    EXPECT_EQ(ag(world, 1024, 4096, 14336), FusedPath::kUnfused) << world << " ranks, 2.4 x slower pipelined";
+    EXPECT_EQ(ag(world, 4096, 4096, 14336), FusedPath::kUnfused) << world << " ranks";
+    EXPECT_EQ(ag(world, 8192, 8192, 8192), FusedPath::kPipelined) << world << " ranks";
+    EXPECT_EQ(ag(world, 16384, 4096, 14336), FusedPath::kPipelined) << world << " ranks";
+  }
+  EXPECT_EQ(rs(2, 1024, 4096, 14336), FusedPath::kUnfused) << "5% slower pipelined";
+  EXPECT_EQ(rs(2, 4096, 4096, 11008), FusedPath::kPipelined);
+  EXPECT_EQ(rs(2, 8192, 4096, 8192), FusedPath::kPipelined);
+  EXPECT_EQ(rs(4, 8192, 4096, 8192), FusedPath::kUnfused) << "no pipelined path from three ranks";
+  o.min_pipelined_flops = 0;
+  EXPECT_EQ(ag(4, 1024, 4096, 14336), FusedPath::kPipelined) << "an explicit threshold wins";
+  EXPECT_EQ(rs(2, 1024, 4096, 14336), FusedPath::kPipelined) << "an explicit threshold wins";
+}
+
 TEST(FusedPlans, ReduceScatterPathsAndWorkspace) {
   const DataType dt = DataType::kBFloat16;
   char dummy[16];
@@ -145,7 +179,7 @@ TEST(FusedPlans, ReduceScatterPathsAndWorkspace) {
   const size_t need = matmul_reduce_scatter_workspace_bytes(2, a, b, 1, 4);
   // Two ranks swap partials: 4 chunks of 16 columns, one buffer each of 2 blocks × 8 local rows × 16 bf16.
   EXPECT_EQ(need, 4 * align_up(2 * 8 * 16 * 2));
-  RsPlan p = plan_matmul_reduce_scatter(2, a, b, ReduceOp::kAvg, 1, out, o, need);
+  RsPlan p = plan_matmul_reduce_scatter(2, a, b, ReduceOp::kAvg, 1, out, o, need, true);
   EXPECT_EQ(p.path, FusedPath::kPipelined);
   EXPECT_EQ(p.mode, RsMode::kExchange);
   EXPECT_EQ(p.chunks.size(), 4u);
@@ -154,25 +188,33 @@ TEST(FusedPlans, ReduceScatterPathsAndWorkspace) {
   EXPECT_EQ(p.rows.outer, 2);
   EXPECT_EQ(p.rows.m, 4);
   EXPECT_FLOAT_EQ(p.scale, 0.5f);
-  EXPECT_EQ(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, need - 1).path, FusedPath::kUnfused);
+  EXPECT_EQ(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, need - 1, true).path, FusedPath::kUnfused);
   // Four ranks: no pipelined path; the unfused float32 path's product (4 ranks × 4 local rows × 64 floats)
   // and result (4 local rows × 64 floats).
   TensorRef out4{dummy, dt, {2, 2, 64}};
   const size_t need4 = matmul_reduce_scatter_workspace_bytes(4, a, b, 1, 4);
   EXPECT_EQ(need4, align_up(4 * 4 * 64 * 4) + align_up(4 * 64 * 4));
-  p = plan_matmul_reduce_scatter(4, a, b, ReduceOp::kSum, 1, out4, o, 1 << 20);
+  p = plan_matmul_reduce_scatter(4, a, b, ReduceOp::kSum, 1, out4, o, 1 << 20, false);
   EXPECT_EQ(p.path, FusedPath::kUnfused);
-  EXPECT_EQ(p.mode, RsMode::kFloat32);
+  EXPECT_EQ(p.mode, RsMode::kFloat32) << "no full peer access: NCCL's ring would round every partial sum";
   EXPECT_EQ(p.product_bytes + p.result_bytes, need4);
+  // With full peer access: partials in bf16 (4 ranks × 4 local rows × 64), reduced by the direct kernel.
+  p = plan_matmul_reduce_scatter(4, a, b, ReduceOp::kSum, 1, out4, o, 1 << 20, true);
+  EXPECT_EQ(p.path, FusedPath::kUnfused);
+  EXPECT_EQ(p.mode, RsMode::kUnfused);
+  EXPECT_EQ(p.product_bytes, align_up(4 * 4 * 64 * 2));
+  EXPECT_EQ(p.result_bytes, 0u);
+  EXPECT_LE(p.product_bytes, need4) << "the advertised workspace covers either unfused mode";
+  EXPECT_EQ(rs_unfused_mode(2, false), RsMode::kUnfused) << "two partials: any reduce-scatter rounds once";
   // Unfused: one buffer of every rank's rows in the output dtype, nothing else.
-  p = plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, 0);
+  p = plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, 0, true);
   EXPECT_EQ(p.mode, RsMode::kUnfused);
   EXPECT_EQ(p.product_bytes, align_up(2 * 8 * 64 * 2));
   EXPECT_EQ(p.result_bytes, 0u);
   o.chunks = 1;
-  EXPECT_EQ(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, 1 << 20).path, FusedPath::kUnfused);
-  EXPECT_THROW(plan_matmul_reduce_scatter(3, a, b, ReduceOp::kSum, 1, out, o, 0), Error) << "8 rows over 3 ranks";
-  EXPECT_THROW(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kProd, 1, out, o, 0), Error);
+  EXPECT_EQ(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kSum, 1, out, o, 1 << 20, true).path, FusedPath::kUnfused);
+  EXPECT_THROW(plan_matmul_reduce_scatter(3, a, b, ReduceOp::kSum, 1, out, o, 0, true), Error) << "8 rows over 3 ranks";
+  EXPECT_THROW(plan_matmul_reduce_scatter(2, a, b, ReduceOp::kProd, 1, out, o, 0, true), Error);
 }
 
 }  // namespace
