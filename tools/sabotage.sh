@@ -276,6 +276,11 @@ case_def gpu launch-result src/algos/cuda_common.cuh \
   "  cudaLaunchKernelEx(&cfg, kernel, p);
   const cudaError_t err = cudaGetLastError();" \
   symcomm_gpu_tests "GpuThreads.ACallersEarlierCudaErrorIsNeitherTakenNorCleared" 120 "$SHARED2"
+# Kernels loaded lazily at their first launch (NOTE [kernel loading]): a first call waits for the held stream.
+case_def gpu kernel-loading src/core/cuda_backend_cuda.cc \
+  "  load_kernel_modules();" \
+  "  // kernels left to load lazily" \
+  symcomm_gpu_tests "GpuLoading.*" 120 ""
 
 say() { echo "$*" | tee -a "$REPORT"; }
 build() { [ -n "${PREBUILT:-}" ] || ninja -C "$BUILD" "tests/$1" >>"$LOGS/build.log" 2>&1; }

@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/deadline.h"
+#include "core/kernel_loading_cuda.h"
 #include "core/logging.h"
 #include "core/memory_ledger.h"
 #include "topology/cuda_topology_cuda.h"
@@ -103,6 +104,8 @@ void CudaBackend::setup() {
   const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
   SYMCOMM_CUDA_CHECK(cudaSetDevice(device_));
   SYMCOMM_CUDA_CHECK(cudaFree(nullptr));  // create the context
+  // Every kernel now, none at a first launch (NOTE [kernel loading]).
+  load_kernel_modules();
   caps_.backend = BackendKind::kCuda;
   caps_.world_size = n;
   caps_.copy_engine = false;
