@@ -35,7 +35,7 @@ __global__ void module_anchor_kernel() {}
 using device::DeviceComm;
 
 /// Threads per block of every data kernel: 16 warps keep enough 16-byte accesses in flight per SM
-/// (FIELD-NOTES: 32 blocks x 1024 threads reach ~360 GB/s over NVLink; 512 is the smaller-grid choice).
+/// (on H100, 32 blocks x 1024 threads reach ~360 GB/s over NVLink; 512 is the smaller-grid choice).
 inline constexpr int kThreads = 512;
 /// Independent 16-byte loads each thread issues before its stores (copies), and packs per source in flight
 /// in reductions (x world size loads).
