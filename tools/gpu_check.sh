@@ -123,7 +123,7 @@ fi
 #   GPU_CHECK_STEPS=tests SHARDS=8 SHARD_LIST="0 1" tools/gpu_check.sh
 default_shards() {
   local w=$1
-  if [ "$w" -le 2 ]; then echo 4; elif [ "$w" -le 4 ]; then echo 8; else echo 16; fi
+  if [ "$w" -le 4 ]; then echo 8; else echo 16; fi
 }
 if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   world=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
