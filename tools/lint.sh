@@ -16,7 +16,8 @@
 #    text; every line of another *.txt) in a *.h, *.cc, *.cu, *.cuh, *.sh, *.py, *.txt (CMakeLists.txt
 #    included) or *.cmake file under include/ src/ tests/ bench/ tools/ that git tracks or would track names
 #    a session ("the twelfth session", "sessions"), says "a review found", cites an issue number ("issue 6",
-#    "issues 3, 4", "issue-4") or carries an ISO date (2026-11-25). String literals are not checked (test
+#    "issues 3, 4", "issue-4"), carries an ISO date (2026-11-25) or points outside the repository (the
+#    field notes, ../shared/). String literals are not checked (test
 #    data may hold dates). The same words, except dates, in every line of the Markdown files (README.md, docs/,
 #    tests/README.md): results there carry the date they were measured. Not checked: this file (it holds the
 #    patterns) and the files of HISTORY_EXCLUDED.
@@ -199,6 +200,7 @@ history_words() {
       else if (t ~ /a review found/) what = "\"a review found\""
       else if (t ~ /(^|[^a-z0-9_])issues?[ -]?#?[0-9]/) what = "an issue number"
       else if (kind != "md" && t ~ /(^|[^0-9])[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]([^0-9]|$)/) what = "a date"
+      else if (t ~ /field-notes|\.\.\/shared\//) what = "a file outside the repository"
       if (what != "") printf "  %s:%d: %s: %s\n", FILENAME, FNR, what, $0
     }
   ' "$@"
@@ -214,7 +216,7 @@ done < <(text_files include src tests bench tools docs README.md)
 if [ "${#history_files[@]}" -gt 0 ]; then
   findings=$(history_words "${history_files[@]}")
   if [ -n "$findings" ]; then
-    echo "lint: comments must state facts, not history (no session, \"a review found\", issue number or date):"
+    echo "lint: comments must state facts, not history (no session, \"a review found\", issue number, date or file outside the repository):"
     printf '%s\n' "$findings"
     status=1
   fi
