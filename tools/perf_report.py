@@ -7,6 +7,10 @@ run and collective the page gets one table (symcomm against the best NCCL mode o
 CUDA graph, with the ratio and symcomm's bus bandwidth) and one PNG plot (docs/perf/<id>-<collective>.png: time
 by size, and the ratio); and for each run a table of the host CPU time per eager call.
 
+An entry with "kind": "fused" is a fused GEMM + collective run (symcomm-bench --extra fused; entries without
+"kind" are collective runs): it gets one table in the section "Fused GEMM + collective", after the collective
+runs, with a row per (op, M, K, N) in file order, and no plot.
+
   tools/perf_report.py             rewrite docs/performance.md and the plots (needs python3-matplotlib)
   tools/perf_report.py --check     exit 1 if docs/performance.md differs from what the data gives (no plots)
 
@@ -22,6 +26,7 @@ PERF = os.path.join(ROOT, "docs", "perf")
 PAGE = os.path.join(ROOT, "docs", "performance.md")
 NCCL_IMPLS = ("nccl", "nccl_symmetric")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+FUSED_NOISE = 1.02  # run-to-run noise allowed when comparing the fused time with the best unfused one
 
 HEADER = """# Performance
 
@@ -157,9 +162,74 @@ def plot(run, coll, rows, path):
     plt.close(fig)
 
 
+FUSED_INTRO = """## Fused GEMM + collective
+
+symcomm's fused all-gather + matmul (`ag_matmul`: A [M, K] gathered along M, M global) and matmul +
+reduce-scatter (`matmul_rs`: A [M, K] with K per rank, the product scattered along M), bf16, against the same
+cuBLASLt GEMM alone (matmul) and the unfused sequences, in the same run and on the same inputs. Times are µs
+per eager operation, the median of the benchmark's batches; the path is the one the fused op chose
+(pipelined or unfused); ratios are over the matmul alone; best forced chunks is the lowest time of the fused op
+with k chunks forced, with its k (and the path it took where that was not pipelined).
+"""
+
+
+def is_fused(run):
+    return run.get("kind") == "fused"
+
+
+def fused_rows(records):
+    """One row per (collective, M, K, N) in file order: {impl: record} for that shape."""
+    rows = {}
+    for r in records:
+        rows.setdefault((r["collective"], r["M"], r["K"], r["N"]), {})[r["impl"]] = r
+    return rows
+
+
+def fused_table(records):
+    out = ["| op | M | K | N | matmul µs | fused µs | fused path | symcomm unfused µs | NCCL unfused µs | "
+           "fused/matmul | NCCL unfused/matmul | best forced chunks µs | fused ≤ best unfused |",
+           "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+    for (op, m, k, n), impls in fused_rows(records).items():
+        t = {i: r["time_us"] for i, r in impls.items()}
+        mm, fu, su, nu = t.get("matmul"), t.get("fused"), t.get("symcomm_unfused"), t.get("nccl_unfused")
+        forced = sorted((v, int(i[len("fused_c"):]), impls[i].get("algo", "pipelined")) for i, v in t.items()
+                        if i.startswith("fused_c") and i[len("fused_c"):].isdigit())
+        best = "-"
+        if forced:
+            v, chunks, algo = forced[0]
+            best = f"{fmt(v)} (k={chunks}" + ("" if algo == "pipelined" else f", {algo} path") + ")"
+        unfused = [x for x in (su, nu) if x is not None]
+        ok = "-" if fu is None or not unfused else ("yes" if fu <= min(unfused) * FUSED_NOISE else "no")
+        path = impls["fused"].get("algo", "-") if "fused" in impls else "-"
+        out.append(f"| {op} | {m} | {k} | {n} | {fmt(mm)} | {fmt(fu)} | {path} | {fmt(su)} | {fmt(nu)} | "
+                   f"{fmt(ratio(fu, mm), 3)} | {fmt(ratio(nu, mm), 3)} | {best} | {ok} |")
+    return out
+
+
+def fused_section(runs):
+    out = [FUSED_INTRO]
+    for run in runs:
+        out += [f"### {run['machine']}, {run['world_size']} ranks", "",
+                f"Measured {run['date']} at commit {run['commit']}, bf16, with:", "", "```sh", run["command"],
+                "```", ""]
+        if run.get("note"):
+            out += [run["note"].replace("<", "\\<"), ""]  # fused_c<k>: not an HTML tag in Markdown
+        wrong = sum(r.get("wrong", 0) for r in run["records"] if r["impl"] not in ("matmul", "nccl_unfused"))
+        out += fused_table(run["records"])
+        out += ["", f"fused ≤ best unfused is yes when the fused time is at most {FUSED_NOISE:.2f} × the lower of "
+                    f"symcomm unfused and NCCL unfused ({round((FUSED_NOISE - 1) * 100)}% for run-to-run noise). "
+                    "Targets: fused all-gather + matmul ≤ 1.08 × and matmul + reduce-scatter ≤ 1.15 × the matmul "
+                    "alone, never above the best unfused time.", "",
+                "Every symcomm result (fused, symcomm unfused, forced chunks) was checked against NCCL unfused's "
+                f"output: {wrong} wrong elements.", ""]
+    return out
+
+
 def page(runs, perf_dir, write_plots):
     out = [HEADER]
     for run in runs:
+        if is_fused(run):
+            continue
         idx = index(run["records"])
         out += [f"## {run['machine']}, {run['world_size']} ranks", "",
                 f"Measured {run['date']} at commit {run['commit']}, bf16 sum, with:", "", "```sh", run["command"],
@@ -179,6 +249,9 @@ def page(runs, perf_dir, write_plots):
         cpu = cpu_table(idx)
         if len(cpu) > 2:
             out += ["### Host CPU per eager call (µs)", ""] + cpu + [""]
+    fused = [run for run in runs if is_fused(run)]
+    if fused:
+        out += fused_section(fused)
     return "\n".join(out).rstrip() + "\n"
 
 
