@@ -284,7 +284,8 @@ void run_matmul_reduce_scatter(Communicator& comm, Engine& e, const RsPlan& p, c
     run_exchange(comm, e, p, a, b, out, ws);
     return;
   }
-  // kFloat32 (more than two ranks without full peer access): float32 products and reduce-scatter, one rounding into the output.
+  // kFloat32 (more than two ranks without full peer access): float32 products and reduce-scatter, one rounding into the
+  // output.
   float* result = reinterpret_cast<float*>(ws + p.product_bytes);
   rs_gemms(e, p, a, b, world, ws, DataType::kFloat32, p.chunks[0]);
   comm.reduce_scatter(ws, result, static_cast<size_t>(local_rows * p.n), DataType::kFloat32, ReduceOp::kSum,
@@ -313,9 +314,8 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
                            const TensorRef& out, const CollOptions& coll, const FusedOptions& fused) {
   using namespace detail::fused;
   comm.check();
-  const RsPlan p =
-      plan_matmul_reduce_scatter(comm.world_size(), a, b, op, scatter_dim, out, fused, workspace_bytes(comm, fused),
-                                 comm.full_peer_access());
+  const RsPlan p = plan_matmul_reduce_scatter(comm.world_size(), a, b, op, scatter_dim, out, fused,
+                                              workspace_bytes(comm, fused), comm.full_peer_access());
   if (fused.path_out) *fused.path_out = p.path;
   if (p.empty) return;
   auto e = make_engine(comm, coll, fused.workspace, p.path == FusedPath::kPipelined);

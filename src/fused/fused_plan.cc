@@ -189,17 +189,17 @@ AgPlan plan_all_gather_matmul(int world_size, const TensorRef& a, std::span<cons
   std::vector<RowChunk> chunks = row_chunks(p.rows, world_size, o.chunks, a_gathered != nullptr);
   const bool direct_pipelined = a_gathered && p.rows.outer == 1 && chunks.size() == 1;
   const double flops = 2.0 * world_size * static_cast<double>(p.rows.local_rows()) * p.rows.k * sum_n;
-  p.path = select_fused_path({.world_size = world_size,
-                              .flops = flops,
-                              .has_workspace = o.workspace != nullptr,
-                              .workspace_bytes = workspace_bytes,
-                              .workspace_needed = staging(direct_pipelined),
-                              .chunks = static_cast<int>(chunks.size()),
-                              .needs_two_chunks = false,
-                              .force_unfused = o.force_unfused,
-                              .min_flops = o.min_pipelined_flops >= 0 ? o.min_pipelined_flops
-                                                                      : kAutoPipelinedFlopsAllGather,
-                              .empty = p.empty});
+  p.path =
+      select_fused_path({.world_size = world_size,
+                         .flops = flops,
+                         .has_workspace = o.workspace != nullptr,
+                         .workspace_bytes = workspace_bytes,
+                         .workspace_needed = staging(direct_pipelined),
+                         .chunks = static_cast<int>(chunks.size()),
+                         .needs_two_chunks = false,
+                         .force_unfused = o.force_unfused,
+                         .min_flops = o.min_pipelined_flops >= 0 ? o.min_pipelined_flops : kAutoPipelinedFlopsAllGather,
+                         .empty = p.empty});
   if (p.path == FusedPath::kPipelined) {
     p.chunks = std::move(chunks);
     p.direct = direct_pipelined;
@@ -244,17 +244,17 @@ RsPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const Tens
   size_t product = 0, result = 0;
   const size_t needed =
       rs_workspace_bytes(RsMode::kExchange, world_size, p.rows, p.n, es, chunks, &buffers, &product, &result);
-  p.path = select_fused_path({.world_size = world_size,
-                              .flops = 2.0 * world_size * static_cast<double>(local_rows) * p.rows.k * p.n,
-                              .has_workspace = o.workspace != nullptr,
-                              .workspace_bytes = workspace_bytes,
-                              .workspace_needed = needed,
-                              .chunks = static_cast<int>(chunks.size()),
-                              .needs_two_chunks = true,
-                              .force_unfused = o.force_unfused || !can_pipeline,
-                              .min_flops = o.min_pipelined_flops >= 0 ? o.min_pipelined_flops
-                                                                      : kAutoPipelinedFlopsReduceScatter,
-                              .empty = p.empty});
+  p.path = select_fused_path(
+      {.world_size = world_size,
+       .flops = 2.0 * world_size * static_cast<double>(local_rows) * p.rows.k * p.n,
+       .has_workspace = o.workspace != nullptr,
+       .workspace_bytes = workspace_bytes,
+       .workspace_needed = needed,
+       .chunks = static_cast<int>(chunks.size()),
+       .needs_two_chunks = true,
+       .force_unfused = o.force_unfused || !can_pipeline,
+       .min_flops = o.min_pipelined_flops >= 0 ? o.min_pipelined_flops : kAutoPipelinedFlopsReduceScatter,
+       .empty = p.empty});
   p.mode = p.path == FusedPath::kPipelined ? RsMode::kExchange : rs_unfused_mode(world_size, full_peer_access);
   p.chunks = p.mode == RsMode::kExchange ? std::move(chunks) : rs_chunks(p.mode, p.n, es, o.chunks);
   rs_workspace_bytes(p.mode, world_size, p.rows, p.n, es, p.chunks, &p.buffers, &p.product_bytes, &p.result_bytes);

@@ -4,10 +4,10 @@
 
 #include "fused/fused_plan.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "symcomm/error.h"
 
