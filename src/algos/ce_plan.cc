@@ -62,15 +62,16 @@ class Builder {
   // same on every rank running it, unlike what this rank's own plan reads: a broadcast's root reads nothing).
   // Their heap places then go into the header (NOTE [heap keys] in src/core/cuda_launch_cuda.cc).
   CePlan finish(uint32_t path, bool peers_read_in, bool peers_read_out) {
-    uint64_t h = fnv1a("symcomm-ce");
+    Fnv1a fnv(fnv1a("symcomm-ce"));
     for (uint64_t v :
          {static_cast<uint64_t>(in_.kind), static_cast<uint64_t>(in_.dtype),
           static_cast<uint64_t>(in_.kind == Collective::kReduceScatter ? in_.op : ReduceOp::kSum),
           static_cast<uint64_t>(in_.count), static_cast<uint64_t>(in_.kind == Collective::kBroadcast ? in_.root : 0),
           static_cast<uint64_t>(path), static_cast<uint64_t>(n_), in_.instance, peers_read_in ? in_.in_place : 0,
           peers_read_out ? in_.out_place : 0}) {
-      h = fnv1a(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v)), h);
+      fnv.add(v);
     }
+    const uint64_t h = fnv.value();
     // 31 bits, never 0 or 1 (the copy engine's in-flight word keeps the top bit and the values 0 and 1).
     plan_.header = static_cast<uint32_t>(h ^ (h >> 32)) & 0x7fffffffu;
     if (plan_.header < 2) plan_.header += 2;

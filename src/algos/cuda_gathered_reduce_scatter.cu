@@ -121,17 +121,17 @@ uint64_t gathered_header(const GatheredHead& h, DataType dtype, const BucketCopy
   constexpr uint64_t kPathGathered = 17;  // distinct from cuda_launch_cuda.cc's and cuda_group_cuda.cc's paths
   uint64_t mix = 0;
   for (size_t k = 0; k < n; ++k) {
-    mix = (mix ^ (uint64_t{segs[k].dst_offset} << 32 | segs[k].bytes)) * 1099511628211ull;
+    mix = (mix ^ (uint64_t{segs[k].dst_offset} << 32 | segs[k].bytes)) * kFnvPrime;
   }
-  const std::array<uint64_t, 7> f{static_cast<uint64_t>(Collective::kReduceScatter),
-                                  kPathGathered,
-                                  static_cast<uint64_t>(dtype),
-                                  static_cast<uint64_t>(h.op),
-                                  n,
-                                  h.count,
-                                  mix};
-  const uint64_t v = fnv1a(std::string_view(reinterpret_cast<const char*>(f.data()), sizeof(f)));
-  return v ? v : 1;
+  return Fnv1a()
+      .add(static_cast<uint64_t>(Collective::kReduceScatter))
+      .add(kPathGathered)
+      .add(static_cast<uint64_t>(dtype))
+      .add(static_cast<uint64_t>(h.op))
+      .add(n)
+      .add(h.count)
+      .add(mix)
+      .header();
 }
 
 template <int kCap>

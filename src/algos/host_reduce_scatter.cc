@@ -31,11 +31,9 @@ void host_reduce_scatter(HostEngine& e, const Request& r) {
 
 // NOTE [step variant] in host_engine.h: ranks whose flushes lay their inputs out differently disagree here.
 uint32_t host_gathered_variant(const GatheredReduceScatter& g) {
-  uint64_t h = fnv1a("gathered");
-  for (size_t k = 0; k < g.nseg; ++k) {
-    const uint64_t f[2] = {g.segs[k].dst_offset, g.segs[k].bytes};
-    h = fnv1a(std::string_view(reinterpret_cast<const char*>(f), sizeof f), h);
-  }
+  Fnv1a fnv(fnv1a("gathered"));
+  for (size_t k = 0; k < g.nseg; ++k) fnv.add(g.segs[k].dst_offset).add(g.segs[k].bytes);
+  const uint64_t h = fnv.value();
   return static_cast<uint32_t>(h ^ (h >> 32)) | 1;  // never 0, the variant of a plain reduce-scatter
 }
 

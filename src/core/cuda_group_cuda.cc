@@ -54,8 +54,9 @@ uint64_t multi_header(const cuda::MultiParams& p, const Places& in_places, const
     f[7 + 3 * k] = remote_in ? in_places[k] : 0;
     f[8 + 3 * k] = remote_out ? out_places[k] : 0;
   }
-  uint64_t h = fnv1a(std::string_view(reinterpret_cast<const char*>(f.data()), (6 + 3 * p.nseg) * sizeof(uint64_t)));
-  return h ? h : 1;
+  Fnv1a h;
+  for (size_t k = 0; k < 6 + 3 * p.nseg; ++k) h.add(f[k]);
+  return h.header();
 }
 
 // NOTE [group streams] A group's collectives may name different streams, and the caller cannot order them:

@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/cuda_backend_cuda.h"
 #include "core/cuda_check.h"
+#include "core/hash.h"
 #include "core/nccl_map.h"
 
 namespace symcomm::detail {
@@ -29,23 +30,17 @@ namespace {
 // FNV-1a over the fields every rank must agree on; never 0 (0 means "no header"). `in_place` / `out_place`: the
 // heap places of the input / output where peers reach them, else 0.
 uint64_t op_header(const Request& r, int path, bool zero_copy, uint64_t in_place = 0, uint64_t out_place = 0) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(static_cast<uint64_t>(r.kind));
-  mix(static_cast<uint64_t>(path));
-  mix(static_cast<uint64_t>(r.dtype));
-  mix(r.has_reduction() ? static_cast<uint64_t>(r.op) : 0);
-  mix(r.count);
-  mix(r.kind == Collective::kBroadcast ? static_cast<uint64_t>(r.root) : 0);
-  mix(zero_copy);
-  mix(in_place);
-  mix(out_place);
-  return h ? h : 1;
+  return Fnv1a()
+      .add(static_cast<uint64_t>(r.kind))
+      .add(static_cast<uint64_t>(path))
+      .add(static_cast<uint64_t>(r.dtype))
+      .add(r.has_reduction() ? static_cast<uint64_t>(r.op) : 0)
+      .add(r.count)
+      .add(r.kind == Collective::kBroadcast ? static_cast<uint64_t>(r.root) : 0)
+      .add(zero_copy)
+      .add(in_place)
+      .add(out_place)
+      .header();
 }
 
 }  // namespace
