@@ -15,7 +15,8 @@
 /// CUDA backend: buffers are device memory; the operations are enqueued on CollOptions::stream and return
 /// without waiting (no host synchronisation inside; CUDA-graph capture works). Of CollOptions only `stream`
 /// is used: the pipelined path issues its collectives on the workspace's side stream with
-/// Contention::kLow (copy engine where available), the unfused path on `stream` with kAuto. Host backend:
+/// Contention::kLow (copy engine where available), the unfused path on `stream` with kAuto (matmul +
+/// reduce-scatter from three ranks with Algorithm::kDirect, see matmul_reduce_scatter). Host backend:
 /// buffers are host memory; the operations return when done (reference implementation on a CPU BLAS).
 /// Like any collective, these operations are ordered with the communicator's other collectives on `stream`.
 
