@@ -1,0 +1,197 @@
+"""symcomm: collectives between the processes of one node, for NumPy arrays on the host backend.
+
+    import numpy as np, symcomm
+    with symcomm.Communicator.from_env() as comm:      # RANK, WORLD_SIZE, ... from symcomm-run or torchrun
+        x = np.full(4, comm.rank, dtype=np.float32)
+        comm.all_reduce(x, out=x)                       # in place: every rank holds the sum
+
+docs/python.md lists the API. Every collective must be called by every rank in the same order with matching
+arguments; each returns its output array (the `*_async` forms return a Work whose wait() returns it).
+"""
+
+import contextlib
+import pkgutil
+
+# The compiled module may lie in another folder of sys.path (a build tree): take in every symcomm/ there.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+import numpy as _np  # noqa: E402
+
+from ._symcomm import Error, ReduceOp, Work  # noqa: E402
+from . import _symcomm  # noqa: E402
+
+__all__ = ["Communicator", "Error", "ReduceOp", "Work", "DTYPES", "OPS"]
+
+#: NumPy dtypes the collectives accept (symcomm's bfloat16 has no NumPy dtype).
+DTYPES = (_np.float16, _np.float32, _np.float64, _np.int8, _np.uint8, _np.int32, _np.int64)
+
+#: Names accepted for `op`, with their ReduceOp; "avg" divides the sum by the world size (integer division,
+#: truncating toward zero, for integer dtypes).
+OPS = {
+    "sum": ReduceOp.SUM,
+    "prod": ReduceOp.PROD,
+    "min": ReduceOp.MIN,
+    "max": ReduceOp.MAX,
+    "avg": ReduceOp.AVG,
+}
+
+
+def _reduce_op(op):
+    if isinstance(op, ReduceOp):
+        return op
+    if isinstance(op, str) and op.lower() in OPS:
+        return OPS[op.lower()]
+    raise ValueError(f"op {op!r} is not one of {', '.join(OPS)} or a symcomm.ReduceOp")
+
+
+def _array(x, name="x"):
+    if not isinstance(x, _np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+    return x
+
+
+def _blocks(x, world_size, what):
+    """Rows of x per rank, for the outputs of reduce_scatter and the blocks of all_to_all."""
+    if x.ndim == 0 or x.shape[0] % world_size != 0:
+        raise ValueError(f"{what}: the leading dimension of x {x.shape} is not divisible by the world size "
+                         f"{world_size}")
+    return x.shape[0] // world_size
+
+
+class Communicator:
+    """A communicator of every rank of the job (symcomm::Communicator).
+
+    Create it with Communicator.from_env(); close() (or leaving a `with` block) destroys it. Arguments are
+    checked before anything runs: TypeError for a non-array or a dtype outside DTYPES, ValueError for a
+    non-C-contiguous array, a read-only `out`, or an `out` of the wrong size; TypeError for an `out` of another
+    dtype. Failures of the library raise symcomm.Error.
+    """
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    @classmethod
+    def from_env(cls, backend="host"):
+        """Collective: creates the communicator from torchrun / symcomm-run variables (RANK, WORLD_SIZE,
+        LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, SYMCOMM_TOKEN) and SYMCOMM_* settings."""
+        return cls(_symcomm.Communicator.from_env(backend))
+
+    @property
+    def rank(self):
+        return self._impl.rank
+
+    @property
+    def world_size(self):
+        return self._impl.world_size
+
+    @property
+    def backend(self):
+        return self._impl.backend
+
+    @property
+    def closed(self):
+        return self._impl.closed
+
+    def close(self):
+        """Waits for pending *_async calls and destroys the communicator; idempotent."""
+        self._impl.close()
+
+    def abort(self):
+        """Local and non-blocking: pending and later collectives raise symcomm.Error (code 'aborted')."""
+        self._impl.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # Collectives. `out` None allocates the output; `out is x` runs in place (all_reduce, broadcast,
+    # all_to_all). async_op=True (or the *_async methods) returns a Work.
+
+    def all_reduce(self, x, op="sum", out=None, async_op=False):
+        """out = op over the ranks of x, element by element; out has x's shape."""
+        x = _array(x)
+        op = _reduce_op(op)
+        if out is None:
+            out = _np.empty_like(x, order="C")
+        return self._impl.all_reduce(x, out, op, async_op)
+
+    def all_gather(self, x, out=None, async_op=False):
+        """out[r] = x of rank r: shape (world_size, *x.shape), or any array of world_size * x.size elements."""
+        x = _array(x)
+        if out is None:
+            out = _np.empty((self.world_size,) + x.shape, dtype=x.dtype)
+        return self._impl.all_gather(x, out, async_op)
+
+    def reduce_scatter(self, x, op="sum", out=None, async_op=False):
+        """out = block `rank` (along the leading dimension) of op over the ranks of x; out has shape
+        (x.shape[0] // world_size, *x.shape[1:]). In place: out = that block of x (a view)."""
+        x = _array(x)
+        op = _reduce_op(op)
+        if out is None:
+            rows = _blocks(x, self.world_size, "reduce_scatter")
+            out = _np.empty((rows,) + x.shape[1:], dtype=x.dtype)
+        return self._impl.reduce_scatter(x, out, op, async_op)
+
+    def broadcast(self, x, root, out=None, async_op=False):
+        """out = x of rank `root`. Without out, x itself receives the result (in place)."""
+        x = _array(x)
+        if out is None:
+            out = x
+        return self._impl.broadcast(x, out, int(root), async_op)
+
+    def all_to_all(self, x, out=None, async_op=False):
+        """Block p of out (along the leading dimension) is block `rank` of rank p's x; out has x's shape."""
+        x = _array(x)
+        if out is None:
+            _blocks(x, self.world_size, "all_to_all")
+            out = _np.empty_like(x, order="C")
+        return self._impl.all_to_all(x, out, async_op)
+
+    def barrier(self, async_op=False):
+        """Returns once every rank has arrived."""
+        return self._impl.barrier(async_op)
+
+    def all_reduce_async(self, x, op="sum", out=None):
+        return self.all_reduce(x, op, out, async_op=True)
+
+    def all_gather_async(self, x, out=None):
+        return self.all_gather(x, out, async_op=True)
+
+    def reduce_scatter_async(self, x, op="sum", out=None):
+        return self.reduce_scatter(x, op, out, async_op=True)
+
+    def broadcast_async(self, x, root, out=None):
+        return self.broadcast(x, root, out, async_op=True)
+
+    def all_to_all_async(self, x, out=None):
+        return self.all_to_all(x, out, async_op=True)
+
+    def barrier_async(self):
+        return self.barrier(async_op=True)
+
+    # Coalescing.
+
+    def group_start(self):
+        self._impl.group_start()
+
+    def group_end(self):
+        self._impl.group_end()
+
+    def group_cancel(self):
+        self._impl.group_cancel()
+
+    @contextlib.contextmanager
+    def group(self):
+        """Collectives issued in the block are recorded and run together when it ends (group_start() ...
+        group_end()); their outputs hold the results only after the block. If the block raises, the group is
+        cancelled (group_cancel()): nothing recorded in it runs. Every rank must issue the same group."""
+        self._impl.group_start()
+        try:
+            yield self
+        except BaseException:
+            self._impl.group_cancel()
+            raise
+        self._impl.group_end()

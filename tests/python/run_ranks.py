@@ -1,0 +1,42 @@
+"""Runs the Python tests (pytest, this folder) under symcomm-run at each given number of ranks.
+
+    run_ranks.py --launcher build/tools/symcomm-run --ranks 2 3 [-- extra pytest arguments]
+
+Exit status: 0 all passed, 1 a run failed, 77 (ctest: skipped) when this interpreter has no pytest or numpy.
+PYTHONPATH must reach the package symcomm and its compiled module (python/CMakeLists.txt sets it for ctest).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launcher", required=True, help="path of symcomm-run")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--timeout", type=float, default=400, help="seconds per run (symcomm-run --timeout)")
+    parser.add_argument("pytest_args", nargs="*")
+    args = parser.parse_args()
+    try:
+        import numpy  # noqa: F401
+        import pytest  # noqa: F401
+    except ImportError as e:
+        print(f"python tests skipped: {sys.executable} lacks {e.name} (apt-get install python3-pytest python3-numpy)")
+        return 77
+    here = os.path.dirname(os.path.abspath(__file__))
+    failed = []
+    for n in args.ranks:
+        cmd = [args.launcher, "-n", str(n), "--timeout", str(args.timeout), "--", sys.executable, "-m", "pytest",
+               "-q", "-x", "-p", "no:cacheprovider", "--rootdir", here, here] + args.pytest_args
+        print(f"python tests at {n} ranks: {' '.join(cmd)}", flush=True)
+        rc = subprocess.call(cmd)
+        print(f"python tests at {n} ranks: {'passed' if rc == 0 else f'FAILED (exit code {rc})'}", flush=True)
+        if rc != 0:
+            failed.append(n)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Every collective on NumPy arrays: every dtype x op of all_reduce, odd sizes, in place, shapes of `out`."""
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+
+from conftest import DTYPES, OPS, Guarded, assert_same, reduce_expected, values
+
+import symcomm
+
+
+def case_seed(*parts):
+    """A seed that every rank derives alike from the test's parameters."""
+    return zlib.crc32(repr(parts).encode())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n", [0, 1, 7, 1031])
+def test_all_reduce(comm, dtype, op, n):
+    seed = case_seed("all_reduce", np.dtype(dtype).name, op, n)
+    x = values(seed, comm.rank, n, dtype, op)
+    x_before = x.copy()
+    out = Guarded(n, dtype)
+    got = comm.all_reduce(x, op=op, out=out.array)
+    assert got is out.array
+    assert_same(got, reduce_expected(seed, comm.world_size, n, dtype, op), f"all_reduce {op}")
+    assert out.guards_intact()
+    assert_same(x, x_before, "input")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", ["sum", "max", symcomm.ReduceOp.PROD, symcomm.ReduceOp.AVG], ids=str)
+def test_all_reduce_in_place(comm, dtype, op):
+    name = op if isinstance(op, str) else op.name.lower()
+    seed = case_seed("all_reduce_in_place", np.dtype(dtype).name, name)
+    n = 1031
+    g = Guarded(n, dtype)
+    g.array[...] = values(seed, comm.rank, n, dtype, name)
+    got = comm.all_reduce(g.array, op=op, out=g.array)
+    assert got is g.array
+    assert_same(got, reduce_expected(seed, comm.world_size, n, dtype, name), "in place")
+    assert g.guards_intact()
+
+
+def test_all_reduce_large_and_shaped(comm):
+    seed = case_seed("all_reduce_large")
+    x = values(seed, comm.rank, 100003, np.float32, "sum").reshape(1, 100003)
+    got = comm.all_reduce(x)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    assert_same(got, reduce_expected(seed, comm.world_size, 100003, np.float32, "sum"), "100003 floats")
+    y = values(seed, comm.rank, 6 * 35, np.int64, "max").reshape(6, 5, 7)
+    got = comm.all_reduce(y, op="MAX")
+    assert got.shape == (6, 5, 7)
+    assert_same(got, reduce_expected(seed, comm.world_size, 210, np.int64, "max"), "3-d")
+    z = np.array(values(seed, comm.rank, 1, np.float64, "sum")[0])  # 0-d
+    got = comm.all_reduce(z)
+    assert got.shape == ()
+    assert_same(got, reduce_expected(seed, comm.world_size, 1, np.float64, "sum"), "0-d")
+
+
+SIZES = [0, 1, 7, 1031, 100003]
+# Every dtype at a small size, three at every size.
+SIZE_DTYPES = [(7, d) for d in DTYPES] + [(n, d) for n, d in itertools.product(SIZES, [np.float32, np.int64,
+                                                                                         np.uint8]) if n != 7]
+SIZE_IDS = [f"{n}-{np.dtype(d).name}" for n, d in SIZE_DTYPES]
+
+
+@pytest.mark.parametrize("n,dtype", SIZE_DTYPES, ids=SIZE_IDS)
+def test_all_gather(comm, n, dtype):
+    seed = case_seed("all_gather", n, np.dtype(dtype).name)
+    ws = comm.world_size
+    x = values(seed, comm.rank, n, dtype)
+    want = np.stack([values(seed, r, n, dtype) for r in range(ws)])
+    out = Guarded((ws, n), dtype)
+    got = comm.all_gather(x, out=out.array)
+    assert got is out.array
+    assert_same(got, want, "all_gather")
+    assert out.guards_intact()
+    # Allocated: world_size x x's shape on a new leading axis.
+    got = comm.all_gather(x)
+    assert got.shape == (ws, n)
+    assert_same(got, want, "all_gather, out allocated")
+    # In place: x is this rank's row of out.
+    out = Guarded((ws, n), dtype)
+    out.array[comm.rank] = x
+    got = comm.all_gather(out.array[comm.rank], out=out.array)
+    assert_same(got, want, "all_gather in place")
+    assert out.guards_intact()
+
+
+def test_all_gather_shapes(comm):
+    seed = case_seed("all_gather_shapes")
+    ws = comm.world_size
+    x = values(seed, comm.rank, 12, np.int32).reshape(3, 4)
+    got = comm.all_gather(x)
+    assert got.shape == (ws, 3, 4)
+    assert_same(got, np.stack([values(seed, r, 12, np.int32).reshape(3, 4) for r in range(ws)]), "stacked")
+    flat = np.empty(ws * 12, dtype=np.int32)  # any array of world_size * x.size elements
+    assert comm.all_gather(x, out=flat) is flat
+    assert_same(flat, got, "flat out")
+
+
+@pytest.mark.parametrize("n,dtype", SIZE_DTYPES, ids=SIZE_IDS)
+def test_reduce_scatter(comm, n, dtype):
+    ws, me = comm.world_size, comm.rank
+    for op in ["sum", "max"] if n > 7 else OPS:
+        seed = case_seed("reduce_scatter", n, np.dtype(dtype).name, op)
+        x = values(seed, me, ws * n, dtype, op)
+        want = reduce_expected(seed, ws, n, dtype, op, offset=me * n)
+        out = Guarded(n, dtype)
+        got = comm.reduce_scatter(x, op=op, out=out.array)
+        assert got is out.array
+        assert_same(got, want, f"reduce_scatter {op}")
+        assert out.guards_intact()
+        got = comm.reduce_scatter(x.reshape(ws, n), op=op)
+        assert got.shape == (1, n)
+        assert_same(got, want, f"reduce_scatter {op}, out allocated")
+        # In place: out is this rank's block of x.
+        y = x.copy()
+        got = comm.reduce_scatter(y, op=op, out=y[me * n:(me + 1) * n])
+        assert_same(got, want, f"reduce_scatter {op} in place")
+
+
+@pytest.mark.parametrize("n,dtype", SIZE_DTYPES, ids=SIZE_IDS)
+def test_broadcast(comm, n, dtype):
+    ws, me = comm.world_size, comm.rank
+    for root in range(ws):
+        seed = case_seed("broadcast", n, np.dtype(dtype).name, root)
+        want = values(seed, root, n, dtype)
+        x = values(seed, me, n, dtype)
+        out = Guarded(n, dtype)
+        got = comm.broadcast(x, root, out=out.array)
+        assert got is out.array
+        assert_same(got, want, f"broadcast from {root}")
+        assert out.guards_intact()
+        got = comm.broadcast(x, root=root)  # in place
+        assert got is x
+        assert_same(x, want, f"broadcast from {root} in place")
+
+
+@pytest.mark.parametrize("n,dtype", SIZE_DTYPES, ids=SIZE_IDS)
+def test_all_to_all(comm, n, dtype):
+    ws, me = comm.world_size, comm.rank
+    seed = case_seed("all_to_all", n, np.dtype(dtype).name)
+    x = values(seed, me, ws * n, dtype)
+    want = np.concatenate([values(seed, p, ws * n, dtype)[me * n:(me + 1) * n] for p in range(ws)])
+    out = Guarded(ws * n, dtype)
+    got = comm.all_to_all(x, out=out.array)
+    assert got is out.array
+    assert_same(got, want, "all_to_all")
+    assert out.guards_intact()
+    got = comm.all_to_all(x.reshape(ws, n))
+    assert got.shape == (ws, n)
+    assert_same(got, want, "all_to_all, out allocated")
+    got = comm.all_to_all(x, out=x)  # in place
+    assert got is x
+    assert_same(x, want, "all_to_all in place")
+
+
+def test_barrier(comm):
+    assert comm.barrier() is None
+    assert comm.rank in range(comm.world_size)
+    assert comm.backend == "host"

@@ -1,0 +1,95 @@
+"""Argument errors: each raises on every rank before anything runs, and the communicator stays usable."""
+
+import numpy as np
+import pytest
+
+from conftest import check_usable, sentinel
+
+import symcomm
+
+
+def f32(n):
+    return np.arange(n, dtype=np.float32)
+
+
+def readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+# (name, exception, call(comm)); every call would run a collective if its arguments were accepted.
+BAD_CALLS = [
+    ("list input", TypeError, lambda c: c.all_reduce([1.0, 2.0])),
+    ("scalar input", TypeError, lambda c: c.all_reduce(np.float32(1))),
+    ("int16", TypeError, lambda c: c.all_reduce(np.zeros(4, np.int16))),
+    ("bool", TypeError, lambda c: c.all_gather(np.zeros(4, bool))),
+    ("complex64", TypeError, lambda c: c.broadcast(np.zeros(4, np.complex64), 0)),
+    ("uint32", TypeError, lambda c: c.all_to_all(np.zeros(c.world_size, np.uint32))),
+    ("big-endian float32", TypeError, lambda c: c.all_reduce(np.zeros(4, ">f4"))),
+    ("strided input", ValueError, lambda c: c.all_reduce(f32(8)[::2])),
+    ("Fortran-order input", ValueError, lambda c: c.all_reduce(np.asfortranarray(np.zeros((3, 4), np.float32)))),
+    ("strided out", ValueError, lambda c: c.all_reduce(f32(4), out=np.zeros(8, np.float32)[::2])),
+    ("read-only out", ValueError, lambda c: c.all_reduce(f32(4), out=readonly(np.zeros(4, np.float32)))),
+    ("read-only in place", ValueError, lambda c: c.broadcast(readonly(f32(4)), 0)),
+    ("out of another dtype", TypeError, lambda c: c.all_reduce(f32(4), out=np.zeros(4, np.float64))),
+    ("out too small", ValueError, lambda c: c.all_reduce(f32(4), out=np.zeros(3, np.float32))),
+    ("out too large", ValueError, lambda c: c.broadcast(f32(4), 0, out=np.zeros(5, np.float32))),
+    ("out list", TypeError, lambda c: c.all_reduce(f32(4), out=[0.0] * 4)),
+    ("all_gather out size", ValueError, lambda c: c.all_gather(f32(4), out=np.zeros(4 * c.world_size + 1, np.float32))),
+    ("reduce_scatter indivisible", ValueError, lambda c: c.reduce_scatter(f32(c.world_size + 1))),
+    ("reduce_scatter indivisible out", ValueError,
+     lambda c: c.reduce_scatter(f32(c.world_size + 1), out=np.zeros(1, np.float32))),
+    ("reduce_scatter 0-d", ValueError, lambda c: c.reduce_scatter(np.array(1.0, np.float32))),
+    ("reduce_scatter out size", ValueError,
+     lambda c: c.reduce_scatter(f32(2 * c.world_size), out=np.zeros(3, np.float32))),
+    ("all_to_all indivisible", ValueError, lambda c: c.all_to_all(f32(c.world_size + 1))),
+    ("all_to_all out size", ValueError, lambda c: c.all_to_all(f32(c.world_size), out=f32(2 * c.world_size))),
+    ("unknown op", ValueError, lambda c: c.all_reduce(f32(4), op="mean")),
+    ("op of another type", ValueError, lambda c: c.all_reduce(f32(4), op=3)),
+    ("async bad out", ValueError, lambda c: c.all_reduce_async(f32(4), out=np.zeros(2, np.float32))),
+    ("async bad dtype", TypeError, lambda c: c.all_gather_async(np.zeros(2, np.uint16))),
+]
+
+
+@pytest.mark.parametrize("name,exc,call", BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
+def test_bad_arguments(comm, name, exc, call):
+    with pytest.raises(exc):
+        call(comm)
+    check_usable(comm)
+
+
+@pytest.mark.parametrize("root", [-1, "world_size"])
+def test_broadcast_root_outside(comm, root):
+    root = comm.world_size if root == "world_size" else root
+    x = np.full(4, sentinel(np.int32), dtype=np.int32)
+    with pytest.raises(symcomm.Error) as info:
+        comm.broadcast(x, root)
+    e = info.value
+    assert e.code == "invalid_argument"
+    assert e.ranks == []
+    assert isinstance(e, RuntimeError)
+    assert "root" in e.message and "root" in str(e)
+    assert (x == sentinel(np.int32)).all()
+    check_usable(comm)
+
+
+def test_group_end_without_start(comm):
+    with pytest.raises(symcomm.Error) as info:
+        comm.group_end()
+    assert info.value.code == "invalid_argument"
+    check_usable(comm)
+
+
+def test_backend_from_python(comm):
+    with pytest.raises(ValueError):
+        symcomm.Communicator.from_env(backend="cuda")
+    with pytest.raises(ValueError):
+        symcomm.Communicator.from_env(backend="carrier-pigeon")
+    check_usable(comm)
+
+
+def test_error_class():
+    assert issubclass(symcomm.Error, RuntimeError)
+    assert symcomm.Error.__module__ == "symcomm"
+    e = symcomm.Error("made here")
+    assert e.code is None and e.ranks == []
