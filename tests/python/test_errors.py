@@ -53,6 +53,8 @@ BAD_CALLS = [
 
 @pytest.mark.parametrize("name,exc,call", BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
 def test_bad_arguments(comm, name, exc, call):
+    if "indivisible" in name and comm.world_size == 1:
+        pytest.skip("every size is divisible by a world size of 1")
     with pytest.raises(exc):
         call(comm)
     check_usable(comm)
