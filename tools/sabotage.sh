@@ -259,7 +259,7 @@ case_def gpu alloc-silent-failure src/memory/cuda_heap_cuda.cc \
 # NOTE [heap keys]: the SM paths' op headers leave out the output's heap place, so ranks that pass different heap
 # buffers as outputs meet with matching headers and the zero-copy kernels write the wrong place.
 case_def gpu heap-keys src/core/cuda_launch_cuda.cc \
-  "  mix(out_place);" "  (void)out_place;" \
+  "      .add(out_place)" "      .add(0 * out_place)" \
   symcomm_gpu_tests "Cases/GpuHeapBuffers.*" 200 "$SHARED2"
 case_def gpu signal-refresh include/symcomm/device/signal.h \
   "    for (int b = first_block; b < kMaxBlocks; ++b) {" "    for (int b = kMaxBlocks; b < kMaxBlocks; ++b) {" \
