@@ -87,6 +87,9 @@ case_def host rendezvous-liveness src/bootstrap/peer_mesh.cc \
 case_def host mesh-acceptance src/bootstrap/peer_mesh.cc \
   "  await_acceptances(store, prefix, deadline);" "" \
   symcomm_rank_tests Faults.PeerMeshCreationFailsWhenTheLowerRankClosesWithoutAccepting 60
+case_def host rendezvous-generation src/core/communicator.cc \
+  '  return *generation == 0 ? token : fmt::format("{}#{}", token, *generation);' "  return token;" \
+  symcomm_rank_tests RendezvousRanks.RecreatedOnTheSamePortWhileTheEarlierServerStillRuns 60
 case_def host failed-creation-fd src/memory/host_heap.cc \
   "      FdCloser peer_closer{peer_fd};" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60

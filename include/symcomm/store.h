@@ -49,6 +49,10 @@ struct StoreOptions {
   std::string token;
   /// Bound of every call, connecting included (the server may not be up yet: connect retries until then).
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  /// connect() also retries, until the timeout, a server that refuses this token (by default a refusal throws at
+  /// once): the server on the port may still be an earlier one that is shutting down
+  /// (NOTE [rendezvous generations] in src/core/communicator.cc).
+  bool retry_refused = false;
 };
 
 /// Client of a StoreServer. Thread-safe (calls are serialised over one connection).

@@ -9,7 +9,7 @@
 //   connection is dropped. The next call opens a new one with a single attempt (no retry loop: a server
 //   that went away should fail fast); a request is never resent, since add() is not idempotent.
 // - connect() retries until options.timeout because the server may not be up yet; a refusal by the server
-//   itself (wrong token) is not retried.
+//   itself (wrong token) is not retried unless options.retry_refused (an earlier server on a reused port).
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -243,6 +243,10 @@ bool TcpStore::try_open(Clock::time_point deadline, std::string* why) {
   }
   if (r.status != ResponseStatus::kOk) {
     disconnect();
+    if (options_.retry_refused) {
+      *why = fmt::format("refused: {} (an earlier server on this port, or another job's)", r.message);
+      return false;
+    }
     SYMCOMM_THROW(kStore, "the store at {} refused the connection: {}", endpoint_, r.message);
   }
   return true;

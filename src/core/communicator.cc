@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -32,6 +33,22 @@ using detail::Request;
 namespace {
 
 std::atomic<uint64_t> g_comm_counter{0};
+
+// NOTE [rendezvous generations] Rank 0 of every communicator made by create(Rendezvous) starts a store server
+// on the rendezvous port, and destroying the communicator stops it. A job that creates such a communicator again
+// on the same port (destroy, then create from the same variables) lets a fast rank connect to the earlier
+// server while rank 0 is still shutting it down: its creation then failed with a store error. So the n-th
+// communicator a process makes from a rendezvous token uses the token "<token>#<n>" (n > 0; every rank makes
+// them in the same order, as creation is collective), and its ranks retry, until the deadline, a server that
+// refuses that token, which the earlier server does. Counted per token, not per port: rank 0 may be given port
+// 0 where the others are given the port it picked.
+std::string rendezvous_token(const std::string& token, uint64_t* generation) {
+  static std::mutex mu;
+  static std::map<std::string, uint64_t> made;
+  std::lock_guard lock(mu);
+  *generation = made[token]++;
+  return *generation == 0 ? token : fmt::format("{}#{}", token, *generation);
+}
 
 void validate_rank_info(const RankInfo& r) {
   SYMCOMM_CHECK_ARG(r.world_size >= 1 && r.world_size <= kMaxRanks, "world_size {} is outside [1, {}]", r.world_size,
@@ -264,18 +281,23 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const CommOptions& options) {
   validate_rank_info(rv.ranks);
   SYMCOMM_CHECK_ARG(!rv.token.empty(), "the rendezvous token is empty");
+  uint64_t generation = 0;
+  const std::string token = rendezvous_token(rv.token, &generation);  // NOTE [rendezvous generations]
   Config config = options.config ? *options.config : Config::from_env();
   config.tuning.validate();  // before a store server is started for a communicator that would be refused
   std::unique_ptr<StoreServer> server;
   if (rv.ranks.rank == 0) {
     server = StoreServer::start(
-        StoreServerOptions{.host = rv.store_host, .port = rv.store_port, .token = rv.token, .limits = {}});
+        StoreServerOptions{.host = rv.store_host, .port = rv.store_port, .token = token, .limits = {}});
   }
   uint16_t port = server ? server->port() : rv.store_port;
   if (server && rv.on_store_started) rv.on_store_started(port);
   SYMCOMM_CHECK_ARG(port != 0, "the store port is 0 on rank {} (only rank 0 may pick a free port)", rv.ranks.rank);
-  std::shared_ptr<Store> store(
-      Store::connect(StoreOptions{.host = rv.store_host, .port = port, .token = rv.token, .timeout = config.timeout}));
+  std::shared_ptr<Store> store(Store::connect(StoreOptions{.host = rv.store_host,
+                                                           .port = port,
+                                                           .token = token,
+                                                           .timeout = config.timeout,
+                                                           .retry_refused = generation > 0}));
   CommOptions opts = options;
   opts.config = config;
   auto comm = create(std::move(store), rv.ranks, opts);
