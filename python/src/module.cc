@@ -1,4 +1,4 @@
-// symcomm._symcomm: symcomm::Communicator for NumPy arrays on the host backend (the package symcomm in
+// symcomm._core: symcomm::Communicator for NumPy arrays on the host backend (the package symcomm in
 // python/symcomm wraps it; docs/python.md).
 //
 // NOTE [python buffers]
@@ -85,21 +85,36 @@ struct Buffer {
   void* data() const { return const_cast<void*>(array.data()); }
 };
 
+/// The DataType of `a`: its dtype's, or bfloat16 where `as_dtype` is "bfloat16" (then the array holds the
+/// bfloat16 bits as int16 or uint16, NumPy having no bfloat16).
+DataType array_type(const py::array& a, const char* what, const std::string& as_dtype) {
+  if (as_dtype.empty()) return data_type(a.dtype(), what);
+  if (as_dtype != "bfloat16")
+    throw py::value_error("dtype '" + as_dtype + "' is unknown ('bfloat16', or '' for the array's)");
+  const char kind = a.dtype().kind();
+  if ((kind != 'i' && kind != 'u') || a.dtype().itemsize() != 2 || !a.dtype().attr("isnative").cast<bool>()) {
+    throw py::type_error(std::string(what) + ": dtype bfloat16 needs an int16 or uint16 array, got " +
+                         dtype_name(a.dtype()));
+  }
+  return DataType::kBFloat16;
+}
+
 /// Checks `o` as an input (`writeable` false) or output array of a collective.
-Buffer checked(const py::handle& o, const char* what, bool writeable) {
+Buffer checked(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype) {
   if (!py::isinstance<py::array>(o)) {
     throw py::type_error(std::string(what) + ": expected a numpy.ndarray, got " + type_name(o));
   }
   auto a = py::reinterpret_borrow<py::array>(o);
-  DataType dtype = data_type(a.dtype(), what);
+  DataType dtype = array_type(a, what, as_dtype);
   if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(what) + ": the array is not C-contiguous");
   if (writeable && !a.writeable()) throw py::value_error(std::string(what) + ": the array is read-only");
   return Buffer{a, dtype, static_cast<size_t>(a.size())};
 }
 
 /// Checks the output `out` against the input: same dtype, `count` elements.
-Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, const char* rule) {
-  Buffer b = checked(out, "out", true);
+Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, const char* rule,
+                      const std::string& as_dtype) {
+  Buffer b = checked(out, "out", true, as_dtype);
   if (b.dtype != in.dtype) {
     throw py::type_error("out: dtype " + dtype_name(b.array.dtype()) + " differs from the input's " +
                          dtype_name(in.array.dtype()));
@@ -117,7 +132,7 @@ struct Pending {
   std::vector<py::object> keep;
 };
 
-/// symcomm._symcomm.Work: the completion handle of an `*_async` call.
+/// symcomm._core.Work: the completion handle of an `*_async` call.
 class PyWork {
  public:
   PyWork(std::shared_ptr<Pending> pending, py::object result)
@@ -158,7 +173,7 @@ class PyWork {
   py::object result_;
 };
 
-/// symcomm._symcomm.Communicator: owns a symcomm::Communicator until close().
+/// symcomm._core.Communicator: owns a symcomm::Communicator until close().
 class PyCommunicator {
  public:
   static std::unique_ptr<PyCommunicator> from_env(const std::string& backend) {
@@ -173,6 +188,36 @@ class PyCommunicator {
       CommOptions options;
       options.backend = *kind;
       comm = Communicator::create_from_env(options);
+    }
+    return std::make_unique<PyCommunicator>(std::move(comm));
+  }
+
+  /// Rendezvous at host:port with `token` (rank 0 serves the store there; port 0: a free port, passed to
+  /// `on_store_started` on rank 0 once the store is up, with the GIL held).
+  static std::unique_ptr<PyCommunicator> create(int rank, int world_size, const std::string& token,
+                                                const std::string& host, int port, py::object on_store_started) {
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      throw py::value_error("rank " + std::to_string(rank) + " is outside [0, world_size " +
+                            std::to_string(world_size) + ")");
+    }
+    if (port < 0 || port > 65535) throw py::value_error("port " + std::to_string(port) + " is outside [0, 65535]");
+    Rendezvous rv;
+    rv.ranks = RankInfo{rank, world_size, rank, world_size};
+    rv.store_host = host;
+    rv.store_port = static_cast<uint16_t>(port);
+    rv.token = token;
+    if (!on_store_started.is_none()) {
+      rv.on_store_started = [&on_store_started](uint16_t bound) {
+        py::gil_scoped_acquire acquire;
+        on_store_started(static_cast<int>(bound));
+      };
+    }
+    std::shared_ptr<Communicator> comm;
+    {
+      py::gil_scoped_release release;
+      CommOptions options;
+      options.backend = BackendKind::kHost;
+      comm = Communicator::create(rv, options);
     }
     return std::make_unique<PyCommunicator>(std::move(comm));
   }
@@ -202,9 +247,10 @@ class PyCommunicator {
     return comm_ == nullptr;
   }
 
-  py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, bool async) {
-    Buffer in = checked(x, "x", false);
-    Buffer o = checked_output(out, in, in.count, "the input's count");
+  py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
+                        const std::string& as_dtype) {
+    Buffer in = checked(x, "x", false, as_dtype);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype);
     return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
       if (a) return c.all_reduce_async(in.data(), o.data(), in.count, in.dtype, op);
       c.all_reduce(in.data(), o.data(), in.count, in.dtype, op);
@@ -212,9 +258,9 @@ class PyCommunicator {
     });
   }
 
-  py::object all_gather(const py::handle& x, const py::handle& out, bool async) {
-    Buffer in = checked(x, "x", false);
-    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count");
+  py::object all_gather(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype) {
+    Buffer in = checked(x, "x", false, as_dtype);
+    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype);
     return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
       if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype);
       c.all_gather(in.data(), o.data(), in.count, in.dtype);
@@ -222,13 +268,14 @@ class PyCommunicator {
     });
   }
 
-  py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, bool async) {
-    Buffer in = checked(x, "x", false);
+  py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
+                            const std::string& as_dtype) {
+    Buffer in = checked(x, "x", false, as_dtype);
     if (in.count % world_size_ != 0) {
       throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
                             std::to_string(world_size_));
     }
-    Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size");
+    Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", as_dtype);
     return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
       if (a) return c.reduce_scatter_async(in.data(), o.data(), o.count, in.dtype, op);
       c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op);
@@ -236,9 +283,9 @@ class PyCommunicator {
     });
   }
 
-  py::object broadcast(const py::handle& x, const py::handle& out, int root, bool async) {
-    Buffer in = checked(x, "x", false);
-    Buffer o = checked_output(out, in, in.count, "the input's count");
+  py::object broadcast(const py::handle& x, const py::handle& out, int root, bool async, const std::string& as_dtype) {
+    Buffer in = checked(x, "x", false, as_dtype);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype);
     return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
       if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root);
       c.broadcast(in.data(), o.data(), in.count, in.dtype, root);
@@ -246,13 +293,13 @@ class PyCommunicator {
     });
   }
 
-  py::object all_to_all(const py::handle& x, const py::handle& out, bool async) {
-    Buffer in = checked(x, "x", false);
+  py::object all_to_all(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype) {
+    Buffer in = checked(x, "x", false, as_dtype);
     if (in.count % world_size_ != 0) {
       throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
                             std::to_string(world_size_));
     }
-    Buffer o = checked_output(out, in, in.count, "the input's count");
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype);
     return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
       if (a) return c.all_to_all_async(in.data(), o.data(), in.count / world_size_, in.dtype);
       c.all_to_all(in.data(), o.data(), in.count / world_size_, in.dtype);
@@ -379,7 +426,7 @@ class PyCommunicator {
 }  // namespace
 }  // namespace symcomm::python
 
-PYBIND11_MODULE(_symcomm, m) {
+PYBIND11_MODULE(_core, m) {
   using namespace symcomm;          // NOLINT(google-build-using-namespace)
   using namespace symcomm::python;  // NOLINT(google-build-using-namespace)
   m.doc() = "symcomm collectives for NumPy arrays on the host backend (use the package symcomm)";
@@ -422,16 +469,22 @@ PYBIND11_MODULE(_symcomm, m) {
 
   py::class_<PyCommunicator>(m, "Communicator")
       .def_static("from_env", &PyCommunicator::from_env, py::arg("backend") = "host")
+      .def_static("create", &PyCommunicator::create, py::arg("rank"), py::arg("world_size"), py::arg("token"),
+                  py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::arg("on_store_started") = py::none())
       .def_property_readonly("rank", &PyCommunicator::rank)
       .def_property_readonly("world_size", &PyCommunicator::world_size)
       .def_property_readonly("backend", &PyCommunicator::backend)
       .def_property_readonly("closed", &PyCommunicator::closed)
-      .def("all_reduce", &PyCommunicator::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("async_op"))
-      .def("all_gather", &PyCommunicator::all_gather, py::arg("x"), py::arg("out"), py::arg("async_op"))
+      .def("all_reduce", &PyCommunicator::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("async_op"),
+           py::arg("dtype") = "")
+      .def("all_gather", &PyCommunicator::all_gather, py::arg("x"), py::arg("out"), py::arg("async_op"),
+           py::arg("dtype") = "")
       .def("reduce_scatter", &PyCommunicator::reduce_scatter, py::arg("x"), py::arg("out"), py::arg("op"),
-           py::arg("async_op"))
-      .def("broadcast", &PyCommunicator::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("async_op"))
-      .def("all_to_all", &PyCommunicator::all_to_all, py::arg("x"), py::arg("out"), py::arg("async_op"))
+           py::arg("async_op"), py::arg("dtype") = "")
+      .def("broadcast", &PyCommunicator::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("async_op"),
+           py::arg("dtype") = "")
+      .def("all_to_all", &PyCommunicator::all_to_all, py::arg("x"), py::arg("out"), py::arg("async_op"),
+           py::arg("dtype") = "")
       .def("barrier", &PyCommunicator::barrier, py::arg("async_op"))
       .def("group_start", &PyCommunicator::group_start)
       .def("group_end", &PyCommunicator::group_end)

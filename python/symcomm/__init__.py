@@ -17,8 +17,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 import numpy as _np  # noqa: E402
 
-from ._symcomm import Error, ReduceOp, Work  # noqa: E402
-from . import _symcomm  # noqa: E402
+from ._core import Error, ReduceOp, Work  # noqa: E402
+from . import _core  # noqa: E402
 
 __all__ = ["Communicator", "Error", "ReduceOp", "Work", "DTYPES", "OPS"]
 
@@ -74,7 +74,7 @@ class Communicator:
     def from_env(cls, backend="host"):
         """Collective: creates the communicator from torchrun / symcomm-run variables (RANK, WORLD_SIZE,
         LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, SYMCOMM_TOKEN) and SYMCOMM_* settings."""
-        return cls(_symcomm.Communicator.from_env(backend))
+        return cls(_core.Communicator.from_env(backend))
 
     @property
     def rank(self):

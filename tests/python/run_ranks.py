@@ -1,8 +1,10 @@
-"""Runs the Python tests (pytest, this folder) under symcomm-run at each given number of ranks.
+"""Runs the Python tests (pytest, this folder) under symcomm-run at each given number of ranks: test_torch.py
+in a job of its own, the other files in another.
 
     run_ranks.py --launcher build/tools/symcomm-run --ranks 2 3 [-- extra pytest arguments]
 
 Exit status: 0 all passed, 1 a run failed, 77 (ctest: skipped) when this interpreter has no pytest or numpy.
+test_torch.py is left out, with a message, where it has no torch.
 PYTHONPATH must reach the package symcomm and its compiled module (python/CMakeLists.txt sets it for ctest).
 """
 
@@ -27,14 +29,25 @@ def main():
         return 77
     here = os.path.dirname(os.path.abspath(__file__))
     failed = []
+    torch_tests = os.path.join(here, "test_torch.py")
+    # test_torch.py runs in a job of its own: torch.distributed's store and symcomm's Communicator.from_env()
+    # both serve on MASTER_PORT. It skips itself where this interpreter has no torch.
+    runs = [("python tests", [here, "--ignore", torch_tests])]
+    try:
+        import torch.distributed  # noqa: F401
+        runs.append(("python torch tests", [torch_tests]))
+    except ImportError as e:
+        print(f"python torch tests skipped: {sys.executable} lacks {e.name or 'torch'} "
+              "(apt-get install python3-torch)")
     for n in args.ranks:
-        cmd = [args.launcher, "-n", str(n), "--timeout", str(args.timeout), "--", sys.executable, "-m", "pytest",
-               "-q", "-x", "-p", "no:cacheprovider", "--rootdir", here, here] + args.pytest_args
-        print(f"python tests at {n} ranks: {' '.join(cmd)}", flush=True)
-        rc = subprocess.call(cmd)
-        print(f"python tests at {n} ranks: {'passed' if rc == 0 else f'FAILED (exit code {rc})'}", flush=True)
-        if rc != 0:
-            failed.append(n)
+        for name, paths in runs:
+            cmd = [args.launcher, "-n", str(n), "--timeout", str(args.timeout), "--", sys.executable, "-m",
+                   "pytest", "-q", "-x", "-p", "no:cacheprovider", "--rootdir", here] + paths + args.pytest_args
+            print(f"{name} at {n} ranks: {' '.join(cmd)}", flush=True)
+            rc = subprocess.call(cmd)
+            print(f"{name} at {n} ranks: {'passed' if rc == 0 else f'FAILED (exit code {rc})'}", flush=True)
+            if rc != 0:
+                failed.append(f"{name} at {n} ranks")
     return 1 if failed else 0
 
 
