@@ -34,14 +34,20 @@ void run_probe(SanitizerProbe probe) {
     GPU_CHECK(cudaSetDevice(rank_device(env.info.local_rank)));
     int* out = nullptr;
     GPU_CHECK(cudaMalloc(&out, 64 * sizeof(int)));
-    if (probe != SanitizerProbe::kUninitializedRead) GPU_CHECK(cudaMemset(out, 0, 64 * sizeof(int)));
+    if (probe != SanitizerProbe::kUninitializedRead) {
+      GPU_CHECK(cudaMemset(out, 0, 64 * sizeof(int)));
+    }
     sanitizer_probe_async(probe, out, nullptr);
     GPU_CHECK(cudaDeviceSynchronize());
     int first = -1;
     GPU_CHECK(cudaMemcpy(&first, out, sizeof first, cudaMemcpyDeviceToHost));
     // The race's two stores leave either writer's index; the barrier probe leaves lane 0's 1.
-    if (probe == SanitizerProbe::kSharedRace) EXPECT_TRUE(first == 0 || first == 32) << first;
-    if (probe == SanitizerProbe::kLoneBarrier) EXPECT_EQ(first, 1);
+    if (probe == SanitizerProbe::kSharedRace) {
+      EXPECT_TRUE(first == 0 || first == 32) << first;
+    }
+    if (probe == SanitizerProbe::kLoneBarrier) {
+      EXPECT_EQ(first, 1);
+    }
     GPU_CHECK(cudaFree(out));
   });
 }

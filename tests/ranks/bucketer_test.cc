@@ -428,7 +428,9 @@ TEST(HostBucketerRules, LargeInputBuffersAreReusedNotHeldUntilTeardown) {
   expect_success(2, [](RankEnv& env) {
     Config c = env.config;
     c.heap_bytes = 1 << 20;
-    auto comm = env.make_comm({.config = c});
+    CommOptions opts;
+    opts.config = c;
+    auto comm = env.make_comm(opts);
     const int n = env.info.world_size, me = env.info.rank;
     ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 2048.0 * n / 1048576.0});  // 2 KiB per rank
     const size_t count = 16384;                                                 // 64 KiB of int32 per rank

@@ -497,7 +497,9 @@ TEST(Faults, DebugChecksRefuseOnEveryRankWhatOneRankRefuses) {
             EXPECT_LT(seconds(), 1.0) << "refused in the call, not at the deadline: " << e.what();
             EXPECT_NE(std::string(e.what()).find("broadcast: the root's input pointer is null"), std::string::npos)
                 << e.what();
-            if (me == 0) EXPECT_EQ(e.ranks(), std::vector<int>{1}) << e.what();
+            if (me == 0) {
+              EXPECT_EQ(e.ranks(), std::vector<int>{1}) << e.what();
+            }
           } else {
             const Error e = expect_error(ErrorCode::kTimeout, call);
             EXPECT_EQ(e.ranks(), std::vector<int>{1}) << e.what();
@@ -514,7 +516,9 @@ TEST(Faults, DebugChecksRefuseOnEveryRankWhatOneRankRefuses) {
             comm->all_gather(in, out, 4, DataType::kFloat32,
                              {.algorithm = me == 0 ? Algorithm::kOneShot : Algorithm::kAuto});
           });
-          if (me == 1) EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();
+          if (me == 1) {
+            EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();
+          }
           // Usable and in step on both ranks.
           comm->all_reduce(in, out, 8, DataType::kFloat32, ReduceOp::kSum);
           for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], static_cast<float>(2 * i + 1)) << i;
@@ -644,7 +648,9 @@ TEST(Faults, FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce) {
       [&](RankEnv& env) {
         Config c = env.config;
         c.log_level = LogLevel::kError;
-        auto comm = env.make_comm({.config = c});
+        CommOptions opts;
+        opts.config = c;
+        auto comm = env.make_comm(opts);
         if (env.info.rank == 1) {
           env.store->wait({"dump/done"}, 20s);  // never calls: rank 0 times out waiting for it
           return;
