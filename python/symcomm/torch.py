@@ -12,12 +12,20 @@ group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it imp
 _allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base (equal splits) and barrier, on
 contiguous CPU tensors of float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
 
+Coalescing: the process group implements _start_coalescing() and _end_coalescing(reqs), which torch 1.13's
+torch.distributed.distributed_c10d._coalescing_manager(group, reqs) calls: the collectives issued on the group in
+the block are recorded in one symcomm group (group_start() ... group_end()) and run together when it ends.
+coalescing_manager(group=None, async_ops=False) is the same block with torch 2.x's usage. ReduceScatterBucketer
+packs many small reduce-scatters into few large ones, with fairscale's API.
+
 Every rank of a symcomm process group makes its own symcomm communicator: rank 0 serves its store on a free
 port of MASTER_ADDR's loopback (127.0.0.1) and passes the port and a fresh token to the other ranks through the
 store torch.distributed gives the backend. All ranks must be on one node.
 """
 
+import contextlib
 import secrets
+import sys
 
 import torch as _torch
 import torch.distributed as _dist
@@ -27,7 +35,7 @@ from torch._C._distributed_c10d import Work as _TorchWork
 
 from . import _core
 
-__all__ = ["BACKEND", "DTYPES", "ProcessGroupSymcomm", "Work"]
+__all__ = ["BACKEND", "DTYPES", "ProcessGroupSymcomm", "ReduceScatterBucketer", "Work", "coalescing_manager"]
 
 #: The name init_process_group() and new_group() take.
 BACKEND = "symcomm"
@@ -94,15 +102,32 @@ def _same(t, ref, what, numel):
 
 class Work(_TorchWork):
     """The Work of a symcomm collective: wait() blocks until it completes (raising its error), then runs the
-    copies into the caller's tensors that the collective needs (allgather and reduce_scatter with lists)."""
+    copies into the caller's tensors that the collective needs (allgather and reduce_scatter with lists).
 
-    def __init__(self, core_work, outputs, finish=None):
+    A collective issued inside a coalescing block runs when the block ends: until then its Work's wait()
+    returns True at once without waiting (torch.distributed's synchronous calls wait() inside the block) and
+    is_completed() is False; the block's end completes it."""
+
+    def __init__(self, core_work, outputs, finish=None, in_group=False):
         super().__init__()
         self._core = core_work  # None: completed already
         self._outputs = outputs
         self._finish = finish
         self._error = None
         self._future = None
+        self._in_group = in_group  # recorded in a coalescing block that has not ended
+
+    def _group_ended(self, error=None):
+        """Called by the process group when the outermost coalescing block ends: completes the Work, or fails
+        it with `error` (the block was cancelled or its group failed)."""
+        self._in_group = False
+        if error is not None:
+            self._core, self._finish, self._error = None, None, error
+            return
+        try:
+            self._complete()
+        except BaseException:  # noqa: BLE001 - kept in self._error, raised by wait()
+            pass
 
     def _complete(self):
         if self._core is not None:
@@ -120,6 +145,8 @@ class Work(_TorchWork):
     def wait(self, timeout=None):
         if self._error is not None:
             raise self._error
+        if self._in_group:
+            return True
         if timeout is not None and self._core is not None:
             seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
             if seconds > 0 and not self._core.wait_for(seconds):
@@ -128,6 +155,8 @@ class Work(_TorchWork):
         return True
 
     def is_completed(self):
+        if self._in_group:
+            return False
         return self._core is None or self._core.is_completed()
 
     def is_success(self):
@@ -157,6 +186,8 @@ class Work(_TorchWork):
     def get_future(self):
         """A torch.futures.Future of the output tensors; completed once wait() has been called (it is called
         here)."""
+        if self._in_group:
+            raise RuntimeError("symcomm: get_future() of a collective whose coalescing block has not ended")
         if self._future is None:
             self._future = _torch.futures.Future()
             try:
@@ -184,13 +215,70 @@ class ProcessGroupSymcomm(_ProcessGroup):
             token = store.get(key_token).decode()
             port = int(store.get(key_port).decode())
             self._comm = _core.Communicator.create(rank, size, token, "127.0.0.1", port)
+        # Coalescing blocks open on this group, innermost last: for each, the Works recorded in it and the
+        # exception being handled when it started.
+        self._coalescing = []
 
     def getBackendName(self):  # noqa: N802 - torch's name
         return BACKEND
 
     def _submit(self, call, outputs, finish=None):
-        """Runs `call(async_op=True)` and returns its Work."""
-        return Work(call(True), outputs, finish)
+        """Runs `call(async_op=True)` and returns its Work (recorded in the innermost coalescing block, if any)."""
+        work = Work(call(True), outputs, finish, in_group=bool(self._coalescing))
+        if self._coalescing:
+            self._coalescing[-1][0].append(work)
+        return work
+
+    # Coalescing, as torch 1.13's torch.distributed.distributed_c10d._coalescing_manager(group, reqs) calls it:
+    # group._start_coalescing(), the block, then group._end_coalescing(reqs) in a `finally`.
+
+    def _start_coalescing(self):
+        """Opens a coalescing block: collectives issued on this group until _end_coalescing() are recorded in a
+        symcomm group (group_start()) and run together at the end of the outermost block. Blocks nest."""
+        self._comm.group_start()
+        self._coalescing.append(([], sys.exc_info()[1]))
+
+    def _end_coalescing(self, reqs=None):
+        """Closes the innermost coalescing block. The outermost one runs every collective recorded (group_end(),
+        which returns once they are done) and completes their Works, `reqs` among them: wait() on them then
+        returns at once. If an exception raised in the block is propagating (it is called from a `finally`),
+        the block is cancelled instead (group_cancel()): nothing recorded in it runs, and its Works raise.
+        Returns the Works recorded in the block."""
+        del reqs  # the Works of the block are known here; reqs holds some of them
+        if not self._coalescing:
+            raise RuntimeError("symcomm: _end_coalescing() without _start_coalescing()")
+        works, before = self._coalescing[-1]
+        raised = sys.exc_info()[1]
+        if raised is not None and raised is not before:
+            self._cancel_coalescing()
+            return works
+        self._coalescing.pop()
+        if self._coalescing:
+            try:
+                self._comm.group_end()  # an inner level: the outermost runs it
+            except BaseException as e:
+                for w in works:
+                    w._group_ended(e)  # noqa: SLF001 - the Works of this module
+                raise
+            self._coalescing[-1][0].extend(works)
+            return works
+        try:
+            self._comm.group_end()
+        except BaseException as e:
+            for w in works:
+                w._group_ended(e)  # noqa: SLF001
+            raise
+        for w in works:
+            w._group_ended()  # noqa: SLF001
+        return works
+
+    def _cancel_coalescing(self):
+        """Closes the innermost coalescing block without running it (group_cancel()); its Works raise."""
+        works, _ = self._coalescing.pop()
+        error = RuntimeError("symcomm: the coalescing block raised; its collectives were cancelled")
+        for w in works:
+            w._group_ended(error)  # noqa: SLF001
+        self._comm.group_cancel()
 
     def close(self):
         """Waits for pending collectives and destroys the communicator (destroy_process_group() drops the
@@ -288,6 +376,164 @@ class ProcessGroupSymcomm(_ProcessGroup):
 
     def barrier(self, opts=None):
         return self._submit(lambda a: self._comm.barrier(a), [])
+
+
+class _CoalescingManager:
+    """What coalescing_manager() yields: `works`, the Works of the collectives recorded in the block (filled when
+    it ends), and wait()."""
+
+    def __init__(self):
+        self.works = []
+
+    def append(self, work):
+        self.works.append(work)
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+
+
+def _symcomm_group(group, what):
+    pg = _dist.distributed_c10d._get_default_group() if group is None else group  # noqa: SLF001
+    if not isinstance(pg, ProcessGroupSymcomm):
+        raise TypeError(f"symcomm: {what}: the group is a {type(pg).__name__}, not a symcomm process group")
+    return pg
+
+
+@contextlib.contextmanager
+def coalescing_manager(group=None, async_ops=False):
+    """Collectives issued on `group` (default: the default group, which must be symcomm's) inside the block are
+    recorded in one symcomm group and run together when the block ends, as with torch 2.x's
+    torch.distributed.distributed_c10d._coalescing_manager:
+
+        with coalescing_manager(group):                  # synchronous: results are there after the block
+            for t in tensors:
+                dist.all_reduce(t, group=group)
+        with coalescing_manager(group, async_ops=True) as cm:
+            for t in tensors:
+                dist.all_reduce(t, group=group)
+        cm.wait()                                        # cm.works: the Works of the block
+
+    If the block raises, nothing recorded in it runs (group_cancel()). Every rank must issue the same block."""
+    pg = _symcomm_group(group, "coalescing_manager")
+    cm = _CoalescingManager()
+    pg._start_coalescing()  # noqa: SLF001
+    try:
+        yield cm
+    except BaseException:
+        pg._cancel_coalescing()  # noqa: SLF001
+        raise
+    cm.works.extend(pg._end_coalescing())  # noqa: SLF001
+    if not async_ops:
+        cm.wait()
+
+
+class _Bucket:
+    """The packed input of one (dtype, device, group): `data` holds world_size rows of `shard` elements; the
+    inputs recorded so far fill columns [0, offset) of every row, input_list[r] in row r."""
+
+    def __init__(self, dtype, device, group, world_size, shard):
+        self.group = group
+        self.data = _torch.empty((world_size, shard), dtype=dtype, device=device)
+        self.offset = 0
+        self.pending = []  # (callback_fn, offset, count, shape)
+
+    def flush(self):
+        """One reduce-scatter of columns [0, offset) (skipped where they are empty), then the callbacks in the
+        order their inputs were recorded, each with its view of the bucket's output."""
+        if not self.pending:
+            return
+        offset, pending = self.offset, self.pending
+        self.offset, self.pending = 0, []
+        output = _torch.empty(offset, dtype=self.data.dtype, device=self.data.device)
+        if offset:
+            packed = self.data if offset == self.data.shape[1] else self.data[:, :offset].contiguous()
+            _dist.reduce_scatter_tensor(output, packed.view(-1), group=self.group)
+        for callback_fn, start, count, shape in pending:
+            if callback_fn is not None:
+                callback_fn(output[start:start + count].view(shape))
+
+
+class ReduceScatterBucketer:
+    """Many small reduce-scatters packed into few large ones, with fairscale's API
+    (fairscale.internal.reduce_scatter_bucketer.ReduceScatterBucketer):
+
+        bucketer = ReduceScatterBucketer(bucket_cap_mb=25)
+        bucketer.reduce_scatter_async(input_list, group, callback_fn=lambda result: ...)
+        ...
+        bucketer.flush()      # callbacks are only guaranteed to have run after flush()
+        bucketer.teardown()   # flush, then free the buckets
+
+    input_list holds group.size() tensors of one dtype and element count; the result on rank r is the sum over the ranks
+    of input_list[r] (a tensor of input_list[0]'s shape). Inputs are copied into the bucket of their (dtype, device,
+    group), of bucket_cap_mb MiB split into group.size() shards; a bucket without room for an input is flushed
+    first: one reduce-scatter (torch.distributed.reduce_scatter_tensor on the group) of the packed inputs, then
+    the callbacks in recording order, each with its view of the bucket's output (a new tensor per flush). An
+    input larger than a shard, or any input with bucket_cap_mb <= 0, is reduce-scattered at once and its callback
+    called before reduce_scatter_async() returns. Every rank must make the same calls with the same sizes."""
+
+    def __init__(self, bucket_cap_mb=25):
+        self.bucket_cap_mb = bucket_cap_mb
+        self.buckets = {}
+
+    def _shard_size(self, element_size, world_size):
+        """Elements of one rank's shard of a bucket (fairscale's rule); 0 where bucketing is off."""
+        if self.bucket_cap_mb <= 0:
+            return 0
+        return int(self.bucket_cap_mb * 1024 * 1024 / element_size // world_size)
+
+    @_torch.no_grad()
+    def reduce_scatter_async(self, input_list, group=None, callback_fn=None):
+        """Records the reduce-scatter of input_list on `group` (None: the default group); callback_fn(result) is
+        called once it has run (at once for inputs larger than a shard)."""
+        if group is None:
+            group = _dist.distributed_c10d._get_default_group()  # noqa: SLF001
+        world_size = _dist.get_world_size(group)
+        if not isinstance(input_list, (list, tuple)) or len(input_list) != world_size:
+            raise ValueError(f"symcomm: reduce_scatter_async: expected a list of {world_size} tensors "
+                             f"(the group's size)")
+        first = input_list[0]
+        for i, t in enumerate(input_list):
+            if not isinstance(t, _torch.Tensor):
+                raise TypeError(f"symcomm: reduce_scatter_async: input {i} is a {type(t).__name__}, not a tensor")
+            if t.dtype != first.dtype or t.numel() != first.numel() or t.device != first.device:
+                raise ValueError(f"symcomm: reduce_scatter_async: input {i} ({t.dtype}, {t.numel()} elements, "
+                                 f"{t.device}) differs from input 0 ({first.dtype}, {first.numel()} elements, "
+                                 f"{first.device})")
+        count = first.numel()
+        shard = self._shard_size(first.element_size(), world_size)
+        if self.bucket_cap_mb <= 0 or count > shard:
+            output = _torch.empty(first.shape, dtype=first.dtype, device=first.device)
+            packed = _torch.cat([t.reshape(-1) for t in input_list])
+            _dist.reduce_scatter_tensor(output.view(-1), packed, group=group)
+            if callback_fn is not None:
+                callback_fn(output)
+            return
+        key = (first.dtype, first.device, group)
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = self.buckets[key] = _Bucket(first.dtype, first.device, group, world_size, shard)
+        if count > shard - bucket.offset:
+            bucket.flush()
+        start = bucket.offset
+        if count:
+            for r, t in enumerate(input_list):
+                bucket.data[r, start:start + count].copy_(t.reshape(-1))
+        bucket.offset += count
+        bucket.pending.append((callback_fn, start, count, first.shape))
+
+    @_torch.no_grad()
+    def flush(self):
+        """Reduce-scatters every bucket that holds inputs (in the order the buckets were made) and runs their
+        callbacks."""
+        for bucket in list(self.buckets.values()):
+            bucket.flush()
+
+    @_torch.no_grad()
+    def teardown(self):
+        """flush(), then frees the buckets (the next call makes them again)."""
+        self.flush()
+        self.buckets.clear()
 
 
 def _create(store, rank, size, timeout):

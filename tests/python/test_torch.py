@@ -59,11 +59,18 @@ def same(got, want, what=""):
     assert torch.equal(got, want), f"{what}: symcomm {got[:8]} ... differs from gloo {want[:8]} ..."
 
 
+# A second symcomm group over every rank, made with the gloo group (the bucketer tests key buckets by group).
+# It is made before any group over a subset of the ranks: symcomm names a communicator's store keys by a count
+# of the communicators the process has made, which such a group advances on its members only.
+SECOND = []
+
+
 @pytest.fixture(scope="module")
 def gloo():
     if not dist.is_initialized():
         dist.init_process_group(backend="symcomm", timeout=datetime.timedelta(seconds=120))
     group = dist.new_group(backend="gloo")
+    SECOND.append(dist.new_group(backend="symcomm"))
     yield group
     dist.barrier()
     dist.destroy_process_group()
@@ -339,4 +346,279 @@ def test_object_collectives(gloo):
 def test_unsupported_collectives(gloo):
     with pytest.raises(RuntimeError, match="does not support reduce"):
         dist.reduce(torch.ones(2), dst=0)
+    check_usable(gloo)
+
+
+# Coalescing: torch 1.13's _coalescing_manager(group, reqs) calls the process group's _start_coalescing() and
+# _end_coalescing(reqs); symcomm.torch.coalescing_manager(group, async_ops) is the same block with torch 2.x's
+# usage. The collectives of a block run together at its end: inside it, inputs are unchanged.
+
+COALESCED = [(torch.float32, "sum", 1), (torch.int64, "max", 7), (torch.bfloat16, "sum", 300),
+             (torch.float16, "min", 33), (torch.int8, "prod", 5), (torch.float64, "sum", 1000),
+             (torch.uint8, "max", 0), (torch.int32, "sum", 4097)]
+
+
+def coalesced_cases(tag):
+    return [inp(seed_of(tag, k), n, dtype, op) for k, (dtype, op, n) in enumerate(COALESCED)]
+
+
+def gloo_reference(xs, gloo):
+    want = []
+    for x, (dtype, op, _) in zip(xs, COALESCED):
+        y = wide(x.clone())
+        dist.all_reduce(y, op=OPS[op], group=gloo)
+        want.append(y.to(dtype))
+    return want
+
+
+def coalesced_block(xs, tag, async_op, group=None):
+    """Issues the all-reduces of xs, an all_gather_into_tensor and an all_gather (list) on `group`; returns the
+    Works (async_op) and the all-gather outputs, checking that nothing ran yet."""
+    w = dist.get_world_size()
+    before = [x.clone() for x in xs]
+    reqs = []
+    for x, (dtype, op, _) in zip(xs, COALESCED):
+        work = dist.all_reduce(x, op=OPS[op], group=group, async_op=async_op)
+        if async_op:
+            assert not work.is_completed()
+            reqs.append(work)
+    g = inp(seed_of(tag, "ag"), 9, torch.int32)
+    ag = poisoned((w * 9,), torch.int32)
+    ag_list = [poisoned((9,), torch.float64) for _ in range(w)]
+    for work in (dist.all_gather_into_tensor(ag, g, group=group, async_op=async_op),
+                 dist.all_gather(ag_list, g.double(), group=group, async_op=async_op)):
+        if async_op:
+            reqs.append(work)
+    for x, b in zip(xs, before):
+        assert torch.equal(x, b), "a coalesced collective ran before the end of its block"
+    assert bool((ag == -111).all())
+    return reqs, g, ag, ag_list
+
+
+def check_coalesced(xs, want, g, ag, ag_list, gloo, what):
+    w = dist.get_world_size()
+    for k, (x, y) in enumerate(zip(xs, want)):
+        same(x, y, f"{what}: all_reduce {k}")
+    ref = [poisoned((9,), torch.int32) for _ in range(w)]
+    dist.all_gather(ref, g, group=gloo)
+    same(ag, torch.cat(ref), f"{what}: all_gather_into_tensor")
+    for r in range(w):
+        same(ag_list[r], ref[r].double(), f"{what}: all_gather block {r}")
+
+
+@pytest.mark.parametrize("explicit_group", [False, True], ids=["default", "explicit"])
+def test_torch_coalescing_manager_sync(gloo, explicit_group):
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    pg = dist.distributed_c10d._get_default_group() if explicit_group else None
+    xs = coalesced_cases("cm sync")
+    want = gloo_reference(xs, gloo)
+    reqs = []
+    with _coalescing_manager(pg, reqs):
+        _, g, ag, ag_list = coalesced_block(xs, "cm sync", False, pg)
+    assert reqs == []
+    check_coalesced(xs, want, g, ag, ag_list, gloo, "_coalescing_manager, synchronous calls")
+
+
+def test_torch_coalescing_manager_async(gloo):
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    xs = coalesced_cases("cm async")
+    want = gloo_reference(xs, gloo)
+    reqs = []
+    with _coalescing_manager(None, reqs):
+        got, g, ag, ag_list = coalesced_block(xs, "cm async", True)
+        reqs.extend(got)
+    assert len(reqs) == len(COALESCED) + 2
+    for r in reqs:
+        assert r.is_completed()
+        assert r.wait()
+        assert r.is_success() and r.exception() is None
+    check_coalesced(xs, want, g, ag, ag_list, gloo, "_coalescing_manager, async_op=True")
+
+
+@pytest.mark.parametrize("async_ops", [False, True])
+def test_symcomm_coalescing_manager(gloo, async_ops):
+    xs = coalesced_cases(("scm", async_ops))
+    want = gloo_reference(xs, gloo)
+    with symcomm_torch.coalescing_manager(async_ops=async_ops) as cm:
+        coalesced_block(xs, ("scm", async_ops), False)
+        rs_in = inp(seed_of("scm rs", async_ops), 5 * dist.get_world_size(), torch.int64, "sum")
+        rs = poisoned((5,), torch.int64)
+        dist.reduce_scatter_tensor(rs, rs_in)
+        bc = inp(seed_of("scm bc", async_ops), 11, torch.float16)
+        bc_want = inp(seed_of("scm bc", async_ops), 11, torch.float16, rank=dist.get_world_size() - 1)
+        dist.broadcast(bc, src=dist.get_world_size() - 1)
+        a2a_in = inp(seed_of("scm a2a", async_ops), 3 * dist.get_world_size(), torch.int32)
+        a2a = poisoned((3 * dist.get_world_size(),), torch.int32)
+        dist.all_to_all_single(a2a, a2a_in)
+        dist.barrier()
+    assert len(cm.works) == len(COALESCED) + 6
+    if async_ops:
+        cm.wait()
+    for x, y in zip(xs, want):
+        same(x, y, "coalescing_manager all_reduce")
+    full = rs_in.clone()
+    dist.all_reduce(full, group=gloo)
+    me = dist.get_rank()
+    same(rs, full[me * 5:(me + 1) * 5], "coalescing_manager reduce_scatter_tensor")
+    same(bc, bc_want, "coalescing_manager broadcast")
+    a2a_want = poisoned((3 * dist.get_world_size(),), torch.int32)
+    dist.all_to_all_single(a2a_want, a2a_in, group=gloo)
+    same(a2a, a2a_want, "coalescing_manager all_to_all_single")
+    with pytest.raises(TypeError, match="not a symcomm"):
+        with symcomm_torch.coalescing_manager(gloo):
+            pass
+
+
+def test_coalescing_nested_and_cancelled(gloo):
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    xs = coalesced_cases("nested")
+    want = gloo_reference(xs, gloo)
+    before = [x.clone() for x in xs]
+    reqs = []
+    with _coalescing_manager(None, reqs):
+        reqs.append(dist.all_reduce(xs[0], op=OPS[COALESCED[0][1]], async_op=True))
+        with symcomm_torch.coalescing_manager():  # an inner level: the outer block's end runs it
+            for x, (_, op, _) in list(zip(xs, COALESCED))[1:]:
+                dist.all_reduce(x, op=OPS[op])
+        assert not reqs[0].is_completed()
+        for x, b in zip(xs, before):
+            assert torch.equal(x, b), "an inner block ran before the outer block ended"
+    for x, y in zip(xs, want):
+        same(x, y, "nested blocks")
+    # A block that raises runs nothing (every rank raises alike): torch's manager and symcomm's.
+    for manager in ("torch", "symcomm"):
+        x = inp(seed_of("cancel", manager), 17, torch.int32, "sum")
+        before = x.clone()
+        reqs = []
+        with pytest.raises(KeyError):
+            if manager == "torch":
+                with _coalescing_manager(None, reqs):
+                    reqs.append(dist.all_reduce(x, async_op=True))
+                    raise KeyError("inside the block")
+            else:
+                with symcomm_torch.coalescing_manager():
+                    reqs.append(dist.all_reduce(x, async_op=True))
+                    raise KeyError("inside the block")
+        same(x, before, f"{manager}: cancelled block")
+        with pytest.raises(RuntimeError, match="cancelled"):
+            reqs[0].wait()
+        check_usable(gloo)
+    # Entered while another exception is being handled: that one does not cancel the block.
+    x = inp(seed_of("in except"), 17, torch.int32, "sum")
+    y = x.clone()
+    dist.all_reduce(y, group=gloo)
+    try:
+        raise KeyError("outside")
+    except KeyError:
+        with _coalescing_manager(None, []):
+            dist.all_reduce(x)
+    same(x, y, "block inside an except clause")
+
+
+# ReduceScatterBucketer (fairscale's API): random call sequences, results bit for bit equal to one
+# dist.reduce_scatter per call (random floats) and to gloo's all_reduce then slice (exact small integers),
+# callbacks in the order fairscale's bucketing gives.
+
+BUCKET_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.uint8]
+
+
+def shard_elements(cap_mb, dtype, w):
+    if cap_mb <= 0:
+        return 0
+    return int(cap_mb * 1024 * 1024 / torch.tensor([], dtype=dtype).element_size() // w)
+
+
+def random_inputs(rng, seed, n, dtype, w, exact):
+    """input_list of this rank: w tensors of n elements (2-D where n is even)."""
+    shape = (2, n // 2) if n % 2 == 0 and n else (n,)
+    if exact:
+        flat = inp(seed, w * n, dtype, "sum")
+    else:
+        g = torch.Generator().manual_seed(seed * 31 + dist.get_rank())
+        if dtype.is_floating_point:
+            flat = (torch.randn(w * n, generator=g, dtype=torch.float64) * 100).to(dtype)
+        else:
+            flat = torch.randint(0, 50, (w * n,), generator=g).to(dtype)
+    return [t.reshape(shape) for t in flat.chunk(w)] if n else [torch.empty(shape, dtype=dtype) for _ in range(w)]
+
+
+@pytest.mark.parametrize("cap_mb", [25, 0, -1, 0.0001, 0.002, 0.02])
+@pytest.mark.parametrize("exact", [True, False], ids=["vs_gloo", "vs_one_by_one"])
+def test_bucketer_random(gloo, cap_mb, exact):
+    import random
+    w, me = dist.get_world_size(), dist.get_rank()
+    groups = [None, SECOND[0]]
+    rng = random.Random(seed_of("bucketer", cap_mb, exact))  # the same calls on every rank
+    bucketer = symcomm_torch.ReduceScatterBucketer(bucket_cap_mb=cap_mb)
+    fired, results, expected_order = [], {}, []
+    model = {}  # (dtype, group index) -> [offset, [call ids]], in creation order
+    wants = {}
+    for rounds in range(2):  # the second round reuses the bucketer after teardown()
+        for call in range(rng.randint(20, 45)):
+            cid = (rounds, call)
+            dtype = rng.choice(BUCKET_DTYPES)
+            n = rng.choice([0, 1, 3, 8, 13, 64, 100, 257, 1000, 3000])
+            gi = rng.randrange(2)
+            ins = random_inputs(rng, seed_of("in", cap_mb, exact, cid), n, dtype, w, exact)
+            if exact:
+                full = wide(torch.cat([t.reshape(-1) for t in ins]))
+                dist.all_reduce(full, group=gloo)
+                wants[cid] = full[me * n:(me + 1) * n].to(dtype).reshape(ins[0].shape)
+            else:
+                want = poisoned(ins[0].shape, dtype)
+                dist.reduce_scatter(want, ins, group=groups[gi])
+                wants[cid] = want
+            copies = [t.clone() for t in ins]
+
+            def callback(result, cid=cid):
+                fired.append(cid)
+                results[cid] = result
+
+            bucketer.reduce_scatter_async(ins, groups[gi], callback_fn=callback)
+            for t, c in zip(ins, copies):
+                assert torch.equal(t, c), "reduce_scatter_async changed its input"
+            shard = shard_elements(cap_mb, dtype, w)
+            if cap_mb <= 0 or n > shard:
+                expected_order.append(cid)
+            else:
+                b = model.setdefault((dtype, gi), [0, []])
+                if n > shard - b[0]:
+                    expected_order.extend(b[1])
+                    b[0], b[1] = 0, []
+                b[0] += n
+                b[1].append(cid)
+            assert fired == expected_order, f"callbacks after call {cid}"
+        if rounds == 0:
+            bucketer.flush()
+        else:
+            bucketer.teardown()
+            assert bucketer.buckets == {}
+        for b in model.values():
+            expected_order.extend(b[1])
+            b[0], b[1] = 0, []
+        assert fired == expected_order
+    assert len(fired) == len(wants)
+    for cid, want in wants.items():
+        same(results[cid], want, f"bucketed reduce_scatter {cid} (cap {cap_mb} MB)")
+    bucketer.flush()  # nothing pending: no collective, no callback
+    assert len(fired) == len(wants)
+    check_usable(gloo)
+
+
+def test_bucketer_errors_and_no_callback(gloo):
+    w = dist.get_world_size()
+    bucketer = symcomm_torch.ReduceScatterBucketer(bucket_cap_mb=1)
+    with pytest.raises(ValueError, match="list of"):
+        bucketer.reduce_scatter_async([torch.ones(4)] * (w + 1), None)
+    with pytest.raises(ValueError, match="differs"):
+        bucketer.reduce_scatter_async([torch.ones(4)] * (w - 1) + [torch.ones(4, dtype=torch.float64)], None)
+    with pytest.raises(ValueError, match="differs"):
+        bucketer.reduce_scatter_async([torch.ones(4)] * (w - 1) + [torch.ones(5)], None)
+    # Without a callback the result is dropped; non-contiguous inputs are copied into the bucket.
+    bucketer.reduce_scatter_async([torch.ones(4, 6).t() for _ in range(w)], None)
+    got = []
+    bucketer.reduce_scatter_async([torch.full((3,), float(dist.get_rank()))] * w, None, got.append)
+    bucketer.teardown()
+    assert len(got) == 1
+    same(got[0], torch.full((3,), float(sum(range(w)))), "bucketer after a call without callback")
     check_usable(gloo)
