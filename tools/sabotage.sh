@@ -90,6 +90,9 @@ case_def host mesh-acceptance src/bootstrap/peer_mesh.cc \
 case_def host rendezvous-generation src/core/communicator.cc \
   '  return *generation == 0 ? token : fmt::format("{}#{}", token, *generation);' "  return token;" \
   symcomm_rank_tests RendezvousRanks.RecreatedOnTheSamePortWhileTheEarlierServerStillRuns 60
+case_def host rendezvous-name src/core/communicator.cc \
+  '  if (opts.name.empty()) opts.name = "rendezvous";' "" \
+  symcomm_rank_tests RendezvousRanks.ACommunicatorOfEveryRankAfterASubGroupsOwn 60
 case_def host failed-creation-fd src/memory/host_heap.cc \
   "      FdCloser peer_closer{peer_fd};" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60

@@ -82,8 +82,9 @@ struct CommOptions {
   /// device (as torch.cuda.set_device would); later calls run on it whatever device the calling thread has
   /// current, and leave the caller's current device as they found it.
   int device = -1;
-  /// Store key prefix; must be equal on all ranks. Empty: "c<n>" where n counts the communicators this
-  /// process created (so ranks that create communicators in the same order agree).
+  /// Store key prefix; must be equal on all ranks. Empty: "rendezvous" for create(Rendezvous) (its store server
+  /// holds no other communicator's keys), else "c<n>" where n counts the communicators this process created (so
+  /// ranks that create communicators in the same order agree).
   std::string name;
   /// nullopt: Config::from_env().
   std::optional<Config> config;

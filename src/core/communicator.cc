@@ -300,6 +300,9 @@ std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const C
                                                            .retry_refused = generation > 0}));
   CommOptions opts = options;
   opts.config = config;
+  // Rank 0's server is this communicator's alone (NOTE [rendezvous generations]): a fixed default name, where a
+  // count of the process's communicators differs between ranks that made different sub-communicators before.
+  if (opts.name.empty()) opts.name = "rendezvous";
   auto comm = create(std::move(store), rv.ranks, opts);
   comm->core_->ctx().server = std::move(server);
   return comm;

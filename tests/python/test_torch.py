@@ -327,7 +327,15 @@ def test_more_symcomm_groups(gloo):
         dist.all_reduce(z, group=pair)
         assert torch.equal(z, torch.full((5,), 3, dtype=torch.int32))
         assert dist.get_world_size(pair) == 2
+    # A group of every rank made after the pair's: the ranks have made different numbers of communicators.
+    later = dist.new_group(backend="symcomm")
+    w = inp(5, 64, torch.int64, "sum")
+    v = w.clone()
+    dist.all_reduce(w, group=later)
+    dist.all_reduce(v, group=gloo)
+    same(w, v, "all_reduce on a symcomm group made after a sub-group's")
     dist.barrier()
+    dist.destroy_process_group(later)
     dist.destroy_process_group(pair)
     dist.destroy_process_group(everyone)
     check_usable(gloo)

@@ -54,5 +54,39 @@ TEST(RendezvousRanks, RecreatedOnTheSamePortWhileTheEarlierServerStillRuns) {
   });
 }
 
+// Ranks 0 and 1 first make a communicator of their own (a sub-group, rank 2 takes no part), then all three make
+// one: the ranks have made different numbers of communicators, and must still agree on its store keys.
+TEST(RendezvousRanks, ACommunicatorOfEveryRankAfterASubGroupsOwn) {
+  expect_success(3, [](RankEnv& env) {
+    const int me = env.info.rank;
+    CommOptions copts;
+    copts.config = env.config;
+    auto make = [&](const std::string& tag, int rank, int world) {
+      Rendezvous rv;
+      rv.ranks = RankInfo{rank, world, rank, world};
+      rv.token = "rendezvous-subgroup-" + tag;
+      if (rank == 0) {
+        rv.store_port = 0;
+        rv.on_store_started = [&](uint16_t p) { env.store->set(tag + "/port", std::to_string(p)); };
+      } else {
+        const Bytes b = env.store->get(tag + "/port");
+        rv.store_port = static_cast<uint16_t>(std::stoi(std::string(b.begin(), b.end())));
+      }
+      return Communicator::create(rv, copts);
+    };
+    auto sum_of_ranks = [](Communicator& c) {
+      int32_t v = c.rank(), out = -1;
+      c.all_reduce(&v, &out, 1, DataType::kInt32, ReduceOp::kSum);
+      return out;
+    };
+    if (me < 2) {
+      auto pair = make("pair", me, 2);
+      EXPECT_EQ(sum_of_ranks(*pair), 1);
+    }
+    auto all = make("all", me, 3);
+    EXPECT_EQ(sum_of_ranks(*all), 3);
+  });
+}
+
 }  // namespace
 }  // namespace symcomm::testing
