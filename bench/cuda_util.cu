@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "algos/half.h"
-#include "core/nccl_map.h"
+#include "base/nccl_map.h"
 #include "cuda_util.h"
 #include "group_bench.h"
 

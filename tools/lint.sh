@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# lint.sh: the style checks CI runs: formatting, what library code may not call, and comments that state facts.
+# lint.sh: the style checks CI runs: formatting, what library code may not call, comments that state facts, and
+# the layers of src/.
 #
 #   tools/lint.sh          check; exit 1 listing every offending file or line
 #   tools/lint.sh --fix    reformat the offending files in place with clang-format, then check the rest
@@ -21,6 +22,7 @@
 #    data may hold dates). The same words, except dates, in every line of the Markdown files (README.md, docs/,
 #    tests/README.md): results there carry the date they were measured. Not checked: this file (it holds the
 #    patterns) and the files of HISTORY_EXCLUDED.
+# 4. Layers: no folder under src/ includes a folder of its own layer or above (tools/check_layers.sh).
 #
 # Needs only git and clang-format (CLANG_FORMAT names another binary). Exit status: 0 clean, 1 findings,
 # 2 usage or tool error.
@@ -221,6 +223,9 @@ if [ "${#history_files[@]}" -gt 0 ]; then
     status=1
   fi
 fi
+
+# --- 4. layers -----------------------------------------------------------------------------------------------
+if ! bash tools/check_layers.sh .; then status=1; fi
 
 if [ "$status" -eq 0 ]; then echo "lint: ok"; fi
 exit "$status"

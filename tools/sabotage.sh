@@ -48,14 +48,14 @@ case ${CASES:-host} in
   host | gpu | all) ;;
   *) echo "sabotage: CASES must be host, gpu or all" >&2; exit 2 ;;
 esac
-case_def host host-deadline src/algos/host_engine.cc \
+case_def host host-deadline src/backends/host/host_engine.cc \
   "(ctx_.mesh->left_mask() & (uint64_t{1} << p)) || Clock::now() >= deadline_at_)" \
   "(ctx_.mesh->left_mask() & (uint64_t{1} << p)))" \
   symcomm_rank_tests Faults.RankThatNeverArrivesTimesOutNamingIt 90
-case_def host host-count-check src/algos/host_engine.cc \
+case_def host host-count-check src/backends/host/host_engine.cc \
   "if (h.count != r.count) mismatch(" "if (false) mismatch(" \
   symcomm_rank_tests Faults.CrossRankMismatchIsReportedNotAHang 90
-case_def host step-variant src/algos/host_engine.cc \
+case_def host step-variant src/backends/host/host_engine.cc \
   "if (h.variant != variant_) {  // NOTE [step variant]" "if (false) {" \
   symcomm_rank_tests "Faults.CrossRankMismatchIsReportedNotAHang:HostBucketerRules.FlushesLaidOutDifferentlyAreAMismatch" 90
 # Debug checks that do not share a rank's own refusal (NOTE [refused on one rank]): its peers run the call and
@@ -72,11 +72,11 @@ case_def host bucket-large-buffers src/core/bucketer.cc \
 case_def host split-default-names src/core/communicator.cc \
   "    g_comm_counter.fetch_add(1);" "" \
   symcomm_rank_tests Split.DefaultNamesStayInStepAfterARankOptsOut 60
-case_def host sticky-dump src/core/comm_context.cc \
+case_def host sticky-dump src/backends/comm_context.cc \
   '    log_write(LogLevel::kError, brief);' "" \
   symcomm_rank_tests Faults.FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce 60
 # The log gets every remembered operation instead of the short record (NOTE [op record]).
-case_def host op-record-short src/core/comm_context.cc \
+case_def host op-record-short src/backends/comm_context.cc \
   '    for (const std::string& line : compact_record(ops)) brief += "\n  " + line;' \
   '    for (const OpRecord& r : ops) brief += "\n  " + format_op(r);' \
   symcomm_rank_tests Faults.ARankKilledMidAllReduceLeavesAShortLogAndTheFullRecordInAFile 60
@@ -93,7 +93,7 @@ case_def host rendezvous-generation src/core/communicator.cc \
 case_def host rendezvous-name src/core/communicator.cc \
   '  if (opts.name.empty()) opts.name = "rendezvous";' "" \
   symcomm_rank_tests RendezvousRanks.ACommunicatorOfEveryRankAfterASubGroupsOwn 60
-case_def host failed-creation-fd src/memory/host_heap.cc \
+case_def host failed-creation-fd src/backends/host/host_heap.cc \
   "      FdCloser peer_closer{peer_fd};" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def host failed-creation-keys src/bootstrap/peer_mesh.cc \
@@ -142,19 +142,19 @@ case_def gpu device-abort include/symcomm/device/signal.h \
   "  if (ld_volatile_u32(&c.control->aborted)) {" "  if (false) {" \
   symcomm_gpu_tests "$(barrier_paths abort)" 200 \
   "$SHARED2"
-case_def gpu ce-watchdog src/core/cuda_copy_engine_cuda.cc \
+case_def gpu ce-watchdog src/backends/cuda/cuda_copy_engine_cuda.cc \
   "if (v != 0 && (failed || timed_out)) {" "if (false) {" \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/copy_engine_all_gather_missing:Paths/GpuKernelFaults.*/copy_engine_reduce_scatter_abort:Paths/GpuKernelFaults.*/copy_engine_broadcast_killed" 150 \
   "$SHARED2"
 # The watchdog never reports kMismatch (every stall reading, early or at the deadline, becomes kTimeout).
-case_def gpu ce-mismatch src/core/cuda_copy_engine_cuda.cc \
+case_def gpu ce-mismatch src/backends/cuda/cuda_copy_engine_cuda.cc \
   "stall.kind == CeStall::kMismatch    ? DeviceError::kMismatch" "stall.kind == CeStall::kMismatch    ? DeviceError::kTimeout" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*" 200 \
   "$SHARED2"
 case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=2"
-case_def gpu nccl-blocking-creation src/core/cuda_backend_cuda.cc \
+case_def gpu nccl-blocking-creation src/backends/cuda/cuda_backend_cuda.cc \
   "config.blocking = 0;" "config.blocking = 1;" \
   symcomm_gpu_tests "GpuFailure.PeerDiesInside*NcclCreation" 90
 # The LL and LL128 kernels poll their peers' lines in loops of their own (not signal.h's block_barrier): each
@@ -200,41 +200,41 @@ case_def gpu ce-stall-mismatch-first src/algos/ce_plan.cc \
   symcomm_gpu_tests "GpuCopyEngineFaults.*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=3 SYMCOMM_TEST_TIMEOUT_SCALE=20"
 # Eager copy-engine ops without their instance number in the header (NOTE [copy-engine op instance]): a rank
 # released from a failed op into its next one completes a slower peer's equal-looking call silently.
-case_def gpu ce-instance src/core/cuda_copy_engine_cuda.cc \
+case_def gpu ce-instance src/backends/cuda/cuda_copy_engine_cuda.cc \
   "  in.instance = stream_capturing(s) ? 0 : eager_ops_ + 1;" "  in.instance = 0;" \
   symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*" 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=20"
 # The watchdog does not write its gave-up word into the peers' pads (NOTE [copy-engine stall]): a rank released
 # through two ops leaves no trace of having gone on, and a slower peer blames it for another rank's skipped
 # call. A race (which rank reaches its deadline first), so at 4 ranks and three times.
-case_def gpu ce-gave-up src/core/cuda_copy_engine_cuda.cc \
+case_def gpu ce-gave-up src/backends/cuda/cuda_copy_engine_cuda.cc \
   "    ops.push_back(write_op(pads_[p] + kGaveUp + me, header));" "    (void)header;" \
   symcomm_gpu_tests "GpuCopyEngineFaults.Skipped*:Cases/GpuMismatch.*/skipped_copy_engine" 300 \
   "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=10 GTEST_REPEAT=4"
 # The watchdog never acts on its early readings (NOTE [copy-engine early mismatch]): mismatches are reported at
 # the deadline again, which the tests refuse.
-case_def gpu ce-early src/core/cuda_copy_engine_cuda.cc \
+case_def gpu ce-early src/backends/cuda/cuda_copy_engine_cuda.cc \
   "      if (early.peer >= 0 && early.peer == suspect) fail_and_release(" "      if (false) fail_and_release(" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*:GpuCopyEngineFaults.Skipped*" 200 \
   "$SHARED2"
 # The last barrier does not wait for the peers' abandon words (NOTE [copy-engine late peer]): a rank that calls
 # after every peer's deadline passes the barriers their watchdogs released and completes, reading buffers the
 # peers have moved on from, with no error.
-case_def gpu ce-late-peer src/core/cuda_copy_engine_cuda.cc \
+case_def gpu ce-late-peer src/backends/cuda/cuda_copy_engine_cuda.cc \
   "    if (p != me) ops_.push_back(wait_top_bit_clear(pads_[me] + kAbandon + p));" "    (void)p;" \
   symcomm_gpu_tests "GpuCopyEngineFaults.*AfterThePeersGaveUp*" 120 "$SHARED2"
 # The early reading never names a peer that abandoned the op: the late rank's call then fails only at its own
 # deadline, which the tests refuse (nothing else can end that wait).
-case_def gpu ce-abandon-early src/core/cuda_copy_engine_cuda.cc \
+case_def gpu ce-abandon-early src/backends/cuda/cuda_copy_engine_cuda.cc \
   "  return abandoned_ce_op(words + kArrive, words + kDepart, words + kGaveUp, n, me, header);" "  return {};" \
   symcomm_gpu_tests "GpuCopyEngineFaults.*AfterThePeersGaveUp*" 120 "$SHARED2"
 # The creation's set-up exchange ignores a peer whose copy engine could not be set up: that rank fails its
 # creation alone, and the others make a communicator it never joins.
-case_def gpu ce-setup-agreement src/core/cuda_backend_cuda.cc \
+case_def gpu ce-setup-agreement src/backends/cuda/cuda_backend_cuda.cc \
   "    if (theirs.ce_failed) ce_failed.push_back(p);" "    (void)theirs.ce_failed;" \
   symcomm_gpu_tests "GpuMemoryUse.CopyEngineSetUp*" 120 "$SHARED2"
 # alloc() without its second exchange: a rank that cannot map a peer's part fails alone, and its peers return
 # the allocation.
-case_def gpu heap-mapped-exchange src/memory/cuda_heap_cuda.cc \
+case_def gpu heap-mapped-exchange src/backends/cuda/cuda_heap_cuda.cc \
   "    const std::vector<int> unmapped = exchange_mapped(id, map_error != nullptr);" \
   "    const std::vector<int> unmapped;" \
   symcomm_gpu_tests "GpuMemoryUse.SymmetricAllocFailingToMap*" 120 "$SHARED2"
@@ -248,29 +248,29 @@ case_def gpu ll-broadcast-store src/algos/cuda_all_reduce_ll.cu \
 # symcomm's memory ledger (cuda_memory_use, the leak counts): a freed heap chunk that is never unmapped
 # (its own memory and every peer's mapping kept), and the device state never freed on destruction (a few
 # hundred bytes: below what the device-wide free count can see; the ledger counts it exactly).
-case_def gpu heap-free-keeps src/memory/cuda_heap_cuda.cc \
+case_def gpu heap-free-keeps src/backends/cuda/cuda_heap_cuda.cc \
   "  unmap(it->second);" "  (void)it;" \
   symcomm_gpu_tests "GpuMemoryUse.*" 200 "$SHARED2"
-case_def gpu state-leak src/core/cuda_backend_cuda.cc \
+case_def gpu state-leak src/backends/cuda/cuda_backend_cuda.cc \
   "  if (state_) {" "  if (false) {" \
   symcomm_gpu_tests "GpuMemoryUse.*:GpuLifecycle.CreateDestroyAndAbortCyclesLeakNothing" 300 \
   "$SHARED2 SYMCOMM_TEST_LIFECYCLE_CYCLES=10"
 # A rank whose part of a symmetric alloc fails throws at once instead of telling its peers (what NOTE [failed
 # symmetric alloc] prevents): where only some ranks run out of memory, the others wait for its fd until the
 # deadline. Only ranks sharing a GPU make that case (one gets 60% of the free memory, the other cannot).
-case_def gpu alloc-silent-failure src/memory/cuda_heap_cuda.cc \
+case_def gpu alloc-silent-failure src/backends/cuda/cuda_heap_cuda.cc \
   "    AllocMsg msg{id, stride, bytes, own_error ? 1u : 0u};" \
   "    if (own_error) std::rethrow_exception(own_error); AllocMsg msg{id, stride, bytes, 0u};" \
   symcomm_gpu_tests "GpuMemoryUse.OutOfMemory*" 200 "$SHARED2"
 # NOTE [heap keys]: the SM paths' op headers leave out the output's heap place, so ranks that pass different heap
 # buffers as outputs meet with matching headers and the zero-copy kernels write the wrong place.
-case_def gpu heap-keys src/core/cuda_launch_cuda.cc \
+case_def gpu heap-keys src/backends/cuda/cuda_launch_cuda.cc \
   "      .add(out_place)" "      .add(0 * out_place)" \
   symcomm_gpu_tests "Cases/GpuHeapBuffers.*" 200 "$SHARED2"
 case_def gpu signal-refresh include/symcomm/device/signal.h \
   "    for (int b = first_block; b < kMaxBlocks; ++b) {" "    for (int b = kMaxBlocks; b < kMaxBlocks; ++b) {" \
   symcomm_gpu_tests "Modes/GpuSequence.*" 200 "$SHARED2"
-case_def gpu group-streams src/core/cuda_group_cuda.cc \
+case_def gpu group-streams src/backends/cuda/cuda_group_cuda.cc \
   "    chain.enter(reinterpret_cast<cudaStream_t>(ops[i].first.options.stream));" "" \
   symcomm_gpu_tests "GpuGroup.CollectivesOnSeveralStreamsRunInIssueOrder" 200 "$SHARED2"
 case_def gpu ll-flag-zero src/algos/cuda_all_reduce_ll.cu \
@@ -283,7 +283,7 @@ case_def gpu launch-result src/algos/cuda_common.cuh \
   const cudaError_t err = cudaGetLastError();" \
   symcomm_gpu_tests "GpuThreads.ACallersEarlierCudaErrorIsNeitherTakenNorCleared" 120 "$SHARED2"
 # Kernels loaded lazily at their first launch (NOTE [kernel loading]): a first call waits for the held stream.
-case_def gpu kernel-loading src/core/cuda_backend_cuda.cc \
+case_def gpu kernel-loading src/backends/cuda/cuda_backend_cuda.cc \
   "  load_kernel_modules();" \
   "  // kernels left to load lazily" \
   symcomm_gpu_tests "GpuLoading.*" 120 ""

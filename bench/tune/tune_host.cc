@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "host_util.h"
 #include "tune/tune.h"
 

@@ -84,7 +84,7 @@ struct Tuning {
   size_t cuda_ll_block_threads = 512;
   /// CUDA one-shot all-reduce: payloads up to this many bytes (0-1M, the LL buffer) use the LL kernel, larger
   /// ones the staged one-shot (the buffer holds 1 MB less an 8-byte header; NOTE [LL threshold] in
-  /// src/core/cuda_backend_cuda.h). LL won at 4 KB-256 KB and lost at 1 MB (10.81 vs 9.25-9.60 us, same sweep
+  /// src/backends/cuda/cuda_backend_cuda.h). LL won at 4 KB-256 KB and lost at 1 MB (10.81 vs 9.25-9.60 us, same sweep
   /// as cuda_ll_block_threads).
   size_t cuda_ll_max_bytes = 512 << 10;
   /// CUDA all-gather, reduce-scatter and all-to-all blocks, and broadcast payloads (direct algorithm), of at

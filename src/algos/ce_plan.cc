@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string_view>
 
-#include "core/check.h"
-#include "core/hash.h"
+#include "base/check.h"
+#include "base/hash.h"
 
 namespace symcomm::detail {
 namespace {
@@ -60,7 +60,7 @@ class Builder {
   // headers are fixed at capture, and ranks need not capture graphs in the same order.
   // `peers_read_in` / `peers_read_out`: whether on this path some rank reads its peers' inputs / outputs (the
   // same on every rank running it, unlike what this rank's own plan reads: a broadcast's root reads nothing).
-  // Their heap places then go into the header (NOTE [heap keys] in src/core/cuda_launch_cuda.cc).
+  // Their heap places then go into the header (NOTE [heap keys] in src/backends/cuda/cuda_launch_cuda.cc).
   CePlan finish(uint32_t path, bool peers_read_in, bool peers_read_out) {
     Fnv1a fnv(fnv1a("symcomm-ce"));
     for (uint64_t v :

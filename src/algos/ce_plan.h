@@ -87,7 +87,7 @@ struct CePlanInput {
   /// header (NOTE [copy-engine op instance] in ce_plan.cc).
   uint64_t instance = 0;
   /// The heap places of the input and output (CudaHeap::find's `place`; 0 when not in the heap). Those that the plan
-  /// reads from peers go into the header (NOTE [heap keys] in src/core/cuda_launch_cuda.cc).
+  /// reads from peers go into the header (NOTE [heap keys] in src/backends/cuda/cuda_launch_cuda.cc).
   uint64_t in_place = 0, out_place = 0;
 };
 

@@ -7,7 +7,7 @@
 // Halves alternate per round (NOTE [rounds] in cuda_common.cuh).
 #include "algos/cuda_all_gather.h"
 #include "algos/cuda_common.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

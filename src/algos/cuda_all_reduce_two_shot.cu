@@ -27,7 +27,7 @@
 
 #include "algos/cuda_all_reduce_two_shot.h"
 #include "algos/cuda_common.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

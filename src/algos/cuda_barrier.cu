@@ -2,7 +2,7 @@
 // before it on every rank's stream happens before work after it on any rank's stream.
 #include "algos/cuda_barrier.h"
 #include "algos/cuda_common.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

@@ -3,7 +3,7 @@
 // copies locally; barrier; the others copy their half into the output (NOTE [rounds] in cuda_common.cuh).
 #include "algos/cuda_broadcast.h"
 #include "algos/cuda_common.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

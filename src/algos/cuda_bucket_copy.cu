@@ -1,4 +1,4 @@
-// Batched copy of a bucket flush (src/core/bucket_copy.h): many inputs, `rows` rows each, into one bucket,
+// Batched copy of a bucket flush (src/algos/bucket_copy.h): many inputs, `rows` rows each, into one bucket,
 // in one launch per kBucketCopySegments inputs.
 //
 // NOTE [bucket copy list] The (pointer, offset, bytes) list travels by value as the kernel's parameters
@@ -12,9 +12,9 @@
 // frame_end with fences.
 #include <algorithm>
 
+#include "algos/bucket_copy.h"
 #include "algos/cuda_common.cuh"
-#include "core/bucket_copy.h"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "symcomm/bucketer.h"
 
 namespace symcomm::detail {

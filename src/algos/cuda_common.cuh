@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/kernel_loading_cuda.h"
+#include "base/kernel_loading_cuda.h"
 #include "symcomm/device/handle.h"
 #include "symcomm/device/signal.h"
 #include "symcomm/device/vector.h"
@@ -26,7 +26,7 @@
 namespace symcomm::detail::cuda {
 namespace {
 /// This translation unit's module, loaded whole when a communicator is created (NOTE [kernel loading] in
-/// src/core/kernel_loading_cuda.h): every file that includes this header registers its own.
+/// src/base/kernel_loading_cuda.h): every file that includes this header registers its own.
 __global__ void module_anchor_kernel() {}
 [[maybe_unused]] const bool module_registered =
     register_kernel_module(reinterpret_cast<const void*>(&module_anchor_kernel));

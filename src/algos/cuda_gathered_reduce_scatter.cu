@@ -16,8 +16,8 @@
 
 #include "algos/cuda_common.cuh"
 #include "algos/cuda_gathered_reduce_scatter.h"
-#include "core/cuda_check.h"
-#include "core/hash.h"
+#include "base/cuda_check.h"
+#include "base/hash.h"
 
 namespace symcomm::detail::cuda {
 namespace {

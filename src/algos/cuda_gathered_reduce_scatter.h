@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/bucket_copy.h"
+#include "algos/bucket_copy.h"
 #include "symcomm/device/handle.h"
 #include "symcomm/types.h"
 

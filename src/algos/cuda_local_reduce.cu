@@ -1,6 +1,6 @@
 #include "algos/cuda_common.cuh"
 #include "algos/cuda_local_reduce.h"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

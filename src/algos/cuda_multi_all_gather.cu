@@ -7,7 +7,7 @@
 // Staged, per round of one staging half cut into N slots: rank r stores its slice into slot r of every peer
 // and into its own output; barrier; rank r copies slots q != r into block q of its outputs.
 #include "algos/cuda_multi.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

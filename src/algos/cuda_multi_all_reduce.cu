@@ -9,7 +9,7 @@
 // Push to output (every out in the symmetric heap, totals from Tuning::cuda_two_shot_push_min_bytes):
 // NOTE [two-shot push to output] in cuda_all_reduce_two_shot.cu, over the virtual buffer, piece by piece.
 #include "algos/cuda_multi.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

@@ -7,7 +7,7 @@
 // Staged, per round of one staging half cut into N slots: rank r gathers virtual block q of its inputs into
 // slot r of rank q (remote stores); barrier; rank r reduces its slots into its outputs, piece by piece.
 #include "algos/cuda_multi.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

@@ -7,7 +7,7 @@
 // alternate per round (NOTE [rounds] in cuda_common.cuh), so one barrier per round.
 #include "algos/cuda_common.cuh"
 #include "algos/cuda_reduce_scatter.h"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace symcomm::detail::cuda {
 namespace {

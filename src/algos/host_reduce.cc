@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "algos/half.h"
-#include "core/check.h"
+#include "base/check.h"
 
 namespace symcomm::detail {
 namespace {

@@ -1,6 +1,6 @@
 #include "algos/select.h"
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace symcomm::detail {
 namespace {

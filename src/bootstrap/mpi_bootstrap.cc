@@ -3,7 +3,7 @@
 #include <array>
 #include <random>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "symcomm/mpi.h"
 
 namespace symcomm {

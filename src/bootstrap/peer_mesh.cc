@@ -19,9 +19,9 @@
 #include <string_view>
 #include <thread>
 
-#include "core/check.h"
-#include "core/hash.h"
-#include "core/logging.h"
+#include "base/check.h"
+#include "base/hash.h"
+#include "base/logging.h"
 
 namespace symcomm::detail {
 namespace {

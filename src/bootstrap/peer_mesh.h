@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/deadline.h"
+#include "base/deadline.h"
 #include "symcomm/communicator.h"
 #include "symcomm/store.h"
 

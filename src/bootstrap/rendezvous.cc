@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/check.h"
-#include "core/hash.h"
-#include "core/logging.h"
+#include "base/check.h"
+#include "base/hash.h"
+#include "base/logging.h"
 #include "symcomm/communicator.h"
 
 namespace symcomm {

@@ -25,8 +25,8 @@
 #include <string>
 #include <thread>
 
+#include "base/check.h"
 #include "bootstrap/store_wire.h"
-#include "core/check.h"
 
 namespace symcomm {
 namespace {

@@ -40,10 +40,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/check.h"
+#include "base/logging.h"
 #include "bootstrap/store_table.h"
 #include "bootstrap/store_wire.h"
-#include "core/check.h"
-#include "core/logging.h"
 
 namespace symcomm {
 namespace {

@@ -2,7 +2,7 @@
 // bucket as one reduce-scatter. Where symcomm's own algorithm runs it, that is one gathered reduce-scatter
 // read from the inputs (CUDA: one kernel, NOTE [gathered flush] in src/algos/cuda_gathered_reduce_scatter.cu;
 // host: only the rows the peers need are copied into the bucket, NOTE [host gathered flush] in
-// src/algos/host_reduce_scatter.cc; same output layout as below); otherwise (NCCL, a forced algorithm, one
+// src/backends/host/host_reduce_scatter.cc; same output layout as below); otherwise (NCCL, a forced algorithm, one
 // rank) one copy pass into the bucket plus one reduce-scatter of it (zero-copy). Not inside a collective
 // group: the bucketer coalesces by itself, and a group would defer the reduction past the callbacks.
 //
@@ -39,10 +39,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/bucket_copy.h"
-#include "core/check.h"
+#include "algos/bucket_copy.h"
+#include "algos/request.h"
+#include "base/check.h"
 #include "core/comm_core.h"
-#include "core/request.h"
 
 namespace symcomm {
 namespace {

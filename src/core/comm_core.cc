@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/check.h"
-#include "core/logging.h"
+#include "base/check.h"
+#include "base/logging.h"
 
 namespace symcomm::detail {
 
@@ -52,12 +52,6 @@ class CommCore::GroupWork final : public Work {
   std::shared_ptr<Work> target_;
   std::exception_ptr error_;
 };
-
-void Backend::reduce_scatter_gathered(const GatheredReduceScatter& /*g*/) {
-  SYMCOMM_THROW(kUnsupported, "this backend has no gathered reduce-scatter");
-}
-
-bool is_fatal(ErrorCode code) { return code != ErrorCode::kInvalidArgument && code != ErrorCode::kUnsupported; }
 
 CommCore::CommCore(std::unique_ptr<CommContext> ctx, BackendKind kind, int device) : ctx_(std::move(ctx)) {
   backend_ = kind == BackendKind::kCuda ? make_cuda_backend(*ctx_, device) : make_host_backend(*ctx_);

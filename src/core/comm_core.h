@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/bucket_copy.h"
-#include "core/request.h"
+#include "algos/bucket_copy.h"
+#include "algos/request.h"
+#include "backends/backend.h"
 
 namespace symcomm::detail {
 
@@ -75,8 +75,5 @@ class CommCore {
   std::unique_ptr<Backend> backend_;
   std::atomic<Algorithm> last_algo_{Algorithm::kAuto};
 };
-
-/// Errors that leave the communicator unusable (recorded as sticky).
-bool is_fatal(ErrorCode code);
 
 }  // namespace symcomm::detail

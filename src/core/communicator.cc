@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "core/check.h"
+#include "base/check.h"
+#include "base/logging.h"
 #include "core/comm_core.h"
-#include "core/logging.h"
 #include "core/tuning_file.h"
 
 namespace symcomm {

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <system_error>
 
-#include "core/check.h"
-#include "core/debug_fault.h"
-#include "core/op_history.h"
+#include "base/check.h"
+#include "base/debug_fault.h"
+#include "base/op_history.h"
 #include "core/tuning_file.h"
 
 namespace symcomm {
@@ -384,7 +384,7 @@ std::string trace_dir_of(const Config& config) {
   return tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp");
 }
 
-// Testing only (src/core/debug_fault.h): SYMCOMM_DEBUG_FAULT=<site>@<rank>[,...], read at each call.
+// Testing only (src/base/debug_fault.h): SYMCOMM_DEBUG_FAULT=<site>@<rank>[,...], read at each call.
 bool debug_fault(std::string_view site, int rank) {
   const char* env = std::getenv("SYMCOMM_DEBUG_FAULT");
   if (env == nullptr) return false;

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "algos/select.h"
-#include "core/check.h"
+#include "base/check.h"
 
 namespace symcomm::detail {
 

@@ -7,9 +7,9 @@
 #include <tuple>
 #include <utility>
 
-#include "core/check.h"
-#include "core/cuda_check.h"
-#include "core/memory_ledger.h"
+#include "base/check.h"
+#include "base/cuda_check.h"
+#include "base/memory_ledger.h"
 
 namespace symcomm::detail::fused {
 namespace {

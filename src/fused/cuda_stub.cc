@@ -1,6 +1,6 @@
 // Stand-in for the CUDA parts of the fused operations in builds without CUDA (src/CMakeLists.txt leaves
 // every cuda_stub.cc out of CUDA builds). A communicator of such a build never has the CUDA backend.
-#include "core/check.h"
+#include "base/check.h"
 #include "fused/fused_engine.h"
 #include "fused/fused_workspace.h"
 

@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "core/check.h"
-#include "core/cuda_check.h"
-#include "core/memory_ledger.h"
+#include "base/check.h"
+#include "base/cuda_check.h"
+#include "base/memory_ledger.h"
 #include "fused/cublaslt_gemm_cuda.h"
 #include "fused/fused_engine.h"
 #include "fused/fused_kernels.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "algos/half.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "fused/fused_engine.h"
 
 #if SYMCOMM_HAVE_BLAS

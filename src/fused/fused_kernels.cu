@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "algos/cuda_common.cuh"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "fused/fused_kernels.h"
 
 namespace symcomm::detail::fused {

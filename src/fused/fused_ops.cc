@@ -26,7 +26,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "fused/fused_engine.h"
 #include "fused/fused_plan.h"
 #include "fused/fused_workspace.h"

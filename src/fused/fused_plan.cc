@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace symcomm::detail::fused {
 namespace {

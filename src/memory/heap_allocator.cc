@@ -1,6 +1,6 @@
 #include "memory/heap_allocator.h"
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace symcomm::detail {
 

@@ -249,7 +249,7 @@ TEST(GpuLifecycle, SingleGpuLazyNcclCreateDestroyAndAbortCyclesLeakNothing) {
   cycles_leak_nothing(1, NcclInit::kLazy, 40);
 }
 // Without NCCL in the process at all: NVML is symcomm's own then (NOTE [nvml once] in
-// src/topology/cuda_topology_cuda.cc: loading NVML per communicator would leak an fd per communicator).
+// src/backends/cuda/cuda_topology_cuda.cc: loading NVML per communicator would leak an fd per communicator).
 TEST(GpuLifecycle, SingleGpuWithoutNcclCreateDestroyAndAbortCyclesLeakNothing) {
   cycles_leak_nothing(1, NcclInit::kOff, 40);
 }

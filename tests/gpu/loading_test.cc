@@ -1,4 +1,4 @@
-// NOTE [kernel loading] (src/core/kernel_loading_cuda.h): a CUDA communicator loads every symcomm kernel at
+// NOTE [kernel loading] (src/base/kernel_loading_cuda.h): a CUDA communicator loads every symcomm kernel at
 // creation, so no collective's first call loads a module, which would wait for the device's queued work (the
 // caller's stream included) to drain. Each rank holds its stream with a host function that sleeps for 2 s
 // and then sets a flag; every kind of collective is then issued for the first time in this process on that
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/kernel_loading_cuda.h"
+#include "base/kernel_loading_cuda.h"
 #include "gpu_test_util.h"
 #include "harness/rank_harness.h"
 

@@ -10,7 +10,7 @@
 // kMismatch thrown by the mismatched call itself before anything is launched, naming the field and both ranks.
 //
 // NOTE [what the header check sees] Each all-reduce path and kernel compares op_header() (collective, path,
-// dtype, op, count, root, zero-copy: src/core/cuda_launch_cuda.cc) with the peer's before it uses the peer's
+// dtype, op, count, root, zero-copy: src/backends/cuda/cuda_launch_cuda.cc) with the peer's before it uses the peer's
 // data: the staged one-shot, two-shot, all-gather and broadcast kernels in their first block_barrier
 // (include/symcomm/device/signal.h), LL128 in the flag of every line, LL in a header line that thread 0
 // compares (NOTE [LL header line]). Ranks that meet on one path with different arguments both get kMismatch

@@ -22,8 +22,8 @@
 #include <system_error>
 #include <thread>
 
+#include "base/deadline.h"
 #include "bootstrap/peer_mesh.h"
-#include "core/deadline.h"
 #include "harness/expect_error.h"
 #include "harness/process_counts.h"
 #include "harness/rank_harness.h"
@@ -684,7 +684,7 @@ TEST(Faults, FirstFatalErrorOfAnAsyncCollectiveIsDumpedOnce) {
       opts);
 }
 
-// NOTE [op record] in src/core/comm_context.cc: a rank SIGKILLed while the others are inside a 4-rank
+// NOTE [op record] in src/backends/comm_context.cc: a rank SIGKILLed while the others are inside a 4-rank
 // all-reduce, after more operations than the history keeps (64). Everything a survivor writes to stderr is
 // symcomm's: at most 15 lines, naming the dead rank, its pid and a file; that file holds the whole history (64
 // op lines, 38-101 in order, the interrupted all-reduce last) with the error, the rank, the pid and the

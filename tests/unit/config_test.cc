@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "algos/select.h"
-#include "core/logging.h"
-#include "core/op_history.h"
+#include "base/logging.h"
+#include "base/op_history.h"
 #include "core/tuning_file.h"
 #include "harness/scoped_env.h"
 #include "symcomm/communicator.h"
@@ -227,7 +227,7 @@ TEST(ConfigFromEnv, SizesWithSuffixes) {
 }
 
 // SYMCOMM_TRACE_DIR: the directory of the operation record files (NOTE [op record] in
-// src/core/comm_context.cc), taken as given; empty, $TMPDIR, and /tmp where TMPDIR is unset or empty.
+// src/backends/comm_context.cc), taken as given; empty, $TMPDIR, and /tmp where TMPDIR is unset or empty.
 TEST(ConfigFromEnv, TraceDirectoryAndItsDefault) {
   EXPECT_EQ(config_with("SYMCOMM_TRACE_DIR", "/var/tmp/records").trace_dir, "/var/tmp/records");
   EXPECT_EQ(config_with("SYMCOMM_TRACE_DIR", "relative dir").trace_dir, "relative dir");

@@ -1,5 +1,5 @@
-// SYMCOMM_DEBUG_FAULT (testing only, src/core/debug_fault.h): which site and rank a setting arms.
-#include "core/debug_fault.h"
+// SYMCOMM_DEBUG_FAULT (testing only, src/base/debug_fault.h): which site and rank a setting arms.
+#include "base/debug_fault.h"
 
 #include <gtest/gtest.h>
 

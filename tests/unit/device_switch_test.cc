@@ -1,6 +1,6 @@
-// DeviceSwitch, the bookkeeping of DeviceScope (NOTE [caller's device] in src/core/cuda_check.h), against a
+// DeviceSwitch, the bookkeeping of DeviceScope (NOTE [caller's device] in src/base/cuda_check.h), against a
 // fake runtime: which devices it makes current, in which order, and what it gives back.
-#include "core/device_switch.h"
+#include "base/device_switch.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// The pure planning functions of the CUDA multi-tensor groups (src/core/group_plan.h), as tables.
-#include "core/group_plan.h"
+// The pure planning functions of the CUDA multi-tensor groups (src/algos/group_plan.h), as tables.
+#include "algos/group_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// FNV-1a (src/core/hash.h) against the published 64-bit test vectors, and Fnv1a's word folding against the
+// FNV-1a (src/base/hash.h) against the published 64-bit test vectors, and Fnv1a's word folding against the
 // byte-wise hash of the same bytes.
-#include "core/hash.h"
+#include "base/hash.h"
 
 #include <gtest/gtest.h>
 

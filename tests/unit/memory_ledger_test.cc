@@ -1,9 +1,9 @@
-// Tests of the ledger behind symcomm::cuda_memory_use() (src/core/memory_ledger.cc): counts per device and
+// Tests of the ledger behind symcomm::cuda_memory_use() (src/base/memory_ledger.cc): counts per device and
 // kind, taken back exactly, a device never used reads zero, taking back more than recorded clamps at zero
 // (and is logged, not thrown: teardown calls it), and threads adding and removing at once lose nothing. The
 // GPU tests (GpuMemoryUse, GpuLifecycle, GpuFailure) check the sites that feed it against the driver.
 
-#include "core/memory_ledger.h"
+#include "base/memory_ledger.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The operation record of a communicator's first fatal error (NOTE [op record] in src/core/comm_context.cc):
+// The operation record of a communicator's first fatal error (NOTE [op record] in src/backends/comm_context.cc):
 // the short form the log gets (compact_record, a pure function of the history) and the file with every record
 // that CommContext::set_sticky writes, or says it could not write.
 
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/logging.h"
-#include "core/op_history.h"
+#include "backends/backend.h"
+#include "base/logging.h"
+#include "base/op_history.h"
 #include "harness/process_counts.h"
 
 namespace symcomm::detail {

@@ -1,4 +1,4 @@
-// The Work objects of src/core/work.cc: a tracked Work marks its collectives' op-history records done or
+// The Work objects of src/backends/work.cc: a tracked Work marks its collectives' op-history records done or
 // failed once its completion is seen, and not before (otherwise asynchronous collectives would stay "running"
 // in the history for good, and a dump after a later error would point at long-finished ops).
 
@@ -6,9 +6,9 @@
 
 #include <stdexcept>
 
-#include "core/backend.h"
-#include "core/deadline.h"
-#include "core/op_history.h"
+#include "backends/backend.h"
+#include "base/deadline.h"
+#include "base/op_history.h"
 
 namespace symcomm::detail {
 namespace {
