@@ -16,6 +16,19 @@
 #error "libsymcomm_nccl declares the NCCL 2.28 API: it needs nccl.h of NCCL 2.28 or later"
 #endif
 
+// ncclGinBarrierCreateRequirement is declared only by the NCCL 2.28 headers that have nccl_device/gin_barrier.h
+// (2.28.9 has it; the nccl_device.h installed on the H100 GPU machines, CUDA 13.0, has not). The drop-in library
+// defines and exports it only where the header declares it.
+#if __has_include(<nccl_device/gin_barrier.h>)
+#define SYMCOMM_NCCL_GIN_BARRIER(X)                                                      \
+  X(ncclResult_t, GinBarrierCreateRequirement,                                           \
+    (ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t* outHandle, \
+     ncclDevResourceRequirements_t* outReq),                                             \
+    (comm, team, nBarriers, outHandle, outReq))
+#else
+#define SYMCOMM_NCCL_GIN_BARRIER(X)
+#endif
+
 // clang-format off
 #define SYMCOMM_NCCL_API(X)                                                                                      \
   /* nccl.h: memory, version, communicators */                                                                   \
@@ -116,10 +129,7 @@
   X(ncclResult_t, LsaBarrierCreateRequirement,                                                                    \
     (ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t* outHandle, ncclDevResourceRequirements_t* outReq),   \
     (team, nBarriers, outHandle, outReq))                                                                         \
-  X(ncclResult_t, GinBarrierCreateRequirement,                                                                    \
-    (ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t* outHandle,                          \
-     ncclDevResourceRequirements_t* outReq),                                                                      \
-    (comm, team, nBarriers, outHandle, outReq))                                                                   \
+  SYMCOMM_NCCL_GIN_BARRIER(X)                                                                                     \
   X(int, LLA2ACalcSlots, (int maxElts, int maxEltSize), (maxElts, maxEltSize))                                    \
   X(ncclResult_t, LLA2ACreateRequirement,                                                                         \
     (int nBlocks, int nSlots, ncclLLA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq),               \

@@ -194,7 +194,9 @@ struct Values {
   ncclDevComm_t* dev_comm_out = fake_ptr<ncclDevComm_t>(0xdec00014);
   ncclDevComm_t const* dev_comm = fake_ptr<const ncclDevComm_t>(0xdec00015);
   ncclLsaBarrierHandle_t* lsa_out = fake_ptr<ncclLsaBarrierHandle_t>(0x15a00016);
+#if SYMCOMM_TEST_NCCL_GIN_BARRIER
   ncclGinBarrierHandle_t* gin_out = fake_ptr<ncclGinBarrierHandle_t>(0x91400017);
+#endif
   ncclLLA2AHandle_t* a2a_out = fake_ptr<ncclLLA2AHandle_t>(0xa2a00018);
   ncclDevResourceRequirements_t* req_out = fake_ptr<ncclDevResourceRequirements_t>(0x4e900019);
   cudaStream_t stream = fake_ptr<CUstream_st>(0x57e0001a);
@@ -306,7 +308,9 @@ TEST_F(Forwarding, EveryResultFunctionPassesItsArgumentsAndResultUnchanged) {
   EXPECT_FORWARDED_DEVICE(DevCommCreate, (v.comm, v.reqs, v.dev_comm_out));
   EXPECT_FORWARDED_DEVICE(DevCommDestroy, (v.comm, v.dev_comm));
   EXPECT_FORWARDED_DEVICE(LsaBarrierCreateRequirement, (v.team, v.n_barriers, v.lsa_out, v.req_out));
+#if SYMCOMM_TEST_NCCL_GIN_BARRIER
   EXPECT_FORWARDED_DEVICE(GinBarrierCreateRequirement, (v.comm, v.team, v.n_barriers, v.gin_out, v.req_out));
+#endif
   EXPECT_FORWARDED_DEVICE(LLA2ACreateRequirement, (v.n_blocks, v.n_slots, v.a2a_out, v.req_out));
 }
 

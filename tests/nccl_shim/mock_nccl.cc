@@ -211,10 +211,12 @@ MOCK(int, TeamRankToLsa, (ncclComm_t comm, ncclTeam_t team, int rank), {
 MOCK(ncclResult_t, LsaBarrierCreateRequirement,
      (ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t* outHandle, ncclDevResourceRequirements_t* outReq),
      return rec(sym, team, nBarriers, outHandle, outReq);)
+#if SYMCOMM_TEST_NCCL_GIN_BARRIER
 MOCK(ncclResult_t, GinBarrierCreateRequirement,
      (ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t* outHandle,
       ncclDevResourceRequirements_t* outReq),
      return rec(sym, comm, team, nBarriers, outHandle, outReq);)
+#endif
 MOCK(int, LLA2ACalcSlots, (int maxElts, int maxEltSize), {
   record(sym, maxElts, maxEltSize);
   return kMockInt;

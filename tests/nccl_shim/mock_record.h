@@ -10,6 +10,13 @@
 #include <type_traits>
 #include <vector>
 
+// Whether nccl_device.h declares ncclGinBarrierCreateRequirement (not every NCCL 2.28 header does).
+#if __has_include(<nccl_device/gin_barrier.h>)
+#define SYMCOMM_TEST_NCCL_GIN_BARRIER 1
+#else
+#define SYMCOMM_TEST_NCCL_GIN_BARRIER 0
+#endif
+
 namespace symcomm::nccl_mock {
 
 struct Call {
