@@ -250,6 +250,9 @@ class Communicator {
 
   /// The algorithm the last collective issued by this process ran with (test and benchmark hook).
   Algorithm last_algorithm() const;
+  /// The kernel path the last collective issued by this process ran on (test and benchmark hook); kNone before
+  /// the first. A collective waiting in an open group has not run yet.
+  KernelPath last_path() const;
 
   /// Local, non-blocking, idempotent: every pending and later collective of this communicator fails with
   /// Error(kAborted). Memory stays mapped until destruction, so peers never touch freed memory.

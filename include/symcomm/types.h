@@ -35,6 +35,28 @@ enum class Algorithm : uint8_t {
   kNccl,        ///< handed to NCCL (CUDA backend)
 };
 
+/// The kernel path a collective ran on (Communicator::last_path()): the variant of its algorithm that the backend
+/// executed. select_cuda_path() (src/algos/select.cc) picks it, the same on every rank, from the algorithm, the
+/// size, the Tuning and where the buffers lie.
+enum class KernelPath : uint8_t {
+  kNone,           ///< no collective has run on this communicator yet
+  kHost,           ///< the host backend (one path per algorithm)
+  kNccl,           ///< handed to NCCL
+  kCopyEngine,     ///< copy-engine transfers
+  kBarrier,        ///< the barrier kernel
+  kLL,             ///< LL lines (flag and data in 8 bytes): one-shot all-reduce, or direct collectives of small blocks
+  kLL128,          ///< LL128 lines: one-shot all-reduce
+  kOneShotStaged,  ///< one-shot all-reduce through the staging buffer
+  kTwoShotStaged,  ///< two-shot all-reduce through the staging buffer
+  kTwoShotZeroCopy,  ///< two-shot all-reduce on heap buffers, read and written in place at the peers
+  kTwoShotPush,      ///< two-shot all-reduce pushing the reduced blocks into the peers' heap outputs
+  kDirectStaged,     ///< reduce-scatter, all-gather, all-to-all or broadcast through the staging buffer
+  kDirectZeroCopy,   ///< the same on heap buffers, in place at the peers
+  kMultiStaged,      ///< a group's multi-tensor kernel through the staging buffer
+  kMultiZeroCopy,    ///< a group's multi-tensor kernel on heap buffers
+  kMultiPush,        ///< a group's multi-tensor all-reduce pushing into the peers' heap outputs
+};
+
 /// Where the communicator's memory lives.
 enum class BackendKind : uint8_t { kHost, kCuda };
 
@@ -50,6 +72,7 @@ std::string_view to_string(Collective v);
 std::string_view to_string(Algorithm v);
 std::string_view to_string(BackendKind v);
 std::string_view to_string(Contention v);
+std::string_view to_string(KernelPath v);
 
 /// Parse the names printed by to_string() (also accepts common aliases: "float"/"f32", "bf16", "half"/"f16",
 /// "int", "sum"...). Returns nullopt for an unknown name.

@@ -131,4 +131,49 @@ Algorithm select_algorithm(const SelectRequest& r, const Capabilities& caps, con
   return caps.backend == BackendKind::kHost ? select_host(r, caps, t) : select_cuda(r, caps, t);
 }
 
+KernelPath select_cuda_path(Collective kind, size_t bytes, Algorithm algo, const PathFacts& f, const Tuning& t) {
+  if (algo == Algorithm::kNccl) return KernelPath::kNccl;
+  if (algo == Algorithm::kCopyEngine) return KernelPath::kCopyEngine;
+  switch (kind) {
+    case Collective::kBarrier: return KernelPath::kBarrier;
+    case Collective::kAllReduce:
+      if (algo == Algorithm::kOneShot) {
+        if (bytes <= t.cuda_ll_max_bytes && bytes <= f.ll_capacity_bytes) return KernelPath::kLL;
+        if (bytes <= t.cuda_ll128_max_bytes && bytes <= f.ll128_capacity_bytes) return KernelPath::kLL128;
+        return KernelPath::kOneShotStaged;
+      }
+      // Pushing needs only the outputs in the heap; reading the peers' inputs in place needs both.
+      if (f.out_symmetric && bytes >= t.cuda_two_shot_push_min_bytes) return KernelPath::kTwoShotPush;
+      return f.out_symmetric && f.in_symmetric ? KernelPath::kTwoShotZeroCopy : KernelPath::kTwoShotStaged;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+    case Collective::kAllToAll:
+    case Collective::kBroadcast: {
+      // NOTE [LL all-gather and reduce-scatter] in src/algos/cuda_all_reduce_ll.cu: blocks (broadcast: payloads)
+      // up to Tuning::cuda_ll_gather_max_bytes and the LL buffer's capacity.
+      if (algo == Algorithm::kDirect && bytes != 0 && bytes <= t.cuda_ll_gather_max_bytes &&
+          bytes <= f.ll_capacity_bytes) {
+        return KernelPath::kLL;
+      }
+      // Zero-copy where the side the peers reach is in the heap: reduce-scatter reads their inputs, the others
+      // write their outputs. All-to-all in place cannot: a peer would overwrite a block still to be sent.
+      bool zero_copy = kind == Collective::kReduceScatter ? f.in_symmetric : f.out_symmetric;
+      if (kind == Collective::kAllToAll && f.in_place) zero_copy = false;
+      return zero_copy ? KernelPath::kDirectZeroCopy : KernelPath::kDirectStaged;
+    }
+  }
+  return KernelPath::kNone;
+}
+
+KernelPath select_cuda_multi_path(Collective kind, size_t bytes, const PathFacts& f, const Tuning& t) {
+  // The multi-tensor kernels touch the same remote side as one tensor's: all-reduce reads the peers' inputs
+  // and writes their outputs, reduce-scatter reads their inputs, all-gather writes their outputs.
+  if (kind == Collective::kAllReduce && f.out_symmetric && bytes >= t.cuda_two_shot_push_min_bytes) {
+    return KernelPath::kMultiPush;
+  }
+  const bool zero_copy =
+      (kind == Collective::kAllGather || f.in_symmetric) && (kind == Collective::kReduceScatter || f.out_symmetric);
+  return zero_copy ? KernelPath::kMultiZeroCopy : KernelPath::kMultiStaged;
+}
+
 }  // namespace symcomm::detail

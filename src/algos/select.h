@@ -32,6 +32,28 @@ struct SelectRequest {
 /// `tuning` is the communicator's Tuning in effect (resolve_tuning() in src/core/tuning_file.h).
 Algorithm select_algorithm(const SelectRequest& request, const Capabilities& caps, const Tuning& tuning);
 
+/// What the CUDA kernel path of a request depends on besides its algorithm, size and Tuning: where its buffers
+/// lie and the capacities of the backend's line buffers. The backend finds them per call; ranks that pass
+/// buffers alike find the same (NOTE [heap keys] in src/backends/cuda/cuda_launch_cuda.cc makes a difference a
+/// kMismatch rather than two paths).
+struct PathFacts {
+  bool in_symmetric = false;        ///< the whole input extent lies in the symmetric heap
+  bool out_symmetric = false;       ///< the whole output extent lies in the symmetric heap
+  bool in_place = false;            ///< in == out
+  size_t ll_capacity_bytes = 0;     ///< the largest payload the LL buffer holds (per block for direct collectives)
+  size_t ll128_capacity_bytes = 0;  ///< the largest all-reduce the LL128 lines hold
+};
+
+/// The kernel path the CUDA backend runs `kind` on with algorithm `algo` (select_algorithm()'s answer, never
+/// kAuto): `bytes` is count * element size (all-reduce and broadcast: the payload; the others: one rank's
+/// block). A pure function, tested as a table in tests/unit/select_test.cc (Select.CudaPathTable).
+KernelPath select_cuda_path(Collective kind, size_t bytes, Algorithm algo, const PathFacts& facts,
+                            const Tuning& tuning);
+
+/// The multi-tensor kernel path of a group of `kind` collectives (all-reduce, all-gather, reduce-scatter) whose
+/// segments total `bytes`; `facts` hold for every segment (false if one segment's buffer is not in the heap).
+KernelPath select_cuda_multi_path(Collective kind, size_t bytes, const PathFacts& facts, const Tuning& tuning);
+
 /// `tuning` with the CUDA values compiled in for `world_size` ranks (NOTE [measured CUDA thresholds]) in the
 /// fields still at Tuning's (2-rank) default. A communicator calls it once, at creation, on Tuning's defaults
 /// and puts a tuning file's entry and the explicit settings over the result (resolve_tuning(), NOTE [tuning

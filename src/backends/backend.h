@@ -110,6 +110,15 @@ class Backend {
   virtual void poll_errors() {}
   /// Called by Communicator::abort() after the context's abort flag is set: wake every wait.
   virtual void abort() = 0;
+
+  /// The kernel path of the last collective this backend ran (Communicator::last_path()).
+  KernelPath last_path() const { return last_path_.load(std::memory_order_relaxed); }
+
+ protected:
+  void note_path(KernelPath path) { last_path_.store(path, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<KernelPath> last_path_{KernelPath::kNone};
 };
 
 /// Errors that leave the communicator unusable (recorded as sticky).

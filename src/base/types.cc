@@ -38,6 +38,10 @@ constexpr Names<Collective, 6> kCollNames{
 constexpr Names<Algorithm, 6> kAlgoNames{{"auto", "one_shot", "two_shot", "direct", "copy_engine", "nccl"}};
 constexpr Names<BackendKind, 2> kBackendNames{{"host", "cuda"}};
 constexpr Names<Contention, 3> kContentionNames{{"auto", "low", "throughput"}};
+constexpr Names<KernelPath, 16> kPathNames{{"none", "host", "nccl", "copy_engine", "barrier", "ll", "ll128",
+                                            "one_shot_staged", "two_shot_staged", "two_shot_zero_copy", "two_shot_push",
+                                            "direct_staged", "direct_zero_copy", "multi_staged", "multi_zero_copy",
+                                            "multi_push"}};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -60,6 +64,7 @@ std::string_view to_string(Collective v) { return kCollNames.get(v); }
 std::string_view to_string(Algorithm v) { return kAlgoNames.get(v); }
 std::string_view to_string(BackendKind v) { return kBackendNames.get(v); }
 std::string_view to_string(Contention v) { return kContentionNames.get(v); }
+std::string_view to_string(KernelPath v) { return kPathNames.get(v); }
 
 bool is_valid(DataType v) { return static_cast<size_t>(v) < kDtypeNames.names.size(); }
 bool is_valid(ReduceOp v) { return static_cast<size_t>(v) < kOpNames.names.size(); }

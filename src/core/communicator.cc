@@ -475,6 +475,7 @@ std::shared_ptr<Work> CollectiveGroup::end_async() {
 }
 
 Algorithm Communicator::last_algorithm() const { return core_->last_algorithm(); }
+KernelPath Communicator::last_path() const { return core_->backend().last_path(); }
 void Communicator::abort() { core_->abort(); }
 bool Communicator::is_aborted() const { return core_->ctx().aborted.load(std::memory_order_acquire); }
 void Communicator::check() const {

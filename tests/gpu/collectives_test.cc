@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <string>
 
 #include "gpu_test_util.h"
@@ -105,6 +107,7 @@ class Runner {
     } catch (const std::exception& e) {
       return std::string("threw: ") + e.what();
     }
+    if (c.count > 0) path_ = comm_.last_path();
     if (cudaStreamSynchronize(stream_) != cudaSuccess)
       return std::string("stream: ") + cudaGetErrorString(cudaGetLastError());
     bool guards = false;
@@ -141,18 +144,33 @@ class Runner {
     return "";
   }
 
+  /// The kernel path of the last case with a payload (Communicator::last_path()).
+  KernelPath path() const { return path_; }
+
  private:
   Communicator& comm_;
+  KernelPath path_ = KernelPath::kNone;
   BufKind kind_;
   GuardedBuffer in_, out_;
   cudaStream_t stream_ = nullptr;
 };
 
-// Sweeps `cases` on both buffer kinds, on every rank, and fails with the first few mismatches.
+// How many cases with a payload ran on each kernel path.
+using PathCounts = std::map<KernelPath, int>;
+
+// Expects `paths` to hold each of `seen` and none of `unseen`.
+void expect_paths(const PathCounts& paths, std::initializer_list<KernelPath> seen,
+                  std::initializer_list<KernelPath> unseen = {}) {
+  for (KernelPath p : seen) EXPECT_GT(paths.count(p), 0u) << "no case ran on path " << to_string(p);
+  for (KernelPath p : unseen) EXPECT_EQ(paths.count(p), 0u) << "a case ran on path " << to_string(p);
+}
+
+// Sweeps `cases` on both buffer kinds, on every rank, and fails with the first few mismatches. Returns how many
+// cases ran on each kernel path.
 // Buffers are sized from the cases and the world size (the region one case needs: its larger side plus the
 // misalignment offset), and the heap grows to hold both of them when a tweak or the default leaves it short: a
 // fixed factor sized for 2 ranks runs out of heap at 4 and 8 ranks (ranks sharing one GPU).
-void sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<void(Config&)>& tweak = {}) {
+PathCounts sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<void(Config&)>& tweak = {}) {
   const size_t world = env.info.world_size;
   size_t cap = 0;
   for (const Case& c : cases) {
@@ -166,11 +184,13 @@ void sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<voi
   copts.config->heap_bytes = std::max(copts.config->heap_bytes, need + (size_t{64} << 20));
   auto comm = env.make_comm(copts);
   int failures = 0;
+  PathCounts paths;
   for (BufKind kind : {BufKind::kDevice, BufKind::kSymmetric}) {
     Runner runner(*comm, kind, cap);
     uint64_t seed = 1;
     for (const Case& c : cases) {
       std::string err = runner.run(c, seed++);
+      if (c.count > 0) ++paths[runner.path()];
       if (!err.empty() && ++failures <= 20) {
         ADD_FAILURE() << "rank " << comm->rank() << " " << name(kind) << " " << c.describe() << ": " << err;
       }
@@ -179,6 +199,7 @@ void sweep(RankEnv& env, const std::vector<Case>& cases, const std::function<voi
   EXPECT_EQ(failures, 0);
   comm->barrier();
   cudaDeviceSynchronize();
+  return paths;
 }
 
 int gpus() { return testing::gpu_test_world(); }
@@ -209,7 +230,11 @@ std::vector<Case> move_cases(Collective kind, int world, Algorithm algo = Algori
 TEST(GpuCollectives, AllReduce) {
   const int n = gpus();
   testing::expect_success(n, [](RankEnv& env) {
-    sweep(env, reduction_cases(Collective::kAllReduce, {Algorithm::kOneShot, Algorithm::kTwoShot}));
+    const PathCounts paths =
+        sweep(env, reduction_cases(Collective::kAllReduce, {Algorithm::kOneShot, Algorithm::kTwoShot}));
+    // Two-shot on device buffers is staged; on heap buffers it reads or pushes in place.
+    expect_paths(paths, {KernelPath::kTwoShotStaged});
+    EXPECT_GT(paths.count(KernelPath::kTwoShotZeroCopy) + paths.count(KernelPath::kTwoShotPush), 0u);
   });
 }
 
@@ -226,10 +251,11 @@ TEST(GpuCollectives, AllReduceTwoShotPushToOutput) {
       cases.push_back(
           {Collective::kAllReduce, DataType::kBFloat16, ReduceOp::kMax, 9000003, ip, 2, Algorithm::kTwoShot});
     }
-    sweep(env, cases, [](Config& c) {
+    const PathCounts paths = sweep(env, cases, [](Config& c) {
       c.tuning.cuda_two_shot_push_min_bytes = 0;
       c.heap_bytes = size_t{1} << 30;
     });
+    expect_paths(paths, {KernelPath::kTwoShotPush, KernelPath::kTwoShotStaged}, {KernelPath::kTwoShotZeroCopy});
   });
 }
 
@@ -249,11 +275,12 @@ TEST(GpuCollectives, AllReduceLL128) {
       large.push_back({Collective::kAllReduce, DataType::kFloat32, ReduceOp::kAvg, 700001, ip, 4, Algorithm::kOneShot});
     }
     cases.insert(cases.end(), large.begin(), large.end());
-    sweep(env, cases, [](Config& c) {
+    const PathCounts paths = sweep(env, cases, [](Config& c) {
       c.tuning.cuda_ll_max_bytes = 0;
       c.tuning.cuda_ll128_max_blocks = 3;
       c.heap_bytes = size_t{1} << 30;
     });
+    expect_paths(paths, {KernelPath::kLL128}, {KernelPath::kLL});
     sweep(env, large, [](Config& c) { c.heap_bytes = size_t{1} << 30; });
   });
 }
@@ -300,15 +327,19 @@ TEST(GpuCollectives, MovesAndReduceScatterLLAndDirect) {
                       Algorithm::kDirect, n / 2});
     }
     cases.insert(cases.end(), edge.begin(), edge.end());
-    sweep(env, cases, [](Config& c) {
-      c.tuning.cuda_ll_gather_max_bytes = size_t{1} << 20;
-      c.tuning.cuda_ll_max_blocks = 3;
-      c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
-    });
-    sweep(env, cases, [](Config& c) {
-      c.tuning.cuda_ll_gather_max_bytes = 0;
-      c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
-    });
+    expect_paths(sweep(env, cases,
+                       [](Config& c) {
+                         c.tuning.cuda_ll_gather_max_bytes = size_t{1} << 20;
+                         c.tuning.cuda_ll_max_blocks = 3;
+                         c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
+                       }),
+                 {KernelPath::kLL, KernelPath::kDirectStaged});
+    expect_paths(sweep(env, cases,
+                       [](Config& c) {
+                         c.tuning.cuda_ll_gather_max_bytes = 0;
+                         c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
+                       }),
+                 {KernelPath::kDirectStaged, KernelPath::kDirectZeroCopy}, {KernelPath::kLL});
   });
 }
 

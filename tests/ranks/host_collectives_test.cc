@@ -91,6 +91,18 @@ TEST_P(HostCollectives, LargeCountsSeveralRounds) {
   expect_success(n, [&](RankEnv& env) { run_cases(env, large_cases(n)); });
 }
 
+TEST_P(HostCollectives, LastPathIsNoneBeforeTheFirstCollectiveAndHostAfter) {
+  int n = GetParam();
+  expect_success(n, [&](RankEnv& env) {
+    auto comm = env.make_comm();
+    EXPECT_EQ(comm->last_path(), KernelPath::kNone);
+    std::vector<int32_t> in(64, env.info.rank + 1), out(64, -1);
+    comm->all_reduce(in.data(), out.data(), in.size(), DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(comm->last_path(), KernelPath::kHost);
+    EXPECT_EQ(out[63], n * (n + 1) / 2);
+  });
+}
+
 TEST_P(HostCollectives, AsyncOpsCompleteInIssueOrder) {
   int n = GetParam();
   expect_success(n, [&](RankEnv& env) {

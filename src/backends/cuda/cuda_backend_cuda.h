@@ -81,10 +81,12 @@ class CudaBackend final : public Backend {
   /// Config::nccl == kLazy: creates the NCCL communicator at its first use (every rank reaches the same
   /// collective), refused while `s` is capturing. No-op once created, and in the other modes.
   void ensure_nccl(cudaStream_t s);
+  /// Runs `r` on the kernel path select_cuda_path() picks for `algo` (recorded for last_path()).
   void launch(const Request& r, Algorithm algo, cudaStream_t s);
-  /// The LL kernel for a small all-gather, reduce-scatter, all-to-all or broadcast of the direct algorithm;
-  /// false if not taken.
-  bool launch_ll_gather(const Request& r, Algorithm algo, cudaStream_t s);
+  /// The LL kernel of a small all-gather, reduce-scatter, all-to-all or broadcast (KernelPath::kLL).
+  void launch_ll_gather(const Request& r, cudaStream_t s);
+  /// The staged or zero-copy (`zc`) kernel of a reduce-scatter, all-gather, all-to-all or broadcast.
+  void launch_direct(const Request& r, bool zc, uint64_t in_place, uint64_t out_place, cudaStream_t s);
   void launch_nccl(const Request& r, cudaStream_t s);
   Error device_error(uint64_t e) const;
   /// Whether [p, p+bytes) lies in the symmetric heap; `place` as CudaHeap::find's.

@@ -183,7 +183,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
     std::array<uint64_t, cuda::kMaxMultiSegments> counts{}, voff{};
     for (size_t k = first; k < last; ++k) counts[k - first] = gather ? ops[k].first.count * es : ops[k].first.count;
     p.total = virtual_offsets(counts.data(), p.nseg, unit, voff.data());
-    bool zc = true, outs_symmetric = true;
+    bool ins_symmetric = true, outs_symmetric = true;  // of the sides the kernel reaches at the peers
     Places in_places{}, out_places{};
     for (size_t k = first; k < last; ++k) {
       const Request& r = ops[k].first;
@@ -201,7 +201,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
       const size_t tb = r.count * es;
       if (a.kind != Collective::kAllGather) {
         const size_t in_bytes = a.kind == Collective::kReduceScatter ? tb * n : tb;
-        zc = zc && heap_->find(r.in, in_bytes, &base, &stride, &in_places[k - first]);
+        ins_symmetric = ins_symmetric && heap_->find(r.in, in_bytes, &base, &stride, &in_places[k - first]);
         g.in_stride = static_cast<int64_t>(stride);
       }
       if (a.kind != Collective::kReduceScatter) {
@@ -211,10 +211,12 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
         g.out_stride = static_cast<int64_t>(stride);
       }
     }
-    // The push-to-output all-reduce needs only the outputs in the heap; from the same size on as one tensor.
-    p.push_out = a.kind == Collective::kAllReduce && outs_symmetric &&
-                 p.total * es >= ctx_.config.tuning.cuda_two_shot_push_min_bytes;
-    p.zero_copy = zc && outs_symmetric && !p.push_out;
+    const KernelPath path = select_cuda_multi_path(
+        a.kind, p.total * es, PathFacts{.in_symmetric = ins_symmetric, .out_symmetric = outs_symmetric},
+        ctx_.config.tuning);
+    note_path(path);
+    p.push_out = path == KernelPath::kMultiPush;
+    p.zero_copy = path == KernelPath::kMultiZeroCopy;
     p.header = multi_header(p, in_places, out_places);
     cuda::launch_multi(p, s);
   }

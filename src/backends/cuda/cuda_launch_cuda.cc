@@ -47,6 +47,7 @@ uint64_t op_header(const Request& r, int path, bool zero_copy, uint64_t in_place
 
 void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
   ensure_nccl(s);
+  note_path(KernelPath::kNccl);
   SYMCOMM_CHECK(nccl_, kUnsupported, "NCCL is not available on this communicator");
   const auto dt = to_nccl(r.dtype);
   const int n = ctx_.ranks.world_size;
@@ -111,16 +112,113 @@ void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
   }
 }
 
-// NOTE [LL all-gather and reduce-scatter] and [LL broadcast] in src/algos/cuda_all_reduce_ll.cu: all-gather,
-// reduce-scatter and all-to-all blocks, and broadcast payloads, up to Tuning::cuda_ll_gather_max_bytes (and the
-// LL buffer's capacity) of the direct algorithm.
-bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_t s) {
+void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
+  const int n = ctx_.ranks.world_size;
+  const size_t es = r.elem_size(), bytes = r.count * es;
   const Tuning& t = ctx_.config.tuning;
-  const size_t bytes = r.count * r.elem_size();
-  if (algo != Algorithm::kDirect || bytes == 0 || bytes > t.cuda_ll_gather_max_bytes ||
-      bytes > cuda::all_reduce_ll_max_bytes(comm_)) {
-    return false;
+  // Where the buffers lie, with their heap places (NOTE [heap keys]).
+  uint64_t in_place = 0, out_place = 0;
+  const PathFacts facts{.in_symmetric = r.in_count(n) > 0 && symmetric(r.in, r.in_count(n) * es, &in_place),
+                        .out_symmetric = r.out_count(n) > 0 && symmetric(r.out, r.out_count(n) * es, &out_place),
+                        .in_place = r.in == r.out,
+                        .ll_capacity_bytes = cuda::all_reduce_ll_max_bytes(comm_),
+                        .ll128_capacity_bytes = kLL128PayloadBytes};
+  const KernelPath path = select_cuda_path(r.kind, bytes, algo, facts, t);
+  note_path(path);
+  const bool zc = path == KernelPath::kTwoShotZeroCopy || path == KernelPath::kDirectZeroCopy;
+  switch (path) {
+    case KernelPath::kNone:
+    case KernelPath::kHost:
+    case KernelPath::kNccl:
+    case KernelPath::kMultiStaged:
+    case KernelPath::kMultiZeroCopy:
+    case KernelPath::kMultiPush:
+      SYMCOMM_THROW(kInternal, "no single-collective kernel for path {} of {}", to_string(path), r.describe());
+    case KernelPath::kCopyEngine:
+      SYMCOMM_CHECK(ce_, kUnsupported, "copy-engine collectives are not available on this communicator");
+      ce_->run(r, s);
+      return;
+    case KernelPath::kBarrier: cuda::launch_barrier({.comm = comm_, .header = op_header(r, 0, false)}, s); return;
+    case KernelPath::kLL:
+      if (r.kind == Collective::kAllReduce) {
+        cuda::launch_all_reduce_ll({.comm = comm_,
+                                    .in = r.in,
+                                    .out = r.out,
+                                    .count = r.count,
+                                    .dtype = r.dtype,
+                                    .op = r.op,
+                                    .header = op_header(r, 8, false),
+                                    .chunks_per_thread = t.cuda_ll_chunks_per_thread,
+                                    .max_blocks = t.cuda_ll_max_blocks,
+                                    .block_threads = t.cuda_ll_block_threads,
+                                    .pdl = t.cuda_pdl != 0},
+                                   s);
+      } else {
+        launch_ll_gather(r, s);
+      }
+      return;
+    case KernelPath::kLL128:
+      cuda::launch_all_reduce_ll128({.comm = comm_,
+                                     .in = r.in,
+                                     .out = r.out,
+                                     .count = r.count,
+                                     .dtype = r.dtype,
+                                     .op = r.op,
+                                     .header = static_cast<uint32_t>(op_header(r, 7, false)),
+                                     .offset = ll128_offset_,
+                                     .slot_bytes = ll128_slot_bytes_,
+                                     .lines_per_group = t.cuda_ll128_lines_per_group,
+                                     .max_blocks = t.cuda_ll128_max_blocks,
+                                     .pdl = t.cuda_pdl != 0},
+                                    s);
+      return;
+    case KernelPath::kOneShotStaged:
+      cuda::launch_all_reduce_one_shot({.comm = comm_,
+                                        .in = r.in,
+                                        .out = r.out,
+                                        .count = r.count,
+                                        .dtype = r.dtype,
+                                        .op = r.op,
+                                        .header = op_header(r, 1, false),
+                                        .block_bytes = t.cuda_one_shot_block_bytes,
+                                        .max_blocks = t.cuda_one_shot_max_blocks,
+                                        .pdl = t.cuda_pdl != 0},
+                                       s);
+      return;
+    case KernelPath::kTwoShotStaged:
+    case KernelPath::kTwoShotZeroCopy:
+    case KernelPath::kTwoShotPush: {
+      const bool push = path == KernelPath::kTwoShotPush;
+      cuda::AllReduceTwoShotParams p{.comm = comm_,
+                                     .in = r.in,
+                                     .out = r.out,
+                                     .count = r.count,
+                                     .dtype = r.dtype,
+                                     .op = r.op,
+                                     .header = push ? op_header(r, 6, true, 0, out_place)
+                                                    : op_header(r, 2, zc, zc ? in_place : 0, zc ? out_place : 0),
+                                     .peer_in = {},
+                                     .peer_out = {},
+                                     .zero_copy = zc,
+                                     .push_out = push,
+                                     .max_blocks = t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks
+                                                                                   : static_cast<size_t>(fewest_sms_)};
+      for (int q = 0; (zc || push) && q < n; ++q) {
+        if (zc) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
+        p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
+      }
+      cuda::launch_all_reduce_two_shot(p, s);
+      return;
+    }
+    case KernelPath::kDirectStaged:
+    case KernelPath::kDirectZeroCopy: launch_direct(r, zc, in_place, out_place, s); return;
   }
+}
+
+// NOTE [LL all-gather and reduce-scatter] and [LL broadcast] in src/algos/cuda_all_reduce_ll.cu: all-gather,
+// reduce-scatter and all-to-all blocks, and broadcast payloads, on the LL lines (KernelPath::kLL).
+void CudaBackend::launch_ll_gather(const Request& r, cudaStream_t s) {
+  const Tuning& t = ctx_.config.tuning;
   const bool reduce = r.kind == Collective::kReduceScatter;
   cuda::LLKind kind = cuda::LLKind::kAllToAll;
   switch (r.kind) {
@@ -143,97 +241,15 @@ bool CudaBackend::launch_ll_gather(const Request& r, Algorithm algo, cudaStream_
                               .block_threads = t.cuda_ll_block_threads,
                               .pdl = t.cuda_pdl != 0},
                              s);
-  return true;
 }
 
-void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
+// Reduce-scatter, all-gather, all-to-all and broadcast on their staged or zero-copy kernels (kDirectStaged,
+// kDirectZeroCopy); `in_place` / `out_place` are the heap places of the buffers (NOTE [heap keys]).
+void CudaBackend::launch_direct(const Request& r, bool zc, uint64_t in_place, uint64_t out_place, cudaStream_t s) {
   const int n = ctx_.ranks.world_size;
-  const size_t es = r.elem_size();
-  if (algo == Algorithm::kCopyEngine) {
-    SYMCOMM_CHECK(ce_, kUnsupported, "copy-engine collectives are not available on this communicator");
-    ce_->run(r, s);
-    return;
-  }
+  const size_t bytes = r.count * r.elem_size();
   switch (r.kind) {
-    case Collective::kBarrier: cuda::launch_barrier({.comm = comm_, .header = op_header(r, 0, false)}, s); return;
-    case Collective::kAllReduce: {
-      const size_t bytes = r.count * es;
-      const Tuning& t = ctx_.config.tuning;
-      if (algo == Algorithm::kOneShot && bytes <= t.cuda_ll_max_bytes &&
-          bytes <= cuda::all_reduce_ll_max_bytes(comm_)) {
-        cuda::launch_all_reduce_ll({.comm = comm_,
-                                    .in = r.in,
-                                    .out = r.out,
-                                    .count = r.count,
-                                    .dtype = r.dtype,
-                                    .op = r.op,
-                                    .header = op_header(r, 8, false),
-                                    .chunks_per_thread = t.cuda_ll_chunks_per_thread,
-                                    .max_blocks = t.cuda_ll_max_blocks,
-                                    .block_threads = t.cuda_ll_block_threads,
-                                    .pdl = t.cuda_pdl != 0},
-                                   s);
-        return;
-      }
-      if (algo == Algorithm::kOneShot && bytes <= t.cuda_ll128_max_bytes && bytes <= kLL128PayloadBytes) {
-        cuda::launch_all_reduce_ll128({.comm = comm_,
-                                       .in = r.in,
-                                       .out = r.out,
-                                       .count = r.count,
-                                       .dtype = r.dtype,
-                                       .op = r.op,
-                                       .header = static_cast<uint32_t>(op_header(r, 7, false)),
-                                       .offset = ll128_offset_,
-                                       .slot_bytes = ll128_slot_bytes_,
-                                       .lines_per_group = t.cuda_ll128_lines_per_group,
-                                       .max_blocks = t.cuda_ll128_max_blocks,
-                                       .pdl = t.cuda_pdl != 0},
-                                      s);
-        return;
-      }
-      if (algo == Algorithm::kOneShot) {
-        cuda::launch_all_reduce_one_shot({.comm = comm_,
-                                          .in = r.in,
-                                          .out = r.out,
-                                          .count = r.count,
-                                          .dtype = r.dtype,
-                                          .op = r.op,
-                                          .header = op_header(r, 1, false),
-                                          .block_bytes = t.cuda_one_shot_block_bytes,
-                                          .max_blocks = t.cuda_one_shot_max_blocks,
-                                          .pdl = t.cuda_pdl != 0},
-                                         s);
-        return;
-      }
-      uint64_t in_place = 0, out_place = 0;  // NOTE [heap keys]
-      const bool out_sym = symmetric(r.out, bytes, &out_place);
-      const bool push = out_sym && bytes >= t.cuda_two_shot_push_min_bytes;
-      const bool zc = !push && out_sym && symmetric(r.in, bytes, &in_place);
-      cuda::AllReduceTwoShotParams p{.comm = comm_,
-                                     .in = r.in,
-                                     .out = r.out,
-                                     .count = r.count,
-                                     .dtype = r.dtype,
-                                     .op = r.op,
-                                     .header = push ? op_header(r, 6, true, 0, out_place)
-                                                    : op_header(r, 2, zc, zc ? in_place : 0, zc ? out_place : 0),
-                                     .peer_in = {},
-                                     .peer_out = {},
-                                     .zero_copy = zc,
-                                     .push_out = push,
-                                     .max_blocks = t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks
-                                                                                   : static_cast<size_t>(fewest_sms_)};
-      for (int q = 0; (zc || push) && q < n; ++q) {
-        if (zc) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
-        p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
-      }
-      cuda::launch_all_reduce_two_shot(p, s);
-      return;
-    }
     case Collective::kReduceScatter: {
-      if (launch_ll_gather(r, algo, s)) return;
-      uint64_t in_place = 0;
-      const bool zc = symmetric(r.in, r.count * es * n, &in_place);
       cuda::ReduceScatterParams p{.comm = comm_,
                                   .in = r.in,
                                   .out = r.out,
@@ -250,11 +266,6 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
     case Collective::kAllGather:
     case Collective::kAllToAll: {
       const bool a2a = r.kind == Collective::kAllToAll;
-      if (launch_ll_gather(r, algo, s)) return;
-      const size_t bytes = r.count * es;
-      // All-to-all in place cannot take the zero-copy path: a peer would overwrite a block still to be sent.
-      uint64_t out_place = 0;
-      const bool zc = symmetric(r.out, bytes * n, &out_place) && !(a2a && r.in == r.out);
       cuda::ExchangeParams p{.comm = comm_,
                              .in = static_cast<const char*>(r.in),
                              .out = static_cast<char*>(r.out),
@@ -268,10 +279,6 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       return;
     }
     case Collective::kBroadcast: {
-      if (launch_ll_gather(r, algo, s)) return;
-      const size_t bytes = r.count * es;
-      uint64_t out_place = 0;
-      const bool zc = symmetric(r.out, bytes, &out_place);
       cuda::BroadcastParams p{.comm = comm_,
                               .in = static_cast<const char*>(r.in),
                               .out = static_cast<char*>(r.out),
@@ -284,7 +291,10 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       cuda::launch_broadcast(p, s);
       return;
     }
+    case Collective::kAllReduce:
+    case Collective::kBarrier: break;
   }
+  SYMCOMM_THROW(kInternal, "no direct kernel for {}", r.describe());
 }
 
 }  // namespace symcomm::detail

@@ -231,6 +231,7 @@ class HostBackend final : public Backend {
   }
 
   void execute_one(const Request& r, Algorithm algo) {
+    note_path(KernelPath::kHost);
     ctx_.throw_if_failed();
     // NOTE [step variant]: ranks that forced different all-reduce algorithms must not pass each other.
     engine_.begin_op(r.kind == Collective::kAllReduce ? 1 + (algo == Algorithm::kTwoShot) : 0);
