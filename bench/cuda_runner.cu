@@ -96,7 +96,7 @@ long long CudaBench::run() {
   n_ = comm_.world_size();
   me_ = comm_.rank();
   BENCH_CUDA(cudaSetDevice(comm_.device()));
-  // Ranks sharing one GPU (Config::shared_gpu, SYMCOMM_SHARED_GPU=1, docs/cuda-backend.md): NCCL refuses two
+  // Ranks sharing one GPU (Config::shared_gpu, SYMCOMM_SHARED_GPU=1, tests/README.md): NCCL refuses two
   // ranks on one device, so only symcomm's implementations run there (their kernels' own cost, not NVLink's).
   const bool with_nccl = !comm_.config().shared_gpu;
   if (with_nccl) {

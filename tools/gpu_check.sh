@@ -20,7 +20,7 @@
 # built. The sabotage step still needs a `build` (it rebuilds parts of the tree).
 #
 # Missing headers (fmt, gtest, CLI11, nlohmann-json) are taken from Debian packages in .debs/ (carried to the
-# machine; see docs/cuda-backend.md), unpacked into /tmp/symcomm-deps.
+# machine; see tests/README.md), unpacked into /tmp/symcomm-deps.
 set -uo pipefail
 
 # NVLink multicast (NVLS) must stay off for every program started here.
@@ -159,7 +159,7 @@ if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
   fi
 fi
 
-# The suite with SHARED_WORLD ranks sharing the GPUs (SYMCOMM_SHARED_GPU=1; docs/cuda-backend.md): every
+# The suite with SHARED_WORLD ranks sharing the GPUs (SYMCOMM_SHARED_GPU=1; tests/README.md): every
 # kernel's protocol and fault path at 2, 4 or 8 ranks where only one GPU is lent (no NCCL, no NVLink, no
 # speed). SHARED_WORLD is a list (default "2"), run in order with SHARED_TIMEOUT seconds each. Contexts on one
 # GPU time-slice, so a collective costs about a time slice per rank: the suite takes ~10 minutes at 2 ranks

@@ -37,7 +37,7 @@ best NCCL mode of the same run: plain NCCL and NCCL with symmetric-registered bu
 is off in both. Times are µs per operation, the median of the benchmark's batches; `bytes` is the larger of
 one rank's input and output (the nccl-tests convention); ratio = symcomm / best NCCL (below 1: symcomm is
 faster); bus bandwidth is symcomm's in a graph, in GB/s. Times of different runs come from different machines:
-compare ratios, not times, across sections. How to produce a run: docs/cuda-backend.md, "Running it".
+compare ratios, not times, across sections. How to produce a run: tests/README.md, "The GPU suite".
 """
 
 

@@ -452,7 +452,7 @@ TEST(GpuCollectives, BarrierOrdersStreams) {
   });
 }
 
-// The ordering rule (docs/cuda-backend.md): one communicator may be used from several streams when each
+// The ordering rule (docs/design/cuda-backend.md): one communicator may be used from several streams when each
 // switch is ordered by an event. Two streams take turns, each all-reduce waiting for the other stream's last
 // one; sizes alternate between the LL, staged one-shot and two-shot kernels so that every kind of device
 // counter (sequence numbers, staging halves) is handed over between the streams. Every result is checked
