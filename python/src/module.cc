@@ -31,6 +31,7 @@
 
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
+#include "symcomm/fused.h"
 #include "symcomm/types.h"
 
 namespace py = pybind11;
@@ -124,6 +125,13 @@ Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, con
                           rule + ")");
   }
   return b;
+}
+
+/// The TensorRef (include/symcomm/fused.h) of a checked array: its data, dtype and shape.
+TensorRef tensor_ref(const Buffer& b) {
+  TensorRef t{.data = b.data(), .dtype = b.dtype, .shape = {}};
+  for (py::ssize_t i = 0; i < b.array.ndim(); ++i) t.shape.push_back(static_cast<int64_t>(b.array.shape(i)));
+  return t;
 }
 
 /// A call of `*_async` not yet known to be complete, with the arrays it uses.
@@ -289,6 +297,54 @@ class PyCommunicator {
     return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
       if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root);
       c.broadcast(in.data(), o.data(), in.count, in.dtype, root);
+      return std::shared_ptr<Work>();
+    });
+  }
+
+  /// all_gather_matmul (include/symcomm/fused.h): outs[i] = (a_shard gathered along gather_dim) · bs[i];
+  /// a_gathered, if not None, receives the gathered A. Synchronous; shapes and dtypes are checked by the
+  /// library (Error with code invalid_argument, nothing run).
+  void all_gather_matmul(const py::handle& a_shard, const py::sequence& bs, int gather_dim, const py::sequence& outs,
+                         const py::object& a_gathered, const std::string& as_dtype) {
+    if (py::len(bs) != py::len(outs)) {
+      throw py::value_error("bs and outs: " + std::to_string(py::len(bs)) + " weights but " +
+                            std::to_string(py::len(outs)) + " outputs");
+    }
+    Buffer a = checked(a_shard, "a_shard", false, as_dtype);
+    std::vector<py::object> keep{a.array};
+    std::vector<TensorRef> b_refs, out_refs;
+    for (size_t i = 0; i < py::len(bs); ++i) {
+      const std::string b_what = "bs[" + std::to_string(i) + "]", out_what = "outs[" + std::to_string(i) + "]";
+      Buffer b = checked(bs[i], b_what.c_str(), false, as_dtype);
+      Buffer o = checked(outs[i], out_what.c_str(), true, as_dtype);
+      b_refs.push_back(tensor_ref(b));
+      out_refs.push_back(tensor_ref(o));
+      keep.push_back(b.array);
+      keep.push_back(o.array);
+    }
+    std::optional<TensorRef> gathered;
+    if (!a_gathered.is_none()) {
+      Buffer g = checked(a_gathered, "a_gathered", true, as_dtype);
+      gathered = tensor_ref(g);
+      keep.push_back(g.array);
+    }
+    const TensorRef a_ref = tensor_ref(a);
+    submit(std::move(keep), py::none(), false, [&](Communicator& c, bool) {
+      symcomm::all_gather_matmul(c, a_ref, b_refs, gather_dim, out_refs, gathered ? &*gathered : nullptr);
+      return std::shared_ptr<Work>();
+    });
+  }
+
+  /// matmul_reduce_scatter (include/symcomm/fused.h): out = block `rank` of the reduction (op over ranks) of
+  /// a · b along scatter_dim. Synchronous.
+  void matmul_reduce_scatter(const py::handle& a, const py::handle& b, ReduceOp op, int scatter_dim,
+                             const py::handle& out, const std::string& as_dtype) {
+    Buffer ab = checked(a, "a", false, as_dtype);
+    Buffer bb = checked(b, "b", false, as_dtype);
+    Buffer ob = checked(out, "out", true, as_dtype);
+    const TensorRef a_ref = tensor_ref(ab), b_ref = tensor_ref(bb), out_ref = tensor_ref(ob);
+    submit({ab.array, bb.array, ob.array}, py::none(), false, [&](Communicator& c, bool) {
+      symcomm::matmul_reduce_scatter(c, a_ref, b_ref, op, scatter_dim, out_ref);
       return std::shared_ptr<Work>();
     });
   }
@@ -486,6 +542,10 @@ PYBIND11_MODULE(_core, m) {
       .def("all_to_all", &PyCommunicator::all_to_all, py::arg("x"), py::arg("out"), py::arg("async_op"),
            py::arg("dtype") = "")
       .def("barrier", &PyCommunicator::barrier, py::arg("async_op"))
+      .def("all_gather_matmul", &PyCommunicator::all_gather_matmul, py::arg("a_shard"), py::arg("bs"),
+           py::arg("gather_dim"), py::arg("outs"), py::arg("a_gathered") = py::none(), py::arg("dtype") = "")
+      .def("matmul_reduce_scatter", &PyCommunicator::matmul_reduce_scatter, py::arg("a"), py::arg("b"),
+           py::arg("op"), py::arg("scatter_dim"), py::arg("out"), py::arg("dtype") = "")
       .def("group_start", &PyCommunicator::group_start)
       .def("group_end", &PyCommunicator::group_end)
       .def("group_cancel", &PyCommunicator::group_cancel)

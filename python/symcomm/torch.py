@@ -35,7 +35,8 @@ from torch._C._distributed_c10d import Work as _TorchWork
 
 from . import _core
 
-__all__ = ["BACKEND", "DTYPES", "ProcessGroupSymcomm", "ReduceScatterBucketer", "Work", "coalescing_manager"]
+__all__ = ["BACKEND", "DTYPES", "FUSED_DTYPES", "ProcessGroupSymcomm", "ReduceScatterBucketer", "Work",
+           "coalescing_manager", "fused_all_gather_matmul", "fused_matmul_reduce_scatter"]
 
 #: The name init_process_group() and new_group() take.
 BACKEND = "symcomm"
@@ -43,6 +44,9 @@ BACKEND = "symcomm"
 #: Tensor dtypes the collectives accept (bfloat16 travels as its int16 bits, reduced by symcomm as bfloat16).
 DTYPES = (_torch.float16, _torch.bfloat16, _torch.float32, _torch.float64, _torch.int8, _torch.uint8, _torch.int32,
           _torch.int64)
+
+#: Tensor dtypes the fused GEMM + collective operations accept.
+FUSED_DTYPES = (_torch.bfloat16, _torch.float16, _torch.float32)
 
 
 def _reduce_op(op):
@@ -221,6 +225,14 @@ class ProcessGroupSymcomm(_ProcessGroup):
 
     def getBackendName(self):  # noqa: N802 - torch's name
         return BACKEND
+
+    @property
+    def group_name(self):
+        """The name torch.distributed registered this group under (what the fused operations take)."""
+        for pg, name in _group_names().items():
+            if pg is self:
+                return name
+        raise ValueError("symcomm: this process group is not registered with torch.distributed")
 
     def _submit(self, call, outputs, finish=None):
         """Runs `call(async_op=True)` and returns its Work (recorded in the innermost coalescing block, if any)."""
@@ -534,6 +546,102 @@ class ReduceScatterBucketer:
         """flush(), then frees the buckets (the next call makes them again)."""
         self.flush()
         self.buckets.clear()
+
+
+def _group_names():
+    """torch.distributed's map of process groups to their names (torch 1.13: _pg_names; 2.x: _world.pg_names)."""
+    c10d = _dist.distributed_c10d
+    names = getattr(c10d, "_pg_names", None)
+    return names if names is not None else c10d._world.pg_names  # noqa: SLF001
+
+
+def _group_by_name(group_name, what):
+    """The symcomm process group named `group_name` (a ProcessGroup object is taken as it is)."""
+    if isinstance(group_name, _ProcessGroup):
+        return _symcomm_group(group_name, what)
+    if not isinstance(group_name, str):
+        raise TypeError(f"symcomm: {what}: group_name must be a str, got {type(group_name).__name__}")
+    for pg, name in _group_names().items():
+        if name == group_name:
+            return _symcomm_group(pg, what)
+    raise ValueError(f"symcomm: {what}: no process group is named {group_name!r}")
+
+
+def _fused_input(t, what, dtype=None):
+    """The contiguous CPU tensor of a fused operation's input `t` (a copy if `t` is not contiguous)."""
+    if not isinstance(t, _torch.Tensor):
+        raise TypeError(f"symcomm: {what}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FUSED_DTYPES:
+        raise TypeError(f"symcomm: {what}: dtype {t.dtype} is not supported by the fused operations "
+                        f"({', '.join(str(d).replace('torch.', '') for d in FUSED_DTYPES)})")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"symcomm: {what}: dtype {t.dtype} differs from the first input's {dtype}")
+    t = t.detach().contiguous()
+    _array(t, what)  # device and layout
+    return t
+
+
+def _dim(dim, ndim, what):
+    """`dim` in [0, ndim - 1) (negative counts from the end); the last dim is the GEMM's contraction or column dim."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"symcomm: {what}: expected an int, got {type(dim).__name__}")
+    d = dim + ndim if dim < 0 else dim
+    if ndim < 2 or not 0 <= d < ndim - 1:
+        raise ValueError(f"symcomm: {what}: {dim} is not a dim of a {ndim}-dim tensor other than its last")
+    return d
+
+
+@_torch.no_grad()
+def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=True):  # noqa: N803 - torch's names
+    """All-gather of A_shard along gather_dim, then a matmul with each of Bs, as
+    torch.distributed._symmetric_memory.fused_all_gather_matmul: returns (A, [A @ B for B in Bs]), A being None
+    when return_A is False. A_shard is [..., M, K] (CPU; bfloat16, float16 or float32), each B is [K, N_i];
+    gather_dim is any dim of A_shard but the last. Collective over the group named group_name (every rank calls
+    it with the same shapes). The GEMMs accumulate in float32 (symcomm's fused.h)."""
+    pg = _group_by_name(group_name, "fused_all_gather_matmul")
+    a = _fused_input(A_shard, "A_shard")
+    if not isinstance(Bs, (list, tuple)):
+        raise TypeError(f"symcomm: fused_all_gather_matmul: Bs must be a list of tensors, got {type(Bs).__name__}")
+    bs = [_fused_input(b, f"Bs[{i}]", a.dtype) for i, b in enumerate(Bs)]
+    d = _dim(gather_dim, a.dim(), "gather_dim")
+    shape = list(a.shape)
+    shape[d] *= pg.size()
+    for i, b in enumerate(bs):
+        if b.dim() != 2 or b.shape[0] != a.shape[-1]:
+            raise ValueError(f"symcomm: fused_all_gather_matmul: Bs[{i}] has shape {tuple(b.shape)}, expected "
+                             f"[{a.shape[-1]}, N] (A_shard's last extent first)")
+    outs = [_torch.empty(shape[:-1] + [b.shape[1]], dtype=a.dtype) for b in bs]
+    gathered = _torch.empty(shape, dtype=a.dtype) if return_A else None
+    pg._comm.all_gather_matmul(_numpy(a), [_numpy(b) for b in bs], d, [_numpy(o) for o in outs],  # noqa: SLF001
+                               None if gathered is None else _numpy(gathered), _dtype(a))
+    return gathered, outs
+
+
+@_torch.no_grad()
+def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):  # noqa: N803 - torch's names
+    """A matmul, then a reduce-scatter of the product along scatter_dim, as
+    torch.distributed._symmetric_memory.fused_matmul_reduce_scatter: A is [..., M, K_local] (CPU; bfloat16,
+    float16 or float32), B is [K_local, N]; reduce_op is "sum" or "avg"; the product's extent along scatter_dim
+    (any dim of A but the last) must be divisible by the world size. Returns this rank's block of the reduced
+    product. Each rank's partial product is rounded to the dtype once and the partials are summed in float32."""
+    pg = _group_by_name(group_name, "fused_matmul_reduce_scatter")
+    a = _fused_input(A, "A")
+    b = _fused_input(B, "B", a.dtype)
+    ops = {"sum": _core.ReduceOp.SUM, "avg": _core.ReduceOp.AVG}
+    if reduce_op not in ops:
+        raise ValueError(f"symcomm: fused_matmul_reduce_scatter: reduce_op {reduce_op!r} is not 'sum' or 'avg'")
+    d = _dim(scatter_dim, a.dim(), "scatter_dim")
+    if b.dim() != 2 or b.shape[0] != a.shape[-1]:
+        raise ValueError(f"symcomm: fused_matmul_reduce_scatter: B has shape {tuple(b.shape)}, expected "
+                         f"[{a.shape[-1]}, N] (A's last extent first)")
+    shape = list(a.shape[:-1]) + [b.shape[1]]
+    if shape[d] % pg.size() != 0:
+        raise ValueError(f"symcomm: fused_matmul_reduce_scatter: extent {shape[d]} of dim {scatter_dim} is not "
+                         f"divisible by the world size {pg.size()}")
+    shape[d] //= pg.size()
+    out = _torch.empty(shape, dtype=a.dtype)
+    pg._comm.matmul_reduce_scatter(_numpy(a), _numpy(b), ops[reduce_op], d, _numpy(out), _dtype(a))  # noqa: SLF001
+    return out
 
 
 def _create(store, rank, size, timeout):

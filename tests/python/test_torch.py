@@ -630,3 +630,89 @@ def test_bucketer_errors_and_no_callback(gloo):
     assert len(got) == 1
     same(got[0], torch.full((3,), float(sum(range(w)))), "bucketer after a call without callback")
     check_usable(gloo)
+
+
+# ---- fused GEMM + collective (torch.distributed._symmetric_memory's names and signatures) ----
+# Inputs are integers in {-1, 0, 1}: every product and sum below is exact in float32, float16 and bfloat16, so the
+# results are compared bit for bit with torch.cat and a float64 matmul (avg over 3 ranks: within one rounding).
+
+FUSED = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def small_ints(seed, shape, dtype):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-1, 2, shape, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FUSED, ids=dname)
+@pytest.mark.parametrize("gather_dim", [0, 1, -2])
+@pytest.mark.parametrize("return_a", [True, False], ids=["return_A", "no_A"])
+def test_fused_all_gather_matmul(gloo, dtype, gather_dim, return_a):
+    w, r = dist.get_world_size(), dist.get_rank()
+    shard_shape = (2, 3, 8)  # [batch, M_local, K]
+    shards = [small_ints(seed_of("ag", q), shard_shape, dtype) for q in range(w)]
+    bs = [small_ints(seed_of("ag-b", i), (8, n), dtype) for i, n in enumerate((5, 1, 12))]
+    a, outs = symcomm_torch.fused_all_gather_matmul(shards[r], bs, gather_dim, dist.group.WORLD.group_name,
+                                                    return_A=return_a)
+    want_a = torch.cat(shards, dim=gather_dim)
+    if return_a:
+        same(a, want_a, "A")
+    else:
+        assert a is None
+    assert len(outs) == len(bs)
+    for i, (o, b) in enumerate(zip(outs, bs)):
+        same(o, (want_a.double() @ b.double()).to(dtype), f"out {i}")
+
+
+@pytest.mark.parametrize("dtype", FUSED, ids=dname)
+@pytest.mark.parametrize("scatter_dim", [0, 1, -2])
+@pytest.mark.parametrize("reduce_op", ["sum", "avg"])
+def test_fused_matmul_reduce_scatter(gloo, dtype, scatter_dim, reduce_op):
+    w, r = dist.get_world_size(), dist.get_rank()
+    a_shape = (2 * w, 3 * w, 6)  # [batch, M, K_local]: both leading extents divisible by the world size
+    parts = [(small_ints(seed_of("rs", q), a_shape, dtype), small_ints(seed_of("rs-b", q), (6, 7), dtype))
+             for q in range(w)]
+    out = symcomm_torch.fused_matmul_reduce_scatter(parts[r][0], parts[r][1], reduce_op, scatter_dim,
+                                                    dist.group.WORLD.group_name)
+    total = sum(a.double() @ b.double() for a, b in parts)
+    if reduce_op == "avg":
+        total = total / w
+    want = total.chunk(w, dim=scatter_dim)[r].to(dtype)
+    if reduce_op == "sum" or w in (1, 2, 4):
+        same(out, want, "reduce-scatter")
+    else:
+        assert out.dtype == want.dtype and out.shape == want.shape
+        eps = torch.finfo(dtype).eps
+        assert torch.allclose(out.double(), want.double(), rtol=eps, atol=0), f"{out} vs {want}"
+
+
+def test_fused_ops_with_transposed_weights_and_a_group_object(gloo):
+    w, r = dist.get_world_size(), dist.get_rank()
+    shard = small_ints(seed_of("t", r), (4, 8), torch.float32)
+    b_t = small_ints(seed_of("t-b"), (5, 8), torch.float32)  # B = b_t.t(): a non-contiguous [8, 5] view
+    _, (out,) = symcomm_torch.fused_all_gather_matmul(shard, [b_t.t()], 0, dist.group.WORLD)
+    shards = [small_ints(seed_of("t", q), (4, 8), torch.float32) for q in range(w)]
+    same(out, (torch.cat(shards).double() @ b_t.t().double()).float(), "out")
+
+
+def test_fused_ops_errors(gloo):
+    name = dist.group.WORLD.group_name
+    a = torch.ones(2, 4, 8)
+    with pytest.raises(ValueError, match="no process group is named"):
+        symcomm_torch.fused_all_gather_matmul(a, [torch.ones(8, 2)], 0, "no such group")
+    with pytest.raises(TypeError, match="not a symcomm process group"):
+        symcomm_torch.fused_all_gather_matmul(a, [torch.ones(8, 2)], 0, gloo)
+    with pytest.raises(TypeError, match="not supported by the fused operations"):
+        symcomm_torch.fused_all_gather_matmul(a.double(), [torch.ones(8, 2).double()], 0, name)
+    with pytest.raises(TypeError, match="differs from the first input"):
+        symcomm_torch.fused_all_gather_matmul(a, [torch.ones(8, 2).half()], 0, name)
+    with pytest.raises(ValueError, match="other than its last"):
+        symcomm_torch.fused_all_gather_matmul(a, [torch.ones(8, 2)], 2, name)
+    with pytest.raises(ValueError, match="expected"):
+        symcomm_torch.fused_all_gather_matmul(a, [torch.ones(7, 2)], 0, name)
+    with pytest.raises(ValueError, match="'sum' or 'avg'"):
+        symcomm_torch.fused_matmul_reduce_scatter(a, torch.ones(8, 2), "max", 0, name)
+    if dist.get_world_size() > 1:
+        with pytest.raises(ValueError, match="not divisible by the world size"):
+            symcomm_torch.fused_matmul_reduce_scatter(torch.ones(1, 1, 8), torch.ones(8, 2), "sum", 0, name)
+    check_usable(gloo)
