@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "algos/half.h"
+#include "algos/elements.h"
 #include "base/nccl_map.h"
 #include "cuda_util.h"
 #include "group_bench.h"
@@ -32,15 +32,6 @@ __global__ void fill_kernel(void* dst, DataType dt, size_t count, int rank) {
       case DataType::kFloat32: static_cast<float*>(dst)[i] = v; break;
       default: break;  // other dtypes: timed, not verified
     }
-  }
-}
-
-double to_double(const uint8_t* p, DataType dt) {
-  switch (dt) {
-    case DataType::kBFloat16: return detail::bf16_to_float(*reinterpret_cast<const uint16_t*>(p));
-    case DataType::kFloat16: return detail::half_to_float(*reinterpret_cast<const uint16_t*>(p));
-    case DataType::kFloat32: return *reinterpret_cast<const float*>(p);
-    default: return 0;
   }
 }
 
@@ -95,7 +86,7 @@ long long verify_collective(const CollectiveOp& op, Collective c, size_t count, 
     } else if (c == Collective::kAllToAll) {
       want = input_value(me * count + i % count, static_cast<int>(i / count));
     }
-    if (to_double(host.data() + i * es, dt) != want) ++wrong;
+    if (detail::load_element(dt, host.data() + i * es, 0) != want) ++wrong;
   }
   return wrong;
 }

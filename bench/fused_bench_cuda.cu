@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "algos/elements.h"
 #include "bench.h"
 #include "cuda_util.h"
 #include "fused/cublaslt_gemm_cuda.h"
@@ -57,14 +58,6 @@ void* alloc_random(DataType dt, size_t count, uint64_t seed, cudaStream_t s) {
   BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(count * dtype_size(dt), 16)));
   if (count) fill_random<<<1024, 256, 0, s>>>(p, dt, count, seed);
   return p;
-}
-
-double to_double(DataType dt, const std::vector<uint8_t>& v, size_t i) {
-  switch (dt) {
-    case DataType::kBFloat16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(v.data())[i]);
-    case DataType::kFloat16: return __half2float(reinterpret_cast<const __half*>(v.data())[i]);
-    default: return reinterpret_cast<const float*>(v.data())[i];
-  }
 }
 
 struct Shape {
@@ -137,7 +130,7 @@ long long FusedBench::compare(const void* got, const void* want, size_t count, d
   BENCH_CUDA(cudaMemcpy(w.data(), want, w.size(), cudaMemcpyDeviceToHost));
   long long bad = 0;
   for (size_t i = 0; i < count; ++i) {
-    const double x = to_double(dt_, g, i), y = to_double(dt_, w, i);
+    const double x = detail::load_element(dt_, g.data(), i), y = detail::load_element(dt_, w.data(), i);
     if (!(std::fabs(x - y) <= 0x1p-6 * std::fabs(y) + tol_abs)) ++bad;
   }
   return bad;

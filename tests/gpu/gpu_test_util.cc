@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "algos/half.h"
+#include "algos/elements.h"
 
 namespace symcomm::gputest {
 
@@ -15,49 +15,7 @@ int64_t input_value(DataType dt, ReduceOp op, uint64_t seed, int rank, size_t i)
   return dt == DataType::kUInt8 ? b : b - 3;    // -2..4 for signed types
 }
 
-void encode(DataType dt, int64_t v, void* dst) {
-  switch (dt) {
-    case DataType::kFloat32: {
-      float f = static_cast<float>(v);
-      std::memcpy(dst, &f, 4);
-      return;
-    }
-    case DataType::kFloat64: {
-      double f = static_cast<double>(v);
-      std::memcpy(dst, &f, 8);
-      return;
-    }
-    case DataType::kFloat16: {
-      uint16_t b = detail::float_to_half(static_cast<float>(v));
-      std::memcpy(dst, &b, 2);
-      return;
-    }
-    case DataType::kBFloat16: {
-      uint16_t b = detail::float_to_bf16(static_cast<float>(v));
-      std::memcpy(dst, &b, 2);
-      return;
-    }
-    case DataType::kInt8: {
-      int8_t x = static_cast<int8_t>(v);
-      std::memcpy(dst, &x, 1);
-      return;
-    }
-    case DataType::kUInt8: {
-      uint8_t x = static_cast<uint8_t>(v);
-      std::memcpy(dst, &x, 1);
-      return;
-    }
-    case DataType::kInt32: {
-      int32_t x = static_cast<int32_t>(v);
-      std::memcpy(dst, &x, 4);
-      return;
-    }
-    case DataType::kInt64: {
-      std::memcpy(dst, &v, 8);
-      return;
-    }
-  }
-}
+void encode(DataType dt, int64_t v, void* dst) { detail::store_element(dt, dst, 0, static_cast<double>(v)); }
 
 void expected_reduce(DataType dt, ReduceOp op, uint64_t seed, int world, size_t i, void* dst) {
   const bool is_float =

@@ -70,7 +70,7 @@ class CaseRunner {
       out_ptr = in + me_ * c.count * es;
     }
     for (size_t i = 0; i < in_elems; ++i) {
-      store_value(c.dtype, in, i, input_value(c.seed, me_, i, c.op, c.dtype, reduction));
+      detail::store_element(c.dtype, in, i, input_value(c.seed, me_, i, c.op, c.dtype, reduction));
     }
     CollOptions o{.algorithm = c.algo};
     switch (c.kind) {
@@ -110,7 +110,7 @@ class CaseRunner {
   bool check(const Case& c, const uint8_t* out, size_t out_elems, bool reduction) {
     for (size_t i = 0; i < out_elems; ++i) {
       double want = expected(c, i);
-      double got = load_value(c.dtype, out, i);
+      double got = detail::load_element(c.dtype, out, i);
       double tol = reduction ? tolerance(c.op, c.dtype, want) : 0;
       if (!(std::fabs(got - want) <= tol)) {
         ADD_FAILURE() << "rank " << me_ << " of " << n_ << ": " << describe(c) << ": element " << i << " is " << got

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "algos/elements.h"
 #include "harness/rank_harness.h"
 #include "symcomm/types.h"
 
@@ -46,54 +47,8 @@ inline double to_dtype_value(double v, DataType d) {
   }
 }
 
-// Buffers may be deliberately misaligned: every access goes through memcpy (no misaligned typed access).
-template <class T>
-void put_as(void* buf, size_t i, T v) {
-  std::memcpy(static_cast<uint8_t*>(buf) + i * sizeof(T), &v, sizeof(T));
-}
-template <class T>
-T get_as(const void* buf, size_t i) {
-  T v;
-  std::memcpy(&v, static_cast<const uint8_t*>(buf) + i * sizeof(T), sizeof(T));
-  return v;
-}
-
-inline void store_value(DataType d, void* buf, size_t i, double v) {
-  switch (d) {
-    case DataType::kFloat32: return put_as(buf, i, static_cast<float>(v));
-    case DataType::kFloat64: return put_as(buf, i, v);
-    case DataType::kFloat16: return put_as(buf, i, static_cast<_Float16>(v));
-    case DataType::kBFloat16: {
-      float f = static_cast<float>(v);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      return put_as(buf, i, static_cast<uint16_t>(bits >> 16));  // exact for our small integers
-    }
-    case DataType::kInt8: return put_as(buf, i, static_cast<int8_t>(v));
-    case DataType::kUInt8: return put_as(buf, i, static_cast<uint8_t>(v));
-    case DataType::kInt32: return put_as(buf, i, static_cast<int32_t>(v));
-    case DataType::kInt64: return put_as(buf, i, static_cast<int64_t>(v));
-  }
-}
-
-inline double load_value(DataType d, const void* buf, size_t i) {
-  switch (d) {
-    case DataType::kFloat32: return get_as<float>(buf, i);
-    case DataType::kFloat64: return get_as<double>(buf, i);
-    case DataType::kFloat16: return static_cast<double>(get_as<_Float16>(buf, i));
-    case DataType::kBFloat16: {
-      uint32_t bits = uint32_t{get_as<uint16_t>(buf, i)} << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
-    case DataType::kInt8: return get_as<int8_t>(buf, i);
-    case DataType::kUInt8: return get_as<uint8_t>(buf, i);
-    case DataType::kInt32: return get_as<int32_t>(buf, i);
-    case DataType::kInt64: return static_cast<double>(get_as<int64_t>(buf, i));
-  }
-  return NAN;
-}
+// Buffers may be deliberately misaligned: detail::store_element / load_element (src/algos/elements.h) access
+// them through memcpy.
 
 /// Reference reduction over ranks 0..n-1 of input_value(), in the dtype's arithmetic.
 inline double expected_reduction(uint64_t seed, int n, size_t i, ReduceOp op, DataType d) {

@@ -58,7 +58,7 @@ Item make_item(uint64_t seed, int n, int me, size_t cap, std::optional<DataType>
   it.seed = seed;
   it.in.resize(n * it.count * es);
   for (size_t i = 0; i < n * it.count; ++i) {
-    store_value(it.dtype, it.in.data(), i, input_value(seed, me, i, it.op, it.dtype, true));
+    detail::store_element(it.dtype, it.in.data(), i, input_value(seed, me, i, it.op, it.dtype, true));
   }
   it.single.assign(it.count * es, kPoison);
   it.bucketed.assign(it.count * es, kPoison);
@@ -68,7 +68,7 @@ Item make_item(uint64_t seed, int n, int me, size_t cap, std::optional<DataType>
 void expect_reference(const Item& it, int n, int me) {
   for (size_t i = 0; i < it.count; ++i) {
     double want = expected_reduction(it.seed, n, me * it.count + i, it.op, it.dtype);
-    double got = load_value(it.dtype, it.single.data(), i);
+    double got = detail::load_element(it.dtype, it.single.data(), i);
     ASSERT_LE(std::fabs(got - want), tolerance(it.op, it.dtype, want))
         << "one-by-one reference, seed " << it.seed << " element " << i;
   }

@@ -35,7 +35,7 @@ std::vector<Op> random_ops(uint64_t seed, int n, int me, int how_many) {
     o.out.assign(out_elems * es, 0xa5);
     bool reduction = o.kind != Collective::kAllGather;
     for (size_t i = 0; i < in_elems; ++i) {
-      store_value(o.dtype, o.in.data(), i, input_value(seed * 1000 + k, me, i, o.op, o.dtype, reduction));
+      detail::store_element(o.dtype, o.in.data(), i, input_value(seed * 1000 + k, me, i, o.op, o.dtype, reduction));
     }
     ops.push_back(std::move(o));
   }
