@@ -44,7 +44,6 @@ void host_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t
 /// CUDA: enqueues the copies on `stream`, one kernel launch per kBucketCopySegments segments; the list is
 /// passed by value (kernel parameters), so nothing has to outlive the call (also under graph capture).
 /// Launched on `device` (the communicator's), whatever device the caller has current (NOTE [caller's device]).
-/// Without the CUDA backend compiled in, throws Error(kUnsupported).
 void cuda_bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows, int device,
                       Stream stream);
 

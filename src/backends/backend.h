@@ -106,6 +106,10 @@ class Backend {
   /// The reduce-scatter of a bucket flush read straight from its inputs (NOTE [gathered flush]); enqueued
   /// like run().
   virtual void reduce_scatter_gathered(const GatheredReduceScatter& g);  // default: kUnsupported
+  /// The bucketer's batched copy into a bucket (algos/bucket_copy.h): `rows` rows of `row_stride` bytes at
+  /// `dst`, every segment's rows at its offset. Host: returns when done; CUDA: enqueued on `stream`.
+  virtual void bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows,
+                           Stream stream) = 0;
   /// Surfaces asynchronous errors (e.g. a device-side timeout recorded by a kernel) as the sticky error.
   virtual void poll_errors() {}
   /// Called by Communicator::abort() after the context's abort flag is set: wake every wait.
@@ -131,6 +135,8 @@ std::shared_ptr<Work> make_composite_work(std::vector<std::shared_ptr<Work>> par
 /// `history` is a handle on the communicator's records (OpHistory copies share them).
 std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory history, std::vector<uint64_t> seqs);
 
+/// The backend of `kind` (make_host_backend or make_cuda_backend; `device` is the CUDA device).
+std::unique_ptr<Backend> make_backend(BackendKind kind, CommContext& ctx, int device);
 std::unique_ptr<Backend> make_host_backend(CommContext& ctx);
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).
 std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device);

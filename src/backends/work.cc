@@ -108,6 +108,14 @@ std::shared_ptr<Work> make_tracked_work(std::shared_ptr<Work> work, OpHistory hi
   return std::make_shared<TrackedWork>(std::move(work), history, std::move(seqs));
 }
 
+std::unique_ptr<Backend> make_backend(BackendKind kind, CommContext& ctx, int device) {
+  switch (kind) {
+    case BackendKind::kHost: return make_host_backend(ctx);
+    case BackendKind::kCuda: return make_cuda_backend(ctx, device);
+  }
+  SYMCOMM_THROW(kInvalidArgument, "backend kind {} is unknown", static_cast<int>(kind));
+}
+
 void Backend::reduce_scatter_gathered(const GatheredReduceScatter& /*g*/) {
   SYMCOMM_THROW(kUnsupported, "this backend has no gathered reduce-scatter");
 }

@@ -242,11 +242,7 @@ struct ReduceScatterBucketer::Impl {
                                           .op = b.op,
                                           .options = b.options};
     if (!core.reduce_scatter_gathered(g)) {
-      if (comm.backend() == BackendKind::kCuda) {
-        detail::cuda_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, comm.device(), b.options.stream);
-      } else {
-        detail::host_bucket_copy(segs.data(), segs.size(), b.mem, c * es, n);
-      }
+      core.backend().bucket_copy(segs.data(), segs.size(), b.mem, c * es, n, b.options.stream);
       if (c > 0) comm.reduce_scatter(b.mem, out, c, b.dtype, b.op, b.options);
     }
     done.items.reserve(done.items.size() + b.entries.size());

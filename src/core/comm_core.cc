@@ -54,7 +54,7 @@ class CommCore::GroupWork final : public Work {
 };
 
 CommCore::CommCore(std::unique_ptr<CommContext> ctx, BackendKind kind, int device) : ctx_(std::move(ctx)) {
-  backend_ = kind == BackendKind::kCuda ? make_cuda_backend(*ctx_, device) : make_host_backend(*ctx_);
+  backend_ = make_backend(kind, *ctx_, device);
 }
 
 CommCore::~CommCore() {

@@ -124,6 +124,10 @@ class CudaBackend final : public Backend {
   void run_group(const std::vector<std::pair<Request, Algorithm>>& ops) override;
   bool full_peer_access() const override { return caps_.full_nvlink; }
   bool can_reduce_scatter_gathered() const override { return caps_.full_nvlink; }
+  void bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows,
+                   Stream stream) override {
+    cuda_bucket_copy(segs, n, dst, row_stride, rows, device_, stream);
+  }
   void reduce_scatter_gathered(const GatheredReduceScatter& g) override;
   std::shared_ptr<Work> run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops) override;
   /// run_group_async(): it, too, returns once the group is enqueued.

@@ -123,6 +123,10 @@ class HostBackend final : public Backend {
   std::shared_ptr<Work> run_group_async(const Ops& ops) override { return submit(ops); }
 
   bool can_reduce_scatter_gathered() const override { return true; }
+  void bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows,
+                   Stream /*stream*/) override {
+    host_bucket_copy(segs, n, dst, row_stride, rows);
+  }
 
   void reduce_scatter_gathered(const GatheredReduceScatter& g) override {
     wait_idle();
