@@ -204,17 +204,23 @@ void open_real(RealLibrary& lib) noexcept {
   lib.handle = nullptr;
   const ShimConfig config = read_config();
   Text error(lib.error, sizeof lib.error);
-  if (config.mode != Mode::kForward) {
+  if (config.mode == Mode::kUnknown) {
     lib.failure = ncclInvalidUsage;
-    if (config.mode == Mode::kUnknown) {
-      error.add("symcomm NCCL drop-in: SYMCOMM_NCCL_SHIM='%s' is not one of forward|auto|native-only",
-                config.mode_text);
-    } else {
-      error.add(
-          "symcomm NCCL drop-in: SYMCOMM_NCCL_SHIM=%s is not available: this build forwards every call to "
-          "the real NCCL (SYMCOMM_NCCL_SHIM=forward, the default) and has no collectives of its own",
-          mode_name(config.mode));
-    }
+    error.add("symcomm NCCL drop-in: SYMCOMM_NCCL_SHIM='%s' is not one of forward|auto|native-only", config.mode_text);
+    return;
+  }
+  if (config.mode != Mode::kForward && !kHasNative) {
+    lib.failure = ncclInvalidUsage;
+    error.add(
+        "symcomm NCCL drop-in: SYMCOMM_NCCL_SHIM=%s is not available: this build (without symcomm's CUDA "
+        "backend) forwards every call to the real NCCL (SYMCOMM_NCCL_SHIM=forward, the default)",
+        mode_name(config.mode));
+    return;
+  }
+  if (config.bad_variable != nullptr) {
+    lib.failure = ncclInvalidUsage;
+    error.add("symcomm NCCL drop-in: %s is not a number of bytes (milliseconds for the timeout, at least 1) or \"max\"",
+              config.bad_variable);
     return;
   }
   if (*config.real_library != '\0') {
@@ -339,6 +345,12 @@ void record_failure(const Failure& why) noexcept {
 }
 
 const char* shim_error() noexcept { return t_error; }
+
+void record_text(const char* text) noexcept {
+  Text out(t_text, sizeof t_text);
+  out.add("%s", text);
+  t_error = t_text;
+}
 
 void clear_shim_error() noexcept { t_error = nullptr; }
 

@@ -8,6 +8,14 @@
 
 namespace symcomm::nccl_shim {
 
+// Whether this build has symcomm's own collectives (SYMCOMM_NCCL_SHIM=auto and native-only): built with
+// symcomm's CUDA backend.
+#ifdef SYMCOMM_NCCL_SHIM_NATIVE
+inline constexpr bool kHasNative = true;
+#else
+inline constexpr bool kHasNative = false;
+#endif
+
 // Every function of the real library the drop-in library calls: the table's (nccl_api.h), then the three it
 // forwards by hand.
 // clang-format off
@@ -54,6 +62,8 @@ void record_failure(const Failure& why) noexcept;
 // The calling thread's last error where the drop-in library made it, else nullptr. Thread-local: one thread's
 // calls never change what another thread's ncclGetLastError returns.
 const char* shim_error() noexcept;
+// Makes `text` (copied, up to 1023 bytes) the calling thread's last error, as record_failure() does.
+void record_text(const char* text) noexcept;
 void clear_shim_error() noexcept;
 
 }  // namespace symcomm::nccl_shim

@@ -1,5 +1,7 @@
 #include "shim_config.h"
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -18,6 +20,25 @@ Mode parse_mode(const char* v) noexcept {
   return Mode::kUnknown;
 }
 
+// A byte count: decimal digits, or "max". false for anything else.
+bool parse_bytes(const char* v, size_t* out) noexcept {
+  if (std::strcmp(v, "max") == 0) {
+    *out = SIZE_MAX;
+    return true;
+  }
+  if (*v < '0' || *v > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || *end != '\0' || n >= kUnsetLimit) return false;
+  *out = static_cast<size_t>(n);
+  return true;
+}
+
+constexpr const char* kLimitVariables[4] = {
+    "SYMCOMM_NCCL_SHIM_ALL_REDUCE_MAX_BYTES", "SYMCOMM_NCCL_SHIM_ALL_GATHER_MAX_BYTES",
+    "SYMCOMM_NCCL_SHIM_REDUCE_SCATTER_MAX_BYTES", "SYMCOMM_NCCL_SHIM_BROADCAST_MAX_BYTES"};
+
 }  // namespace
 
 ShimConfig read_config() noexcept {  // NOTE [drop-in environment]
@@ -26,6 +47,23 @@ ShimConfig read_config() noexcept {  // NOTE [drop-in environment]
   c.mode = parse_mode(c.mode_text);
   c.real_library = env_or_empty("SYMCOMM_NCCL_REAL_LIBRARY");
   c.library_path = env_or_empty("LD_LIBRARY_PATH");
+  c.stats = std::strcmp(env_or_empty("SYMCOMM_NCCL_SHIM_STATS"), "1") == 0;
+  for (int i = 0; i < 4; ++i) {
+    const char* v = env_or_empty(kLimitVariables[i]);
+    if (*v != '\0' && !parse_bytes(v, &c.max_bytes[i]) && c.bad_variable == nullptr) {
+      c.bad_variable = kLimitVariables[i];
+    }
+  }
+  c.heap_bytes_set = *env_or_empty("SYMCOMM_HEAP_BYTES") != '\0';
+  const char* t = env_or_empty("SYMCOMM_NCCL_SHIM_INIT_TIMEOUT_MS");
+  size_t ms = 0;
+  if (*t != '\0') {
+    if (parse_bytes(t, &ms) && ms > 0 && ms <= 3600000) {
+      c.init_timeout_ms = static_cast<long>(ms);
+    } else if (c.bad_variable == nullptr) {
+      c.bad_variable = "SYMCOMM_NCCL_SHIM_INIT_TIMEOUT_MS";
+    }
+  }
   return c;
 }
 

@@ -1,15 +1,18 @@
 // The settings of libsymcomm_nccl, the NCCL drop-in library (docs/nccl-drop-in.md).
 #pragma once
 
+#include <cstddef>
+
 namespace symcomm::nccl_shim {
 
-// What the drop-in library does with a call (SYMCOMM_NCCL_SHIM). This build implements kForward only: every
-// call goes to the real NCCL with the caller's arguments unchanged. The other modes are recognised so that a
-// setting meant for a build that has them is refused with a message instead of being ignored.
+// What the drop-in library does with a call (SYMCOMM_NCCL_SHIM). A build without symcomm's CUDA backend has
+// kForward only and refuses the other two with a message instead of ignoring them.
 enum class Mode {
-  kForward,     ///< "forward" (the default)
-  kAuto,        ///< "auto": symcomm's own collectives where they apply, else the real NCCL (not in this build)
-  kNativeOnly,  ///< "native-only": symcomm's own collectives only (not in this build)
+  kForward,     ///< "forward" (the default): every call to the real NCCL with the caller's arguments
+  kAuto,        ///< "auto": symcomm's own collectives where its size limits say they are faster, else NCCL
+  kNativeOnly,  ///< "native-only": every collective symcomm can run, whatever its size; a communicator that
+                ///< symcomm does not serve fails them (ncclInvalidUsage); calls without an exact symcomm
+                ///< equivalent (FP8, unsigned min/max, PreMulSum ops) still go to NCCL
   kUnknown,     ///< any other value
 };
 
@@ -21,9 +24,22 @@ enum class Mode {
 //   SYMCOMM_NCCL_SHIM           forward | auto | native-only (empty or unset: forward)
 //   SYMCOMM_NCCL_REAL_LIBRARY   path of the real libnccl.so.2 (empty or unset: search, real_nccl.cc)
 //   LD_LIBRARY_PATH             the first directories of that search, as the dynamic loader would take them
+//   SYMCOMM_NCCL_SHIM_STATS     1: print the native and forwarded calls and bytes on stderr at exit
+//   SYMCOMM_NCCL_SHIM_<COLL>_MAX_BYTES  auto mode's size limit of ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER,
+//                               BROADCAST (bytes, or "max"; unset: native_plan.cc's table); must be equal on
+//                               every rank (communicators whose ranks differ stay forward-only)
+//   SYMCOMM_NCCL_SHIM_INIT_TIMEOUT_MS  bound of symcomm's part of a communicator's creation (default 30000)
+// libsymcomm's own SYMCOMM_* settings (Config::from_env) apply to the communicators it makes behind NCCL's.
 // SYMCOMM_NCCL (the CUDA backend's eager|lazy|off) is libsymcomm's, a different setting.
+inline constexpr size_t kUnsetLimit = ~size_t{0} - 1;  ///< a size limit not set in the environment
+
 struct ShimConfig {
   Mode mode = Mode::kForward;
+  bool stats = false;
+  size_t max_bytes[4] = {kUnsetLimit, kUnsetLimit, kUnsetLimit, kUnsetLimit};  ///< by NativeColl
+  const char* bad_variable = nullptr;  ///< the first variable above whose value could not be read
+  long init_timeout_ms = 30000;
+  bool heap_bytes_set = false;    ///< SYMCOMM_HEAP_BYTES (libsymcomm's) is set
   const char* mode_text = "";     ///< SYMCOMM_NCCL_SHIM as set ("" when unset)
   const char* real_library = "";  ///< SYMCOMM_NCCL_REAL_LIBRARY ("" when unset)
   const char* library_path = "";  ///< LD_LIBRARY_PATH ("" when unset)

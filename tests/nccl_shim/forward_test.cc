@@ -245,6 +245,9 @@ void expect_forwarded(const DropIn& shim, Mock& mock, const std::string& name, I
       std::tuple_cat(std::make_tuple Args __VA_OPT__(, std::make_tuple(__VA_ARGS__))))
 // A function that nccl.h declares under both names.
 #define EXPECT_FORWARDED(Name, Args, ...) SYMCOMM_FORWARDED(decltype(&::pnccl##Name), Name, Args, __VA_ARGS__)
+// ncclCommRevoke, which the nccl.h of some 2.28 releases does not declare (the CUDA 13.0 image's).
+using CommRevokeFn = ncclResult_t (*)(ncclComm_t, int);
+#define EXPECT_FORWARDED_REVOKE(Args) SYMCOMM_FORWARDED(CommRevokeFn, CommRevoke, Args)
 // A function of nccl_device/*.h, which declare only the plain name (libnccl.so.2 exports both).
 #define EXPECT_FORWARDED_DEVICE(Name, Args) SYMCOMM_FORWARDED(decltype(&::nccl##Name), Name, Args)
 
@@ -277,7 +280,7 @@ TEST_F(Forwarding, EveryResultFunctionPassesItsArgumentsAndResultUnchanged) {
   EXPECT_FORWARDED(CommFinalize, (v.comm));
   EXPECT_FORWARDED(CommDestroy, (v.comm));
   EXPECT_FORWARDED(CommAbort, (v.comm));
-  EXPECT_FORWARDED(CommRevoke, (v.comm, v.flags));
+  EXPECT_FORWARDED_REVOKE((v.comm, v.flags));
   EXPECT_FORWARDED(CommSplit, (v.comm, v.color, v.key, v.comm_out, &v.config), v.config);
   EXPECT_FORWARDED(CommShrink, (v.comm, v.ranks_out, v.nranks, v.comm_out, &v.config, v.flags));
   EXPECT_FORWARDED(CommInitRankScalable, (v.comm_out, v.nranks, v.rank, v.ndev, v.ids, &v.config));
@@ -380,6 +383,37 @@ TEST_F(Forwarding, ErrorStringAndLastErrorComeFromTheRealLibrary) {
 // NCCL's groups are per thread: the drop-in library must keep no state of its own across threads. Thread 1 runs
 // a whole group while thread 0 is inside one, each with its own result code; each thread's calls and results
 // come back as its own. Both threads' first calls race to open the real library.
+#if SYMCOMM_NCCL_SHIM_HAS_NATIVE
+// In auto mode, calls on communicators that symcomm does not serve (here the mock's, made without a stamped
+// id) reach the real library exactly as in forward mode; an id whose stamp bytes NCCL filled stays NCCL's.
+class ForwardingAuto : public ::testing::Test {
+ protected:
+  ScopedEnvSet env = drop_in_env(kMockPath, "auto");
+  TempDir dir;
+  DropIn shim{dir / "libsymcomm_nccl.so"};
+  bool called = first_call(shim);
+  Mock mock{kMockPath};
+  Values v;
+};
+
+TEST_F(ForwardingAuto, CallsOnCommunicatorsSymcommDoesNotServePassUnchanged) {
+  EXPECT_FORWARDED(GetUniqueId, (v.ids));
+  EXPECT_FORWARDED(CommFinalize, (v.comm));
+  EXPECT_FORWARDED(CommDestroy, (v.comm));
+  EXPECT_FORWARDED(CommAbort, (v.comm));
+  EXPECT_FORWARDED_REVOKE((v.comm, v.flags));
+  EXPECT_FORWARDED(CommGetAsyncError, (v.comm, v.result_out));
+  EXPECT_FORWARDED(Bcast, (v.buff, v.count, v.datatype, v.root, v.comm, v.stream));
+  EXPECT_FORWARDED(Broadcast, (v.send, v.recv, v.count, v.datatype, v.root, v.comm, v.stream));
+  EXPECT_FORWARDED(AllReduce, (v.send, v.recv, v.count, v.datatype, v.op, v.comm, v.stream));
+  EXPECT_FORWARDED(ReduceScatter, (v.send, v.recv, v.count, v.datatype, v.op, v.comm, v.stream));
+  EXPECT_FORWARDED(AllGather, (v.send, v.recv, v.count, v.datatype, v.comm, v.stream));
+  EXPECT_FORWARDED(Reduce, (v.send, v.recv, v.count, v.datatype, v.op, v.root, v.comm, v.stream));
+  EXPECT_FORWARDED(GroupStart, ());
+  EXPECT_FORWARDED(GroupEnd, ());
+}
+#endif
+
 TEST(NcclDropIn, TwoThreadsKeepTheirCallsAndResultsApart) {
   const auto env = drop_in_env(kMockPath);
   TempDir dir;
@@ -505,6 +539,16 @@ TEST(NcclDropIn, ALibraryThatIsNotNcclIsASystemError) {
   expect_refused(shim, ncclSystemError, "exports no ncclGetVersion: not an NCCL library");
 }
 
+#if SYMCOMM_NCCL_SHIM_HAS_NATIVE
+TEST(NcclDropIn, NativeModesAreAcceptedAndAnUnknownModeIsRefused) {
+  for (const char* mode : {"auto", "native-only"}) {
+    SCOPED_TRACE(mode);
+    const auto env = drop_in_env(kMockPath, mode);
+    TempDir dir;
+    DropIn shim(dir / "libsymcomm_nccl.so");
+    first_call(shim);
+  }
+#else
 TEST(NcclDropIn, ModesThisBuildLacksAreRefusedAtTheFirstCall) {
   for (const char* mode : {"auto", "native-only"}) {
     SCOPED_TRACE(mode);
@@ -513,10 +557,26 @@ TEST(NcclDropIn, ModesThisBuildLacksAreRefusedAtTheFirstCall) {
     DropIn shim(dir / "libsymcomm_nccl.so");
     expect_refused(shim, ncclInvalidUsage, std::string("SYMCOMM_NCCL_SHIM=") + mode + " is not available");
   }
+#endif
   const auto env = drop_in_env(kMockPath, "native");
   TempDir dir;
   DropIn shim(dir / "libsymcomm_nccl.so");
   expect_refused(shim, ncclInvalidUsage, "SYMCOMM_NCCL_SHIM='native' is not one of forward|auto|native-only");
+}
+
+TEST(NcclDropIn, ASizeLimitThatIsNotANumberIsRefused) {
+  for (const char* value : {"abc", "12x", "-1", ""}) {
+    SCOPED_TRACE(value);
+    const auto env = drop_in_env(kMockPath);
+    ScopedEnvSet limit({{"SYMCOMM_NCCL_SHIM_ALL_GATHER_MAX_BYTES", std::string(value)}});
+    TempDir dir;
+    DropIn shim(dir / "libsymcomm_nccl.so");
+    if (*value == '\0') {  // set but empty: unset
+      first_call(shim);
+    } else {
+      expect_refused(shim, ncclInvalidUsage, "SYMCOMM_NCCL_SHIM_ALL_GATHER_MAX_BYTES is not a number of bytes");
+    }
+  }
 }
 
 TEST(NcclDropIn, ForwardIsTheDefaultMode) {

@@ -1,0 +1,706 @@
+#include "native.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/cuda_check.h"
+#include "base/hash.h"
+#include "base/logging.h"
+#include "id_stamp.h"
+#include "native_plan.h"
+#include "shim_config.h"
+#include "symcomm/communicator.h"
+#include "symcomm/store.h"
+
+namespace symcomm::nccl_shim::native {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------------------------------------
+// Settings and statistics
+
+const ShimConfig& settings() {
+  static const ShimConfig c = read_config();  // NOTE [drop-in environment]
+  return c;
+}
+
+// Whether the native layer acts: auto or native-only, with readable settings (otherwise every hook forwards,
+// and the real library's opening reports a refused setting: real_nccl.cc).
+bool active() {
+  const ShimConfig& c = settings();
+  return (c.mode == Mode::kAuto || c.mode == Mode::kNativeOnly) && c.bad_variable == nullptr;
+}
+
+bool strict() { return settings().mode == Mode::kNativeOnly; }
+
+struct Stats {
+  std::atomic<uint64_t> calls[2][kNumNativeColls] = {};
+  std::atomic<uint64_t> bytes[2][kNumNativeColls] = {};
+};
+Stats g_stats;
+
+void print_stats() {
+  uint64_t c[2] = {}, b[2] = {};
+  std::string per;
+  for (int i = 0; i < kNumNativeColls; ++i) {
+    for (int n = 0; n < 2; ++n) {
+      c[n] += g_stats.calls[n][i].load();
+      b[n] += g_stats.bytes[n][i].load();
+    }
+    per += fmt::format(" {} {}/{}", native_coll_name(static_cast<NativeColl>(i)), g_stats.calls[1][i].load(),
+                       g_stats.calls[0][i].load());
+  }
+  std::fprintf(stderr,
+               "symcomm_nccl: pid %d mode %s: native %llu calls %llu bytes, forwarded %llu calls %llu bytes "
+               "(native/forwarded:%s)\n",
+               static_cast<int>(getpid()), mode_name(settings().mode), static_cast<unsigned long long>(c[1]),
+               static_cast<unsigned long long>(b[1]), static_cast<unsigned long long>(c[0]),
+               static_cast<unsigned long long>(b[0]), per.c_str());
+}
+
+void tally(bool native, NativeColl coll, size_t bytes) {
+  if (!settings().stats) return;
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(print_stats); });
+  g_stats.calls[native][static_cast<int>(coll)].fetch_add(1, std::memory_order_relaxed);
+  g_stats.bytes[native][static_cast<int>(coll)].fetch_add(bytes, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The store server behind stamped ids: one per process, on a loopback port, started by the first
+// ncclGetUniqueId and kept until the process exits (communicators split later still use it).
+
+struct IdServer {
+  std::unique_ptr<StoreServer> server;
+  std::array<uint8_t, 16> token{};
+};
+
+std::string hex(const uint8_t* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += fmt::format("{:02x}", p[i]);
+  return s;
+}
+
+uint64_t random_u64() {
+  static std::mutex mu;
+  static std::random_device dev;
+  std::lock_guard lock(mu);
+  return (uint64_t{dev()} << 32) ^ dev();
+}
+
+const IdServer* id_server() {
+  static std::mutex mu;
+  static IdServer* server = nullptr;  // never destroyed: communicators may outlive static destruction
+  static bool tried = false;
+  std::lock_guard lock(mu);
+  if (tried) return server;
+  tried = true;
+  try {
+    auto s = std::make_unique<IdServer>();
+    for (size_t i = 0; i < s->token.size(); i += 8) {
+      const uint64_t r = random_u64();
+      std::memcpy(s->token.data() + i, &r, 8);
+    }
+    StoreServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.token = hex(s->token.data(), s->token.size());
+    s->server = StoreServer::start(o);
+    server = s.release();
+  } catch (const std::exception& e) {
+    SYMCOMM_LOG_WARN(
+        "symcomm NCCL drop-in: no store server for symcomm's communicators ({}); communicators "
+        "made from this process's ids stay forward-only",
+        e.what());
+  }
+  return server;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Communicators served by symcomm (NOTE [drop-in communicators])
+
+struct NativeComm {
+  ncclComm_t real = nullptr;
+  int rank = 0;
+  int nranks = 0;
+  NativeLimits limits;
+  std::shared_ptr<Store> store;
+  std::unique_ptr<Communicator> sc;
+};
+
+std::mutex g_registry_mu;
+std::atomic<int> g_registry_size{0};
+std::unordered_map<ncclComm_t, std::shared_ptr<NativeComm>>& registry() {
+  static auto* m = new std::unordered_map<ncclComm_t, std::shared_ptr<NativeComm>>();
+  return *m;
+}
+
+std::shared_ptr<NativeComm> find(ncclComm_t comm) {
+  if (g_registry_size.load(std::memory_order_acquire) == 0) return nullptr;
+  std::lock_guard lock(g_registry_mu);
+  auto it = registry().find(comm);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+std::shared_ptr<NativeComm> take(ncclComm_t comm) {
+  if (g_registry_size.load(std::memory_order_acquire) == 0) return nullptr;
+  std::lock_guard lock(g_registry_mu);
+  auto it = registry().find(comm);
+  if (it == registry().end()) return nullptr;
+  auto nc = std::move(it->second);
+  registry().erase(it);
+  g_registry_size.fetch_sub(1, std::memory_order_release);
+  return nc;
+}
+
+void put(std::shared_ptr<NativeComm> nc) {
+  std::lock_guard lock(g_registry_mu);
+  registry()[nc->real] = std::move(nc);
+  g_registry_size.fetch_add(1, std::memory_order_release);
+}
+
+NativeLimits resolved_limits(int nranks) {
+  NativeLimits l = default_limits(nranks);
+  for (int i = 0; i < kNumNativeColls; ++i) {
+    if (settings().max_bytes[i] != kUnsetLimit) l.max_bytes[i] = settings().max_bytes[i];
+  }
+  return l;
+}
+
+// The drop-in settings every rank of a communicator must share, hashed (62 bits, so that its negation fits).
+int64_t settings_hash(const NativeLimits& l) {
+  symcomm::detail::Fnv1a h;
+  h.add(static_cast<uint64_t>(settings().mode));
+  for (size_t v : l.max_bytes) h.add(v);
+  return static_cast<int64_t>(h.value() >> 2);
+}
+
+ncclResult_t to_nccl_result(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return ncclInvalidArgument;
+    case ErrorCode::kTimeout:
+    case ErrorCode::kPeerDead: return ncclRemoteError;
+    case ErrorCode::kAborted:
+    case ErrorCode::kMismatch:
+    case ErrorCode::kUnsupported: return ncclInvalidUsage;
+    case ErrorCode::kStore:
+    case ErrorCode::kSystem: return ncclSystemError;
+    case ErrorCode::kCuda: return ncclUnhandledCudaError;
+    case ErrorCode::kInternal: return ncclInternalError;
+  }
+  return ncclInternalError;
+}
+
+// Makes a failure of symcomm's part the thread's last error and returns its NCCL code.
+ncclResult_t fail(const NativeComm* nc, ncclResult_t code, std::string_view what) {
+  const std::string text = nc != nullptr
+                               ? fmt::format("symcomm NCCL drop-in: rank {} of {}: {}", nc->rank, nc->nranks, what)
+                               : fmt::format("symcomm NCCL drop-in: {}", what);
+  record_text(text.c_str());
+  return code;
+}
+
+template <class F>
+ncclResult_t guarded(const NativeComm* nc, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const Error& e) {
+    return fail(nc, to_nccl_result(e.code()), e.what());
+  } catch (const std::exception& e) {
+    return fail(nc, ncclInternalError, e.what());
+  } catch (...) {
+    return fail(nc, ncclInternalError, "unknown exception");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Agreement over the real NCCL communicator
+
+int comm_device(ncclComm_t comm) {
+  int dev = -1;
+  if (forward_call<Target::kCommCuDevice, decltype(&pncclCommCuDevice)>(comm, &dev) != ncclSuccess) return -1;
+  return dev;
+}
+
+// Waits until a communicator's creation (blocking or not) has finished; its result.
+ncclResult_t wait_ready(ncclComm_t comm) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = forward_call<Target::kCommGetAsyncError, decltype(&pncclCommGetAsyncError)>(comm, &state);
+    if (r != ncclSuccess) return r;
+    if (state != ncclInProgress) return state;
+    std::this_thread::sleep_for(100us);
+  }
+}
+
+// The element-wise minimum over each communicator's ranks of its kAgreeWords values, through the real NCCL
+// (one group for several communicators). false where a CUDA or NCCL call failed or the result did not come
+// within the creation timeout (a peer is gone: the communicator is broken anyway).
+constexpr int kAgreeWords = 3;
+using AgreeWords = std::array<int64_t, kAgreeWords>;
+
+bool nccl_min(const std::vector<ncclComm_t>& comms, std::vector<AgreeWords>& words) {
+  struct Slot {
+    int device = -1;
+    int64_t* buf = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  std::vector<Slot> slots(comms.size());
+  bool ok = true;
+  for (size_t i = 0; i < comms.size() && ok; ++i) {
+    Slot& s = slots[i];
+    s.device = comm_device(comms[i]);
+    ok = s.device >= 0;
+    if (!ok) break;
+    symcomm::detail::DeviceScope scope(s.device);
+    ok = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) == cudaSuccess &&
+         cudaMalloc(&s.buf, sizeof(AgreeWords)) == cudaSuccess &&
+         cudaMemcpy(s.buf, words[i].data(), sizeof(AgreeWords), cudaMemcpyHostToDevice) == cudaSuccess;
+  }
+  if (ok) {
+    const bool group = comms.size() > 1;
+    if (group) ok = forward_call<Target::kGroupStart, decltype(&pncclGroupStart)>() == ncclSuccess;
+    for (size_t i = 0; i < comms.size() && ok; ++i) {
+      ok = forward_call<Target::kAllReduce, decltype(&pncclAllReduce)>(
+               slots[i].buf, slots[i].buf, kAgreeWords, ncclInt64, ncclMin, comms[i], slots[i].stream) == ncclSuccess;
+    }
+    if (group) ok = forward_call<Target::kGroupEnd, decltype(&pncclGroupEnd)>() == ncclSuccess && ok;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().init_timeout_ms);
+  bool leak = false;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    Slot& s = slots[i];
+    if (s.device < 0) continue;
+    symcomm::detail::DeviceScope scope(s.device, std::nothrow);
+    if (ok && s.stream != nullptr) {
+      cudaError_t q;
+      while ((q = cudaStreamQuery(s.stream)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(50us);
+      }
+      if (q == cudaErrorNotReady) leak = true;  // still running: its buffer and stream must stay
+      ok = ok && q == cudaSuccess &&
+           cudaMemcpy(words[i].data(), s.buf, sizeof(AgreeWords), cudaMemcpyDeviceToHost) == cudaSuccess;
+    }
+    if (!leak) {
+      if (s.buf != nullptr) cudaFree(s.buf);
+      if (s.stream != nullptr) cudaStreamDestroy(s.stream);
+    }
+  }
+  return ok && !leak;
+}
+
+// symcomm's configuration for a communicator behind NCCL's: libsymcomm's SYMCOMM_* settings, without its own
+// NCCL communicator (the real one is beside it), and a small symmetric heap unless SYMCOMM_HEAP_BYTES is set:
+// the drop-in library passes the caller's buffers, which the staged kernels copy through the staging buffer.
+Config comm_config() {
+  Config c = Config::from_env();
+  c.nccl = NcclInit::kOff;
+  if (!settings().heap_bytes_set) c.heap_bytes = size_t{2} << 20;
+  return c;
+}
+
+std::shared_ptr<NativeComm> create_from_stamp(ncclComm_t comm, int nranks, int rank, const IdStamp& stamp, int device) {
+  auto nc = std::make_shared<NativeComm>();
+  nc->real = comm;
+  nc->rank = rank;
+  nc->nranks = nranks;
+  nc->limits = resolved_limits(nranks);
+  StoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = stamp.port;
+  so.token = hex(stamp.token.data(), stamp.token.size());
+  so.timeout = std::chrono::milliseconds(settings().init_timeout_ms);
+  nc->store = Store::connect(so);
+  CommOptions o;
+  o.backend = BackendKind::kCuda;
+  o.device = device;
+  o.name = fmt::format("nccl-{:016x}", stamp.nonce);
+  o.config = comm_config();
+  symcomm::detail::DeviceScope scope(device);  // creation makes the device current: give the caller's back
+  nc->sc = Communicator::create(nc->store, RankInfo{rank, nranks, rank, nranks}, o);
+  return nc;
+}
+
+// A symcomm communicator that every rank made (or failed to make) beside `comm`; whether it is whole.
+bool usable(const NativeComm* nc, int rank, int nranks) {
+  return nc != nullptr && nc->sc != nullptr && nc->sc->rank() == rank && nc->sc->world_size() == nranks &&
+         nc->sc->full_peer_access();
+}
+
+// What a creation made through the drop-in library still needs: the agreement and, for a fresh id, symcomm's
+// communicator; `made` holds a split's symcomm communicator, made already.
+struct Pending {
+  ncclComm_t comm = nullptr;
+  int nranks = 0;
+  int rank = 0;
+  std::optional<IdStamp> stamp;
+  bool split = false;
+  std::shared_ptr<NativeComm> made;
+};
+
+// Agreement (2) and registration; every rank of the communicator calls it once.
+void conclude(const Pending& p, std::shared_ptr<NativeComm> nc) {
+  bool mine = false;
+  try {
+    mine = usable(nc.get(), p.rank, p.nranks);
+  } catch (const std::exception&) {
+  }
+  std::vector<AgreeWords> w{{mine ? 1 : 0, 0, 0}};
+  const bool all = nccl_min({p.comm}, w) && w[0][0] == 1;
+  if (!all) {
+    if (mine) {
+      SYMCOMM_LOG_INFO(
+          "symcomm NCCL drop-in: rank {} of {}: another rank could not make symcomm's communicator; "
+          "this communicator stays forward-only",
+          p.rank, p.nranks);
+    }
+    try {
+      nc.reset();
+    } catch (const std::exception&) {
+    }
+    return;
+  }
+  nc->real = p.comm;
+  put(std::move(nc));
+}
+
+void attach_fresh(const Pending& p) {
+  const NativeLimits limits = resolved_limits(p.nranks);
+  const int device = comm_device(p.comm);
+  const bool can =
+      p.stamp.has_value() && p.stamp->host == host_identity() && p.nranks >= 2 && p.nranks <= kMaxRanks && device >= 0;
+  const int64_t h = settings_hash(limits);
+  std::vector<AgreeWords> w{{can ? 1 : 0, h, -h}};
+  if (!nccl_min({p.comm}, w) || w[0][0] != 1 || w[0][1] != -w[0][2]) return;  // (1): forward-only everywhere
+  std::shared_ptr<NativeComm> nc;
+  try {
+    nc = create_from_stamp(p.comm, p.nranks, p.rank, *p.stamp, device);
+  } catch (const std::exception& e) {
+    SYMCOMM_LOG_WARN(
+        "symcomm NCCL drop-in: rank {} of {}: symcomm's communicator could not be made ({}); this "
+        "communicator stays forward-only",
+        p.rank, p.nranks, e.what());
+  }
+  conclude(p, std::move(nc));
+}
+
+void attach(const Pending& p) noexcept {
+  try {
+    if (wait_ready(p.comm) != ncclSuccess) return;
+    if (p.split) {
+      conclude(p, p.made);
+    } else {
+      attach_fresh(p);
+    }
+  } catch (const std::exception& e) {
+    SYMCOMM_LOG_WARN("symcomm NCCL drop-in: rank {} of {}: {}; the communicator stays forward-only", p.rank, p.nranks,
+                     e.what());
+  }
+}
+
+// Creations a thread made inside ncclGroupStart / ncclGroupEnd, finished at the outermost ncclGroupEnd.
+thread_local int t_group_depth = 0;
+thread_local std::vector<Pending> t_pending;
+
+void finish_pending(std::vector<Pending> pending) {
+  if (pending.size() == 1) {
+    attach(pending[0]);
+    return;
+  }
+  // One process, several of a group's creations (several GPUs): it cannot make symcomm's communicators one
+  // after another from one thread, so every one answers "no" in one grouped round, as the first round of a
+  // fresh id's agreement or the only round of a split's.
+  std::vector<ncclComm_t> comms;
+  for (const Pending& p : pending) {
+    if (wait_ready(p.comm) == ncclSuccess) comms.push_back(p.comm);
+  }
+  std::vector<AgreeWords> w(comms.size(), AgreeWords{0, 0, 0});
+  if (!comms.empty()) nccl_min(comms, w);
+}
+
+void created(Pending p) {
+  if (t_group_depth > 0) {
+    t_pending.push_back(std::move(p));
+  } else {
+    attach(p);
+  }
+}
+
+void destroy_native(std::shared_ptr<NativeComm> nc, bool abort) {
+  try {
+    if (abort) nc->sc->abort();
+    nc.reset();
+  } catch (const std::exception& e) {
+    SYMCOMM_LOG_WARN("symcomm NCCL drop-in: releasing symcomm's communicator: {}", e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Collectives
+
+CollOptions on(cudaStream_t stream) {
+  CollOptions o;
+  o.stream = reinterpret_cast<Stream>(stream);
+  return o;
+}
+
+template <class Forward, class Run>
+ncclResult_t collective(NativeColl coll, ncclComm_t comm, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                        Forward&& forward, Run&& run) noexcept {
+  if (!active()) return forward();
+  const std::shared_ptr<NativeComm> nc = find(comm);
+  if (nc == nullptr) {
+    if (strict() && count != 0) {
+      return fail(nullptr, ncclInvalidUsage,
+                  fmt::format("SYMCOMM_NCCL_SHIM=native-only: {} on a communicator that symcomm does not serve "
+                              "(NOTE [drop-in communicators]: not every rank could make symcomm's part)",
+                              native_coll_name(coll)));
+    }
+    tally(false, coll, count * nccl_type_size(dt));
+    return forward();
+  }
+  const NativePlan p = plan_call(coll, count, dt, op, nc->nranks, nc->limits, !strict());
+  if (!p.native) {  // native-only too: what symcomm has no exact equivalent for (FP8, unsigned min/max, ...)
+    tally(false, coll, p.bytes);
+    return forward();
+  }
+  return guarded(nc.get(), [&] {
+    run(*nc->sc, p);
+    tally(true, coll, p.bytes);
+    return ncclSuccess;
+  });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Hooks
+
+ncclResult_t GetUniqueId(ncclUniqueId* uniqueId) noexcept {
+  const ncclResult_t r = forward_call<Target::kGetUniqueId, decltype(&pncclGetUniqueId)>(uniqueId);
+  if (r != ncclSuccess || uniqueId == nullptr || !active()) return r;
+  try {
+    if (const IdServer* s = id_server()) {
+      IdStamp stamp;
+      stamp.port = s->server->port();
+      stamp.host = host_identity();
+      stamp.token = s->token;
+      stamp.nonce = random_u64();
+      write_stamp(uniqueId, stamp);  // false: NCCL used the bytes; the id stays NCCL's alone
+    }
+  } catch (const std::exception& e) {
+    SYMCOMM_LOG_WARN("symcomm NCCL drop-in: ncclGetUniqueId: {}", e.what());
+  }
+  return r;
+}
+
+ncclResult_t CommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) noexcept {
+  const ncclResult_t r = forward_call<Target::kCommInitRank, decltype(&pncclCommInitRank)>(comm, nranks, commId, rank);
+  if (active() && (r == ncclSuccess || r == ncclInProgress) && comm != nullptr && *comm != nullptr) {
+    created(Pending{*comm, nranks, rank, read_stamp(commId), false, nullptr});
+  }
+  return r;
+}
+
+ncclResult_t CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                ncclConfig_t* config) noexcept {
+  const ncclResult_t r =
+      forward_call<Target::kCommInitRankConfig, decltype(&pncclCommInitRankConfig)>(comm, nranks, commId, rank, config);
+  if (active() && (r == ncclSuccess || r == ncclInProgress) && comm != nullptr && *comm != nullptr) {
+    created(Pending{*comm, nranks, rank, read_stamp(commId), false, nullptr});
+  }
+  return r;
+}
+
+ncclResult_t CommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                                  ncclConfig_t* config) noexcept {
+  const ncclResult_t r = forward_call<Target::kCommInitRankScalable, decltype(&pncclCommInitRankScalable)>(
+      newcomm, nranks, myrank, nId, commIds, config);
+  if (active() && (r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && *newcomm != nullptr) {
+    std::optional<IdStamp> stamp;
+    if (nId >= 1 && commIds != nullptr) stamp = read_stamp(commIds[0]);
+    created(Pending{*newcomm, nranks, myrank, stamp, false, nullptr});
+  }
+  return r;
+}
+
+ncclResult_t CommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) noexcept {
+  const ncclResult_t r = forward_call<Target::kCommSplit, decltype(&pncclCommSplit)>(comm, color, key, newcomm, config);
+  if (!active()) return r;
+  const std::shared_ptr<NativeComm> parent = find(comm);
+  if (parent == nullptr) return r;  // every rank of the parent agreed on forward-only: so do its children
+  // symcomm's split is collective over the parent's ranks, as NCCL's is: every rank takes part, whatever NCCL
+  // answered, so that none waits for another.
+  std::shared_ptr<NativeComm> child;
+  try {
+    symcomm::detail::DeviceScope scope(parent->sc->device());
+    SplitOptions so;
+    auto sc = parent->sc->split(color == NCCL_SPLIT_NOCOLOR ? kSplitNoColor : color, key, so);
+    if (sc != nullptr) {
+      child = std::make_shared<NativeComm>();
+      child->rank = sc->rank();
+      child->nranks = sc->world_size();
+      child->limits = resolved_limits(child->nranks);
+      child->store = parent->store;
+      child->sc = std::move(sc);
+    }
+  } catch (const std::exception& e) {
+    SYMCOMM_LOG_WARN("symcomm NCCL drop-in: rank {} of {}: split: {}; the new communicator stays forward-only",
+                     parent->rank, parent->nranks, e.what());
+  }
+  if ((r != ncclSuccess && r != ncclInProgress) || newcomm == nullptr || *newcomm == nullptr) return r;
+  int rank = -1, nranks = 0;
+  if (wait_ready(*newcomm) == ncclSuccess) {
+    forward_call<Target::kCommUserRank, decltype(&pncclCommUserRank)>(*newcomm, &rank);
+    forward_call<Target::kCommCount, decltype(&pncclCommCount)>(*newcomm, &nranks);
+  }
+  created(Pending{*newcomm, nranks, rank, std::nullopt, true, std::move(child)});
+  return r;
+}
+
+ncclResult_t CommDestroy(ncclComm_t comm) noexcept {
+  if (active()) {
+    if (auto nc = take(comm)) destroy_native(std::move(nc), false);
+  }
+  return forward_call<Target::kCommDestroy, decltype(&pncclCommDestroy)>(comm);
+}
+
+ncclResult_t CommAbort(ncclComm_t comm) noexcept {
+  if (active()) {
+    if (auto nc = take(comm)) destroy_native(std::move(nc), true);
+  }
+  return forward_call<Target::kCommAbort, decltype(&pncclCommAbort)>(comm);
+}
+
+ncclResult_t CommRevoke(ncclComm_t comm, int revokeFlags) noexcept {
+  if (active()) {
+    if (auto nc = find(comm)) {
+      guarded(nc.get(), [&] {
+        nc->sc->abort();
+        return ncclSuccess;
+      });
+    }
+  }
+  return forward_call<Target::kCommRevoke, ncclResult_t (*)(ncclComm_t, int)>(comm, revokeFlags);
+}
+
+ncclResult_t CommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) noexcept {
+  if (active() && asyncError != nullptr) {
+    if (auto nc = find(comm)) {
+      try {
+        nc->sc->check();
+      } catch (const Error& e) {
+        // symcomm's dead-peer, timeout and abort errors, as NCCL reports a failed peer.
+        fail(nc.get(), ncclRemoteError, e.what());
+        *asyncError = e.code() == ErrorCode::kAborted ? ncclInvalidUsage : ncclRemoteError;
+        return ncclSuccess;
+      } catch (const std::exception& e) {
+        fail(nc.get(), ncclInternalError, e.what());
+        *asyncError = ncclInternalError;
+        return ncclSuccess;
+      }
+    }
+  }
+  return forward_call<Target::kCommGetAsyncError, decltype(&pncclCommGetAsyncError)>(comm, asyncError);
+}
+
+ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                       ncclComm_t comm, cudaStream_t stream) noexcept {
+  return collective(
+      NativeColl::kAllReduce, comm, count, datatype, op,
+      [&] {
+        return forward_call<Target::kAllReduce, decltype(&pncclAllReduce)>(sendbuff, recvbuff, count, datatype, op,
+                                                                           comm, stream);
+      },
+      [&](Communicator& sc, const NativePlan& p) {
+        sc.all_reduce(sendbuff, recvbuff, p.count, p.dtype, p.op, on(stream));
+      });
+}
+
+ncclResult_t AllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
+                       cudaStream_t stream) noexcept {
+  return collective(
+      NativeColl::kAllGather, comm, sendcount, datatype, ncclSum,
+      [&] {
+        return forward_call<Target::kAllGather, decltype(&pncclAllGather)>(sendbuff, recvbuff, sendcount, datatype,
+                                                                           comm, stream);
+      },
+      [&](Communicator& sc, const NativePlan& p) { sc.all_gather(sendbuff, recvbuff, p.count, p.dtype, on(stream)); });
+}
+
+ncclResult_t ReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) noexcept {
+  return collective(
+      NativeColl::kReduceScatter, comm, recvcount, datatype, op,
+      [&] {
+        return forward_call<Target::kReduceScatter, decltype(&pncclReduceScatter)>(sendbuff, recvbuff, recvcount,
+                                                                                   datatype, op, comm, stream);
+      },
+      [&](Communicator& sc, const NativePlan& p) {
+        sc.reduce_scatter(sendbuff, recvbuff, p.count, p.dtype, p.op, on(stream));
+      });
+}
+
+ncclResult_t Broadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                       ncclComm_t comm, cudaStream_t stream) noexcept {
+  return collective(
+      NativeColl::kBroadcast, comm, count, datatype, ncclSum,
+      [&] {
+        return forward_call<Target::kBroadcast, decltype(&pncclBroadcast)>(sendbuff, recvbuff, count, datatype, root,
+                                                                           comm, stream);
+      },
+      [&](Communicator& sc, const NativePlan& p) {
+        sc.broadcast(sendbuff, recvbuff, p.count, p.dtype, root, on(stream));
+      });
+}
+
+ncclResult_t Bcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                   cudaStream_t stream) noexcept {
+  return collective(
+      NativeColl::kBroadcast, comm, count, datatype, ncclSum,
+      [&] { return forward_call<Target::kBcast, decltype(&pncclBcast)>(buff, count, datatype, root, comm, stream); },
+      [&](Communicator& sc, const NativePlan& p) { sc.broadcast(buff, buff, p.count, p.dtype, root, on(stream)); });
+}
+
+// Collectives inside a group run on symcomm when they are issued (every rank issues them in the same order);
+// the forwarded ones keep NCCL's group. A group's operations have no order among themselves in NCCL either.
+ncclResult_t GroupStart() noexcept {
+  const ncclResult_t r = forward_call<Target::kGroupStart, decltype(&pncclGroupStart)>();
+  if (r == ncclSuccess && active()) ++t_group_depth;
+  return r;
+}
+
+ncclResult_t GroupEnd() noexcept {
+  const ncclResult_t r = forward_call<Target::kGroupEnd, decltype(&pncclGroupEnd)>();
+  if (!active() || t_group_depth == 0) return r;
+  if (--t_group_depth == 0 && !t_pending.empty()) {
+    std::vector<Pending> pending = std::move(t_pending);
+    t_pending.clear();
+    try {
+      finish_pending(std::move(pending));
+    } catch (const std::exception& e) {
+      SYMCOMM_LOG_WARN("symcomm NCCL drop-in: ncclGroupEnd: {}", e.what());
+    }
+  }
+  return r;
+}
+
+}  // namespace symcomm::nccl_shim::native
