@@ -88,6 +88,10 @@ struct CommOptions {
   std::string name;
   /// nullopt: Config::from_env().
   std::optional<Config> config;
+  /// Bound of meeting the other ranks at creation (rank 0's nonce in the store and the connections between the
+  /// ranks); 0: the configuration's timeout. Lets a caller give up on a rank that never comes sooner than the
+  /// collectives give up on a late peer (the NCCL drop-in library does).
+  std::chrono::milliseconds meet_timeout{0};
 };
 
 /// Completion handle of an asynchronous collective.

@@ -248,16 +248,18 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   // A nonce of rank 0 names the mesh sockets and authenticates their hellos, so that two jobs (or two
   // communicators with the same name over different stores) never connect to each other.
   std::string nonce_key = ctx->prefix + "/nonce";
+  const detail::Deadline meet =
+      options.meet_timeout.count() > 0 ? detail::Deadline(options.meet_timeout) : ctx->deadline();
   if (ranks.rank == 0) {
     ctx->token = random_hex(32);
     ctx->store->set(nonce_key, std::string_view(ctx->token));
   } else {
-    // Bounded by this communicator's timeout, not only the store's (a rank 0 that never publishes it).
-    const Bytes nonce = ctx->store_get(nonce_key, ctx->deadline());
+    // Bounded by the meeting's deadline, not only the store's (a rank 0 that never publishes it).
+    const Bytes nonce = ctx->store_get(nonce_key, meet);
     ctx->token.assign(nonce.begin(), nonce.end());
   }
   try {
-    ctx->mesh = detail::PeerMesh::create(*ctx->store, ctx->prefix, ranks, ctx->token, ctx->deadline());
+    ctx->mesh = detail::PeerMesh::create(*ctx->store, ctx->prefix, ranks, ctx->token, meet);
   } catch (...) {
     if (ranks.rank == 0) {  // a failed creation leaves no key behind (the store itself may be what failed)
       try {

@@ -402,6 +402,27 @@ TEST(Faults, RankThatNeverArrivesTimesOutNamingIt) {
       opts);
 }
 
+TEST(Faults, CreationGivesUpOnARankThatNeverComesAtTheMeetTimeout) {
+  HarnessOptions opts;
+  opts.config.timeout = 60s;  // the collectives' bound: the meeting must not wait for it
+  expect_success(
+      3,
+      [&](RankEnv& env) {
+        if (env.info.rank == 2) {
+          std::this_thread::sleep_for(3s);  // alive, but never creates the communicator
+          return;
+        }
+        CommOptions o;
+        o.meet_timeout = 1s;
+        const auto t0 = SteadyClock::now();
+        Error e = expect_error(ErrorCode::kTimeout, [&] { env.make_comm(o); });
+        const auto took = SteadyClock::now() - t0;
+        EXPECT_GE(took, 900ms) << e.what();
+        EXPECT_LT(took, 10s) << e.what();
+      },
+      opts);
+}
+
 TEST(Faults, LateRankStillCompletesCorrectly) {
   expect_success(3, [&](RankEnv& env) {
     auto comm = env.make_comm();
