@@ -308,12 +308,17 @@ bool nccl_min(const std::vector<ncclComm_t>& comms, std::vector<AgreeWords>& wor
 }
 
 // symcomm's configuration for a communicator behind NCCL's: libsymcomm's SYMCOMM_* settings, without its own
-// NCCL communicator (the real one is beside it), and a small symmetric heap unless SYMCOMM_HEAP_BYTES is set:
-// the drop-in library passes the caller's buffers, which the staged kernels copy through the staging buffer.
+// NCCL communicator (the real one is beside it), and unless set in the environment:
+// - a small symmetric heap: the drop-in library passes the caller's buffers, which the staged kernels copy
+//   through the staging buffer;
+// - a collective timeout of a day: NCCL waits for a late peer for ever and its callers (PyTorch's watchdog)
+//   decide when to give up and abort, which reaches symcomm's kernels at once. A dead peer is reported within
+//   symcomm's detection time whatever the timeout.
 Config comm_config() {
   Config c = Config::from_env();
   c.nccl = NcclInit::kOff;
   if (!settings().heap_bytes_set) c.heap_bytes = size_t{2} << 20;
+  if (!settings().timeout_set) c.timeout = std::chrono::hours(24);
   return c;
 }
 
@@ -334,6 +339,7 @@ std::shared_ptr<NativeComm> create_from_stamp(ncclComm_t comm, int nranks, int r
   o.device = device;
   o.name = fmt::format("nccl-{:016x}", stamp.nonce);
   o.config = comm_config();
+  o.meet_timeout = std::chrono::milliseconds(settings().init_timeout_ms);
   symcomm::detail::DeviceScope scope(device);  // creation makes the device current: give the caller's back
   nc->sc = Communicator::create(nc->store, RankInfo{rank, nranks, rank, nranks}, o);
   return nc;

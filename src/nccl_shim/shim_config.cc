@@ -55,6 +55,7 @@ ShimConfig read_config() noexcept {  // NOTE [drop-in environment]
     }
   }
   c.heap_bytes_set = *env_or_empty("SYMCOMM_HEAP_BYTES") != '\0';
+  c.timeout_set = *env_or_empty("SYMCOMM_TIMEOUT_MS") != '\0';
   const char* t = env_or_empty("SYMCOMM_NCCL_SHIM_INIT_TIMEOUT_MS");
   size_t ms = 0;
   if (*t != '\0') {

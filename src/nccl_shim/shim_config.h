@@ -40,6 +40,7 @@ struct ShimConfig {
   const char* bad_variable = nullptr;  ///< the first variable above whose value could not be read
   long init_timeout_ms = 30000;
   bool heap_bytes_set = false;    ///< SYMCOMM_HEAP_BYTES (libsymcomm's) is set
+  bool timeout_set = false;       ///< SYMCOMM_TIMEOUT_MS (libsymcomm's) is set
   const char* mode_text = "";     ///< SYMCOMM_NCCL_SHIM as set ("" when unset)
   const char* real_library = "";  ///< SYMCOMM_NCCL_REAL_LIBRARY ("" when unset)
   const char* library_path = "";  ///< LD_LIBRARY_PATH ("" when unset)

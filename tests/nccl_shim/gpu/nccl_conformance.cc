@@ -18,6 +18,9 @@
 //   --graph        each case also captured on the drop-in library into a CUDA graph, replayed 3 times
 //   --quick        counts 0, 1, 1023 and 64 KiB, 1 MiB, 16 MiB; float32, bf16, int32; sum and max
 //   --timeout S    every rank is killed after S seconds (default 300)
+//   --agreement    instead of the cases: creations that must end forward-only on every rank (an id without
+//                  the stamp on one rank, one rank in another symcomm rendezvous, an unreachable store) and
+//                  ones that must be served; run with SYMCOMM_NCCL_SHIM=native-only
 //
 // SYMCOMM_NCCL_SHIM (forward | auto | native-only) selects what the drop-in library runs itself. The program sets
 // SYMCOMM_NCCL_REAL_LIBRARY to --real where it is unset, and NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
@@ -58,6 +61,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "id_stamp.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -83,13 +88,15 @@ struct Options {
   int threads = 1;
   bool graph = false;
   bool quick = false;
+  bool agreement = false;
   int timeout_s = 300;
 };
 
 void print_usage(FILE* to) {
   std::fprintf(to,
                "usage: symcomm_nccl_conformance --shim LIBSYMCOMM_NCCL_SO --real REAL_LIBNCCL_SO_2 [--ranks N]\n"
-               "                                [--max-bytes B] [--threads T] [--graph] [--quick] [--timeout S]\n");
+               "                                [--max-bytes B] [--threads T] [--graph] [--quick] [--timeout S]\n"
+               "                                [--agreement]\n");
 }
 
 // Digits with an optional K, M or G suffix (powers of 1024).
@@ -126,6 +133,8 @@ bool parse_args(int argc, char** argv, Options& o) {
       o.graph = true;
     } else if (arg == "--quick") {
       o.quick = true;
+    } else if (arg == "--agreement") {
+      o.agreement = true;
     } else if (arg == "--help" || arg == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -1283,6 +1292,87 @@ bool run_threads(const Options& o, const Lane& main, const IdChannel& ch, size_t
   return ok;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// --agreement: creations that must end forward-only on every rank (NOTE [drop-in communicators])
+
+enum class Scenario { kServed, kUnstampedOnLastRank, kOtherNonceOnLastRank, kUnreachableStore };
+
+const char* scenario_name(Scenario s) {
+  switch (s) {
+    case Scenario::kServed: return "every rank with the same stamped id: served";
+    case Scenario::kUnstampedOnLastRank: return "the last rank's id without the stamp: forward-only";
+    case Scenario::kOtherNonceOnLastRank:
+      return "the last rank in another symcomm rendezvous (a missing rank): forward-only";
+    case Scenario::kUnreachableStore: return "a stamp naming a port nothing listens on (a timeout): forward-only";
+  }
+  return "?";
+}
+
+// This rank's copy of the shared id, changed as the scenario says.
+bool scenario_id(Scenario s, int rank, int nranks, ncclUniqueId* id) {
+  const bool last = rank == nranks - 1;
+  auto stamp = symcomm::nccl_shim::read_stamp(*id);
+  if (!stamp) return false;  // the drop-in library must stamp its ids
+  if (s == Scenario::kUnstampedOnLastRank && last) {
+    std::memset(id->internal + symcomm::nccl_shim::kStampOffset, 0, symcomm::nccl_shim::kStampBytes);
+  } else if (s == Scenario::kOtherNonceOnLastRank && last) {
+    stamp->nonce += 1;
+  } else if (s == Scenario::kUnreachableStore) {
+    stamp->port = 1;  // privileged: no store listens there
+  } else {
+    return true;
+  }
+  if (s != Scenario::kUnstampedOnLastRank) {
+    std::memset(id->internal + symcomm::nccl_shim::kStampOffset, 0, symcomm::nccl_shim::kStampBytes);
+    if (!symcomm::nccl_shim::write_stamp(id, *stamp)) return false;
+  }
+  return true;
+}
+
+// In native-only mode, a collective on a communicator symcomm does not serve fails with ncclInvalidUsage, and
+// one on a served communicator runs: so each rank sees which its communicator is, and every rank must see the
+// scenario's answer.
+bool run_agreement(Lane& lane, const IdChannel& ch) {
+  bool all = true;
+  float* buf = nullptr;
+  CHECK(lane, cudaMalloc(reinterpret_cast<void**>(&buf), sizeof(float)));
+  CHECK(lane, cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+  for (Scenario s : {Scenario::kServed, Scenario::kUnstampedOnLastRank, Scenario::kOtherNonceOnLastRank,
+                     Scenario::kUnreachableStore, Scenario::kServed}) {
+    IdPair ids{};
+    if (!share_ids(lane, ch, ids)) return false;
+    if (!scenario_id(s, lane.rank, lane.nranks, &ids.shim)) {
+      std::fprintf(stderr, "conformance: %s: the drop-in library's id has no valid stamp\n", lane.tag.c_str());
+      return false;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    ncclComm_t comm = nullptr;
+    if (lane.shim.api->CommInitRank(&comm, lane.nranks, ids.shim, lane.rank) != ncclSuccess) {
+      std::fprintf(stderr, "conformance: %s: ncclCommInitRank failed (%s)\n", lane.tag.c_str(), scenario_name(s));
+      return false;
+    }
+    const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const ncclResult_t r = lane.shim.api->AllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, lane.stream);
+    const bool served = r == ncclSuccess;
+    const bool want = s == Scenario::kServed;
+    if (served) CHECK(lane, cudaStreamSynchronize(lane.stream));
+    if (!served && r != ncclInvalidUsage) {
+      std::fprintf(stderr, "conformance: %s: %s: all-reduce returned %d, not ncclInvalidUsage\n", lane.tag.c_str(),
+                   scenario_name(s), static_cast<int>(r));
+    }
+    const bool ok = served == want && (served || r == ncclInvalidUsage);
+    all = all && ok;
+    std::printf("conformance: rank %d agreement: %s: %s in %.2f s: %s\n", lane.rank, scenario_name(s),
+                served ? "served" : "forward-only", init_s, ok ? "ok" : "WRONG");
+    std::fflush(stdout);
+    if (lane.shim.api->CommDestroy(comm) != ncclSuccess) return false;
+  }
+  CHECK(lane, cudaStreamDestroy(lane.stream));
+  lane.stream = nullptr;
+  CHECK(lane, cudaFree(buf));
+  return all;
+}
+
 // One rank's process: exit status 0, kExitWrong or kExitError.
 int rank_main(const Options& o, int rank, int nranks, const IdChannel& ch) {
   signal(SIGPIPE, SIG_IGN);
@@ -1298,6 +1388,7 @@ int rank_main(const Options& o, int rank, int nranks, const IdChannel& ch) {
     return kExitError;
   }
   if (!succeeded(lane, cudaSetDevice(rank), "cudaSetDevice")) return kExitError;
+  if (o.agreement) return run_agreement(lane, ch) ? 0 : kExitWrong;
 
   const std::vector<Case> cases = build_cases(o, nranks);
   bool ok = open_lane(lane, ch, capacity_for(cases, nranks));
