@@ -18,6 +18,8 @@
 //   --graph        each case also captured on the drop-in library into a CUDA graph, replayed 3 times
 //   --quick        counts 0, 1, 1023 and 64 KiB, 1 MiB, 16 MiB; float32, bf16, int32; sum and max
 //   --timeout S    every rank is killed after S seconds (default 300)
+//   --one-process  one process drives every GPU (as nccl-tests -g N does): the communicators of each library
+//                  are created in one group, and each case's calls for every GPU are issued in one group
 //   --agreement    instead of the cases: creations that must end forward-only on every rank (an id without
 //                  the stamp on one rank, one rank in another symcomm rendezvous, an unreachable store) and
 //                  ones that must be served; run with SYMCOMM_NCCL_SHIM=native-only
@@ -89,6 +91,7 @@ struct Options {
   bool graph = false;
   bool quick = false;
   bool agreement = false;
+  bool one_process = false;
   int timeout_s = 300;
 };
 
@@ -96,7 +99,7 @@ void print_usage(FILE* to) {
   std::fprintf(to,
                "usage: symcomm_nccl_conformance --shim LIBSYMCOMM_NCCL_SO --real REAL_LIBNCCL_SO_2 [--ranks N]\n"
                "                                [--max-bytes B] [--threads T] [--graph] [--quick] [--timeout S]\n"
-               "                                [--agreement]\n");
+               "                                [--agreement] [--one-process]\n");
 }
 
 // Digits with an optional K, M or G suffix (powers of 1024).
@@ -135,6 +138,8 @@ bool parse_args(int argc, char** argv, Options& o) {
       o.quick = true;
     } else if (arg == "--agreement") {
       o.agreement = true;
+    } else if (arg == "--one-process") {
+      o.one_process = true;
     } else if (arg == "--help" || arg == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -1373,6 +1378,103 @@ bool run_agreement(Lane& lane, const IdChannel& ch) {
   return all;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// --one-process
+
+// Creates one library's communicators for every lane in one group (one process, several GPUs).
+bool init_grouped(std::vector<Lane>& lanes, Side Lane::*side, const ncclUniqueId& id) {
+  Lane& first = lanes[0];
+  const NcclApi& api = *(first.*side).api;
+  CHECK(first, on(first.*side, api.GroupStart()));
+  for (Lane& lane : lanes) {
+    CHECK(lane, cudaSetDevice(lane.rank));
+    CHECK(lane, on(lane.*side, api.CommInitRank(&(lane.*side).comm, lane.nranks, id, lane.rank)));
+  }
+  CHECK(first, on(first.*side, api.GroupEnd()));
+  return true;
+}
+
+// One case: every lane's call of one library inside one group, then every lane's comparison.
+bool run_case_grouped(std::vector<Lane>& lanes, const Case& c) {
+  const int n = static_cast<int>(lanes.size());
+  std::vector<CaseData> data;
+  std::vector<Layout> real, shim;
+  for (Lane& lane : lanes) {
+    CHECK(lane, cudaSetDevice(lane.rank));
+    data.push_back(case_data(c, lane.rank, n));
+    real.push_back(layout_of(c, lane.rank, n, lane.real.buf));
+    shim.push_back(layout_of(c, lane.rank, n, lane.shim.buf));
+    if (!prepare(lane, c, real.back(), data.back()) || !prepare(lane, c, shim.back(), data.back())) return false;
+  }
+  for (Side Lane::*side : {&Lane::real, &Lane::shim}) {
+    const std::vector<Layout>& layouts = side == &Lane::real ? real : shim;
+    const NcclApi& api = *(lanes[0].*side).api;
+    CHECK(lanes[0], on(lanes[0].*side, api.GroupStart()));
+    for (Lane& lane : lanes) {
+      CHECK(lane, cudaSetDevice(lane.rank));
+      CHECK(lane, on(lane.*side, call(lane.*side, c, layouts[static_cast<size_t>(lane.rank)], lane.stream)));
+    }
+    CHECK(lanes[0], on(lanes[0].*side, api.GroupEnd()));
+  }
+  for (Lane& lane : lanes) {
+    const size_t r = static_cast<size_t>(lane.rank);
+    CHECK(lane, cudaSetDevice(lane.rank));
+    if (!fetch(lane, c, real[r], lane.out_real.get()) || !fetch(lane, c, shim[r], lane.out_shim.get()) || !wait(lane)) {
+      return false;
+    }
+    size_t wrong =
+        report(lane, c, "real NCCL vs host reference", against_reference(c, data[r], lane.out_real.get(), n));
+    wrong += check_drop_in(lane, c, data[r], lane.out_shim.get(), "");
+    ++lane.cases;
+    lane.wrong += wrong;
+    if (lane.rank == 0 || wrong > 0) {
+      std::fprintf(stderr, "conformance: %s %s: %zu wrong\n", lane.tag.c_str(), describe(c).c_str(), wrong);
+    }
+  }
+  return true;
+}
+
+// The --one-process child: exit status 0, kExitWrong or kExitError.
+int one_process_main(const Options& o, int nranks) {
+  signal(SIGPIPE, SIG_IGN);
+  NcclApi real;
+  NcclApi shim;
+  if (!load_api(o.real, "real NCCL", real) || !load_api(o.shim, "drop-in", shim)) return kExitError;
+  std::vector<Lane> lanes(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r)
+    init_lane(lanes[static_cast<size_t>(r)], "gpu " + std::to_string(r), r, nranks, real, shim);
+  const std::vector<Case> cases = build_cases(o, nranks);
+  const Capacity cap = capacity_for(cases, nranks);
+  IdPair ids{};
+  bool ok = succeeded(lanes[0], on(lanes[0].real, real.GetUniqueId(&ids.real)), "ncclGetUniqueId") &&
+            succeeded(lanes[0], on(lanes[0].shim, shim.GetUniqueId(&ids.shim)), "ncclGetUniqueId") &&
+            init_grouped(lanes, &Lane::real, ids.real) && init_grouped(lanes, &Lane::shim, ids.shim);
+  for (Lane& lane : lanes) {
+    if (!ok) break;
+    ok = succeeded(lane, cudaSetDevice(lane.rank), "cudaSetDevice") &&
+         succeeded(lane, cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (Side* s : {&lane.real, &lane.shim}) {
+      ok = ok && succeeded(lane, cudaMalloc(reinterpret_cast<void**>(&s->buf.send), cap.send), "cudaMalloc") &&
+           succeeded(lane, cudaMalloc(reinterpret_cast<void**>(&s->buf.recv), cap.recv), "cudaMalloc");
+    }
+    lane.out_real.reset(new uint8_t[cap.output]);
+    lane.out_shim.reset(new uint8_t[cap.output]);
+  }
+  for (size_t i = 0; ok && i < cases.size(); ++i) ok = run_case_grouped(lanes, cases[i]);
+  size_t cases_run = 0, wrong = 0;
+  for (Lane& lane : lanes) {
+    cases_run += lane.cases;
+    wrong += lane.wrong;
+    lane.failed = !ok;
+    cudaSetDevice(lane.rank);
+    ok = close_lane(lane) && ok;
+  }
+  std::printf("conformance: one process, %d GPUs: cases %zu wrong_elements %zu\n", nranks, cases_run, wrong);
+  std::fflush(stdout);
+  if (!ok) return kExitError;
+  return wrong > 0 ? kExitWrong : 0;
+}
+
 // One rank's process: exit status 0, kExitWrong or kExitError.
 int rank_main(const Options& o, int rank, int nranks, const IdChannel& ch) {
   signal(SIGPIPE, SIG_IGN);
@@ -1561,12 +1663,14 @@ int main(int argc, char** argv) {
   }
   std::fflush(nullptr);
   std::vector<pid_t> pids;
-  for (int r = 0; r < nranks; ++r) {
+  const int processes = o.one_process ? 1 : nranks;
+  for (int r = 0; r < processes; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
       sigprocmask(SIG_SETMASK, &old_mask, nullptr);
       const IdChannel ch = channel_for(r, pipes);
-      std::exit(rank_main(o, r, nranks, ch));  // exit, not _exit: the drop-in library reports at exit
+      // exit, not _exit: the drop-in library reports at exit
+      std::exit(o.one_process ? one_process_main(o, nranks) : rank_main(o, r, nranks, ch));
     }
     if (pid < 0) {
       std::fprintf(stderr, "conformance: fork: %s\n", std::strerror(errno));
