@@ -25,6 +25,11 @@
 
 #include "harness/scoped_env.h"
 #include "mock_record.h"
+#if SYMCOMM_NCCL_SHIM_HAS_NATIVE
+#include "id_stamp.h"
+#include "symcomm/error.h"
+#include "symcomm/store.h"
+#endif
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // ncclResetDebugInit
 
@@ -71,6 +76,8 @@ void reset_loaded_mocks() {
     if (mock == nullptr) continue;
     reinterpret_cast<decltype(&symcomm_nccl_mock_calls)>(dlsym(mock, "symcomm_nccl_mock_calls"))()->clear();
     reinterpret_cast<decltype(&symcomm_nccl_mock_set_result)>(dlsym(mock, "symcomm_nccl_mock_set_result"))(ncclSuccess);
+    reinterpret_cast<decltype(&symcomm_nccl_mock_set_id_bytes)>(dlsym(mock, "symcomm_nccl_mock_set_id_bytes"))(
+        sizeof(ncclUniqueId));
     dlclose(mock);
   }
 }
@@ -411,6 +418,53 @@ TEST_F(ForwardingAuto, CallsOnCommunicatorsSymcommDoesNotServePassUnchanged) {
   EXPECT_FORWARDED(Reduce, (v.send, v.recv, v.count, v.datatype, v.op, v.root, v.comm, v.stream));
   EXPECT_FORWARDED(GroupStart, ());
   EXPECT_FORWARDED(GroupEnd, ());
+}
+
+std::string hex_of(const std::array<uint8_t, 16>& bytes) {
+  std::string s;
+  char two[3];
+  for (uint8_t b : bytes) {
+    std::snprintf(two, sizeof two, "%02x", b);
+    s += two;
+  }
+  return s;
+}
+
+// An id whose last bytes NCCL left zero comes back with the stamp (NOTE [id stamp]): NCCL's bytes unchanged, this
+// host's identity, and a store server in this process that takes the stamp's token; every id of the process
+// names the same server and a nonce of its own.
+TEST_F(ForwardingAuto, AnIdWithAZeroTailIsStampedWithTheProcesssStoreServer) {
+  void* mock_handle = dlopen(kMockPath, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  ASSERT_NE(mock_handle, nullptr);
+  const auto set_id_bytes =
+      reinterpret_cast<decltype(&symcomm_nccl_mock_set_id_bytes)>(dlsym(mock_handle, "symcomm_nccl_mock_set_id_bytes"));
+  ASSERT_NE(set_id_bytes, nullptr);
+  set_id_bytes(40);
+  const auto get_id = shim.fn<decltype(&::ncclGetUniqueId)>("ncclGetUniqueId");
+  ncclUniqueId ids[2];
+  for (ncclUniqueId& id : ids) {
+    std::memset(&id, 0x77, sizeof id);
+    ASSERT_EQ(get_id(&id), ncclSuccess);
+    EXPECT_EQ(std::string(id.internal, 40), std::string(40, symcomm::nccl_mock::kMockUniqueIdByte));
+  }
+  dlclose(mock_handle);
+  const auto a = symcomm::nccl_shim::read_stamp(ids[0]);
+  const auto b = symcomm::nccl_shim::read_stamp(ids[1]);
+  ASSERT_TRUE(a.has_value());
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(a->host, symcomm::nccl_shim::host_identity());
+  EXPECT_EQ(a->port, b->port);
+  EXPECT_EQ(a->token, b->token);
+  EXPECT_NE(a->nonce, b->nonce);
+  symcomm::StoreOptions so;
+  so.port = a->port;
+  so.token = hex_of(a->token);
+  so.timeout = std::chrono::seconds(10);
+  auto store = symcomm::Store::connect(so);
+  store->set("probe", symcomm::Bytes{1, 2, 3});
+  EXPECT_EQ(store->get("probe"), (symcomm::Bytes{1, 2, 3}));
+  so.token = std::string(so.token.size(), '0');
+  EXPECT_THROW(symcomm::Store::connect(so), symcomm::Error);  // another token is refused
 }
 #endif
 

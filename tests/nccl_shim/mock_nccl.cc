@@ -25,6 +25,7 @@ using symcomm::nccl_mock::make_call;
 
 thread_local std::vector<Call> t_calls;
 thread_local ncclResult_t t_result = ncclSuccess;
+thread_local size_t t_id_bytes = sizeof(ncclUniqueId);
 
 template <class... A>
 void record(const char* sym, const A&... args) {
@@ -50,6 +51,9 @@ ncclConfig_t config_of(const ncclConfig_t* config) {
 
 extern "C" std::vector<Call>* symcomm_nccl_mock_calls() { return &t_calls; }
 extern "C" void symcomm_nccl_mock_set_result(ncclResult_t result) { t_result = result; }
+extern "C" void symcomm_nccl_mock_set_id_bytes(size_t n) {
+  t_id_bytes = n < sizeof(ncclUniqueId) ? n : sizeof(ncclUniqueId);
+}
 extern "C" const char* symcomm_nccl_mock_error_string(ncclResult_t result) {
   static const char* const kText[] = {"mock: success",        "mock: cuda error",       "mock: system error",
                                       "mock: internal error", "mock: invalid argument", "mock: invalid usage",
@@ -88,7 +92,10 @@ MOCK(ncclResult_t, GetVersion, (int* version), {
   return rec(sym, version);
 })
 MOCK(ncclResult_t, GetUniqueId, (ncclUniqueId * uniqueId), {
-  if (uniqueId != nullptr) std::memset(uniqueId->internal, symcomm::nccl_mock::kMockUniqueIdByte, sizeof *uniqueId);
+  if (uniqueId != nullptr) {
+    std::memset(uniqueId->internal, 0, sizeof *uniqueId);
+    std::memset(uniqueId->internal, symcomm::nccl_mock::kMockUniqueIdByte, t_id_bytes);
+  }
   return rec(sym, uniqueId);
 })
 MOCK(ncclResult_t, CommInitRankConfig,

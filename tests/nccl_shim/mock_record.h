@@ -41,7 +41,7 @@ Call make_call(std::string name, const A&... args) {
 
 // The values the mock answers with, besides the result code the test chooses (symcomm_nccl_mock_set_result).
 inline constexpr int kMockVersion = 29917;          ///< written by ncclGetVersion; no NCCL release has it
-inline constexpr char kMockUniqueIdByte = 0x5a;     ///< every byte of the id ncclGetUniqueId writes
+inline constexpr char kMockUniqueIdByte = 0x5a;     ///< the bytes of the id ncclGetUniqueId writes
 inline constexpr int kMockInt = 4711;               ///< ncclTeamRankToWorld, ncclTeamRankToLsa, ncclLLA2ACalcSlots
 inline constexpr ncclTeam_t kMockTeam = {8, 3, 2};  ///< ncclTeamWorld, ncclTeamLsa, ncclTeamRail
 inline constexpr const char* kMockLastError = "mock NCCL: last error";
@@ -54,5 +54,8 @@ inline ncclComm_t mock_comm() { return reinterpret_cast<ncclComm_t>(0x6d6f636bUL
 // two threads' calls can be told apart.
 extern "C" std::vector<symcomm::nccl_mock::Call>* symcomm_nccl_mock_calls();
 extern "C" void symcomm_nccl_mock_set_result(ncclResult_t result);
+// How many leading bytes of the id ncclGetUniqueId fills with kMockUniqueIdByte on the calling thread; the rest
+// it sets to zero, as NCCL 2.28 leaves all but its first 40 (every byte until set).
+extern "C" void symcomm_nccl_mock_set_id_bytes(size_t n);
 // The mock's text for a result code (what its ncclGetErrorString returns).
 extern "C" const char* symcomm_nccl_mock_error_string(ncclResult_t result);
