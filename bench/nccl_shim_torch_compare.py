@@ -18,69 +18,19 @@ arguments. Slower rows are flagged, not failed.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "nccl_shim", "torch"))
+from dropin_env import child_env, find_wheel_nccl, free_port  # noqa: E402
+
 BENCH_PY = os.path.join(HERE, "nccl_shim_torch_bench.py")
 SLOWER_RATIO = 1.02
-
-COMMON_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "PYTHONUNBUFFERED": "1",
-}
-
-
-def find_wheel_nccl():
-    """Path of libnccl.so.2 in the nvidia-nccl wheel, or None. nvidia is a namespace package: nvidia.nccl.__path__
-    may be a list or a namespace path of several folders, each tried."""
-    folders = []
-    try:
-        import nvidia.nccl
-
-        folders.extend(list(getattr(nvidia.nccl, "__path__", [])))
-    except ImportError:
-        pass
-    try:
-        spec = importlib.util.find_spec("nvidia.nccl")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        folders.extend(list(spec.submodule_search_locations))
-    for folder in folders:
-        candidate = os.path.join(folder, "lib", "libnccl.so.2")
-        if os.path.isfile(candidate):
-            return os.path.abspath(candidate)
-    return None
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env(with_drop_in, args, real_nccl):
-    env = dict(os.environ)
-    for key in list(env):
-        if key == "LD_PRELOAD" or key.startswith("SYMCOMM_NCCL"):
-            del env[key]
-    env.update(COMMON_ENV)
-    if with_drop_in:
-        env["LD_PRELOAD"] = args.shim
-        env["SYMCOMM_NCCL_REAL_LIBRARY"] = real_nccl
-        env["SYMCOMM_NCCL_SHIM"] = args.with_mode
-        env["SYMCOMM_NCCL_SHIM_STATS"] = "1"
-    return env
-
 
 def run_bench(label, round_index, args, real_nccl):
     """One benchmark run; returns (records or None, stats lines, problem text or "")."""
@@ -98,7 +48,7 @@ def run_bench(label, round_index, args, real_nccl):
     print(f"== round {round_index} {label}: {' '.join(cmd)}", flush=True)
     start = time.time()
     with open(stem + ".stdout", "w") as out, open(stem + ".stderr", "w") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env(label == "with", args, real_nccl),
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env(args.with_mode if label == "with" else None, args.shim, real_nccl),
                                 start_new_session=True)
         try:
             rc = proc.wait(timeout=args.timeout)

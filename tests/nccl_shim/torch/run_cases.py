@@ -31,14 +31,14 @@ on stdout. Exit status 0 when every run and comparison passed, 1 otherwise, 2 on
 
 import argparse
 import glob
-import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+
+from dropin_env import child_env, find_wheel_nccl, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES_PY = os.path.join(HERE, "cases.py")
@@ -47,66 +47,12 @@ CHECKSUM_CASES = {"collectives", "new_group", "coalescing", "graph"}
 REFERENCE_MODE = "forward-free"
 DROP_IN_MODES = {"forward", "auto", "native-only"}
 
-# Settings of every child: no NVLink SHARP (multicast) anywhere, deterministic cuBLAS, unbuffered output.
-COMMON_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-    "PYTHONUNBUFFERED": "1",
-}
-
 DDP_RTOL = 1e-4
 ABORT_DETECT_LIMIT_S = 2.0
 # The abort case's ranks end within 60 s of their start (cases.py ABORT_DEADLINE_S); torchrun's agent looks at
 # its workers only every --monitor-interval seconds and ends all of them once it sees one die, so it must not
 # look before the survivors are done.
 ABORT_MONITOR_INTERVAL_S = 90
-
-
-def find_wheel_nccl():
-    """Path of libnccl.so.2 in the nvidia-nccl wheel, or None. nvidia is a namespace package: nvidia.nccl.__path__
-    may be a list or a namespace path of several folders, each tried."""
-    folders = []
-    try:
-        import nvidia.nccl
-
-        folders.extend(list(getattr(nvidia.nccl, "__path__", [])))
-    except ImportError:
-        pass
-    try:
-        spec = importlib.util.find_spec("nvidia.nccl")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        folders.extend(list(spec.submodule_search_locations))
-    for folder in folders:
-        candidate = os.path.join(folder, "lib", "libnccl.so.2")
-        if os.path.isfile(candidate):
-            return os.path.abspath(candidate)
-    return None
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env(mode, shim, real_nccl):
-    """The environment of one run: the caller's, without any drop-in setting, plus COMMON_ENV, plus the drop-in
-    library's settings for a drop-in mode."""
-    env = dict(os.environ)
-    for key in list(env):
-        if key == "LD_PRELOAD" or key.startswith("SYMCOMM_NCCL"):
-            del env[key]
-    env.update(COMMON_ENV)
-    if mode != REFERENCE_MODE:
-        env["LD_PRELOAD"] = shim
-        env["SYMCOMM_NCCL_REAL_LIBRARY"] = real_nccl
-        env["SYMCOMM_NCCL_SHIM"] = mode
-        env["SYMCOMM_NCCL_SHIM_STATS"] = "1"
-    return env
 
 
 class Run:
@@ -157,7 +103,7 @@ def launch(case, mode, args, real_nccl):
 
     start = time.time()
     with open(run.stdout_path, "w") as out, open(run.stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env(mode, args.shim, real_nccl),
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env(None if mode == REFERENCE_MODE else mode, args.shim, real_nccl),
                                 start_new_session=True)
         try:
             run.rc = proc.wait(timeout=args.timeout)
