@@ -15,7 +15,7 @@
 #   4 backends/cuda   the CUDA backend (cuMem heap, topology, copy engine, launches, groups)
 #   5 core            Communicator, configuration, tuning, bucketer
 #   6 fused           fused GEMM + collective operations
-#   7 nccl_shim       the NCCL drop-in library (includes nothing of src/)
+#   7 nccl_shim       the NCCL drop-in library (its native layer uses core and base)
 # Folders of one layer (bootstrap and memory; backends/host and backends/cuda) do not include each other.
 # Every folder under src/ that holds sources must be in this table.
 #
