@@ -100,7 +100,7 @@ case_def host failed-creation-keys src/bootstrap/peer_mesh.cc \
   "      store.remove(mesh_key(prefix, ranks.rank));" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def host creation-store-deadline src/core/communicator.cc \
-  "ctx->store_get(nonce_key, ctx->deadline())" "ctx->store->get(nonce_key)" \
+  "ctx->store_get(nonce_key, meet)" "ctx->store->get(nonce_key)" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60
 case_def host config-agreement src/core/communicator.cc \
   "  check_same_config(*ctx, options.backend, tuning_sources);" "" \
@@ -124,9 +124,17 @@ case_def host nccl-args-swapped src/nccl_shim/nccl_api.h \
 case_def host nccl-self-load src/nccl_shim/real_nccl.cc \
   "  if (handle_is_drop_in(h)) {  // NOTE [drop-in note]" "  if (false) {" \
   nccl_shim/symcomm_nccl_shim_tests "NcclDropIn.*Itself*:NcclDropIn.TheSearch*" 60
-case_def host nccl-stale-last-error src/nccl_shim/forward.cc \
-  "        clear_shim_error();" "" \
+case_def host nccl-stale-last-error src/nccl_shim/forward.h \
+  "      clear_shim_error();" "" \
   nccl_shim/symcomm_nccl_shim_tests NcclDropIn.AFunctionTheRealLibraryLacksIsASystemErrorNamingIt 60
+# The native layer's pure parts: integer averages planned for symcomm (its integer division is not NCCL's
+# contract), and an id stamp read without its checksum (a changed id would still name a store).
+case_def host nccl-plan-int-avg src/nccl_shim/native_plan.cc \
+  "  if (o == ReduceOp::kAvg && !is_float(t)) return false;" "" \
+  nccl_shim/symcomm_nccl_plan_tests NativePlan.ReductionsMapExactlyWhereSymcommHasNcclsSemantics 60
+case_def host nccl-stamp-checksum src/nccl_shim/id_stamp.cc \
+  "      get<uint64_t>(s + kSumAt) != checksum(id)) {" "      false) {" \
+  nccl_shim/symcomm_nccl_plan_tests IdStamp.AnyChangedBitMakesTheIdUnstamped 60
 # signal.h's waits (block_barrier and what uses it): each case meets the barrier, the two-shot push all-reduce,
 # the bucket flush and the group all-reduce (the GpuFailure tests that caught these on 2 GPUs hang for the
 # whole-job limit where ranks share a GPU; GpuKernelFaults' cases end at 20 s each).
