@@ -17,10 +17,10 @@ enum class Mode {
 };
 
 // NOTE [drop-in environment]
-// libsymcomm_nccl is a front end of its own: it links nothing of libsymcomm and does not use its Config table,
-// and this file is the only one of src/nccl_shim that reads the environment (tools/lint.sh allows it). The
-// variables are read once, on the first call that reaches the library, and the values are used during that
-// call only (the search for the real library); nothing here allocates or throws.
+// libsymcomm_nccl's own settings: this file is the only one of src/nccl_shim that reads the environment
+// (tools/lint.sh allows it). The variables are read once, on the first call that reaches the library (the
+// forwarding part for the search for the real library, the native layer for its mode and limits); nothing
+// here allocates or throws.
 //   SYMCOMM_NCCL_SHIM           forward | auto | native-only (empty or unset: forward)
 //   SYMCOMM_NCCL_REAL_LIBRARY   path of the real libnccl.so.2 (empty or unset: search, real_nccl.cc)
 //   LD_LIBRARY_PATH             the first directories of that search, as the dynamic loader would take them
