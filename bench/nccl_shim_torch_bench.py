@@ -69,10 +69,9 @@ def slowest_rank(us, device):
     return float(t.item())
 
 
-def time_eager(call, iters, trials, warmup, device):
-    for _ in range(warmup):
-        call()
-    torch.cuda.synchronize()
+def median_us_per_op(run_once, repeats, ops_per_run, trials, device):
+    """Median over `trials` of the slowest rank's µs per operation; a trial times `repeats` calls of run_once,
+    each `ops_per_run` operations."""
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     results = []
@@ -80,12 +79,19 @@ def time_eager(call, iters, trials, warmup, device):
         dist.barrier()
         torch.cuda.synchronize()
         start.record()
-        for _ in range(iters):
-            call()
+        for _ in range(repeats):
+            run_once()
         end.record()
         end.synchronize()
-        results.append(slowest_rank(start.elapsed_time(end) * 1000.0 / iters, device))
+        results.append(slowest_rank(start.elapsed_time(end) * 1000.0 / (repeats * ops_per_run), device))
     return statistics.median(results)
+
+
+def time_eager(call, iters, trials, warmup, device):
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    return median_us_per_op(call, iters, 1, trials, device)
 
 
 def time_graph(call, ops_per_graph, replays, trials, device):
@@ -106,21 +112,9 @@ def time_graph(call, ops_per_graph, replays, trials, device):
     graph.replay()
     graph.replay()
     torch.cuda.synchronize()
-
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    results = []
-    for _ in range(trials):
-        dist.barrier()
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        results.append(slowest_rank(start.elapsed_time(end) * 1000.0 / (replays * ops_per_graph), device))
+    us = median_us_per_op(graph.replay, replays, ops_per_graph, trials, device)
     del graph
-    return statistics.median(results)
+    return us
 
 
 def main():
