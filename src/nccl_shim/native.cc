@@ -518,34 +518,31 @@ ncclResult_t GetUniqueId(ncclUniqueId* uniqueId) noexcept {
   return r;
 }
 
-ncclResult_t CommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) noexcept {
-  const ncclResult_t r = forward_call<Target::kCommInitRank, decltype(&pncclCommInitRank)>(comm, nranks, commId, rank);
+// After a fresh creation through the real NCCL: one that started (or finished) goes on to symcomm's part.
+ncclResult_t after_creation(ncclResult_t r, ncclComm_t* comm, int nranks, int rank, const ncclUniqueId* id) noexcept {
   if (active() && (r == ncclSuccess || r == ncclInProgress) && comm != nullptr && *comm != nullptr) {
-    created(Pending{*comm, nranks, rank, read_stamp(commId), false, nullptr});
+    created(Pending{*comm, nranks, rank, id != nullptr ? read_stamp(*id) : std::nullopt, false, nullptr});
   }
   return r;
+}
+
+ncclResult_t CommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) noexcept {
+  return after_creation(forward_call<Target::kCommInitRank, decltype(&pncclCommInitRank)>(comm, nranks, commId, rank),
+                        comm, nranks, rank, &commId);
 }
 
 ncclResult_t CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                 ncclConfig_t* config) noexcept {
-  const ncclResult_t r =
-      forward_call<Target::kCommInitRankConfig, decltype(&pncclCommInitRankConfig)>(comm, nranks, commId, rank, config);
-  if (active() && (r == ncclSuccess || r == ncclInProgress) && comm != nullptr && *comm != nullptr) {
-    created(Pending{*comm, nranks, rank, read_stamp(commId), false, nullptr});
-  }
-  return r;
+  return after_creation(
+      forward_call<Target::kCommInitRankConfig, decltype(&pncclCommInitRankConfig)>(comm, nranks, commId, rank, config),
+      comm, nranks, rank, &commId);
 }
 
 ncclResult_t CommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
                                   ncclConfig_t* config) noexcept {
-  const ncclResult_t r = forward_call<Target::kCommInitRankScalable, decltype(&pncclCommInitRankScalable)>(
-      newcomm, nranks, myrank, nId, commIds, config);
-  if (active() && (r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && *newcomm != nullptr) {
-    std::optional<IdStamp> stamp;
-    if (nId >= 1 && commIds != nullptr) stamp = read_stamp(commIds[0]);
-    created(Pending{*newcomm, nranks, myrank, stamp, false, nullptr});
-  }
-  return r;
+  return after_creation(forward_call<Target::kCommInitRankScalable, decltype(&pncclCommInitRankScalable)>(
+                            newcomm, nranks, myrank, nId, commIds, config),
+                        newcomm, nranks, myrank, nId >= 1 ? commIds : nullptr);
 }
 
 ncclResult_t CommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) noexcept {

@@ -267,15 +267,22 @@ bool first_call(const DropIn& shim) {
   return true;
 }
 
-// A drop-in library forwarding to the complete mock, with its first call made (which loads the mock).
-class Forwarding : public ::testing::Test {
+// A drop-in library in `mode` forwarding to the complete mock, with its first call made (which loads the mock).
+class ForwardingIn : public ::testing::Test {
  protected:
-  ScopedEnvSet env = drop_in_env(kMockPath);
+  explicit ForwardingIn(std::optional<std::string> mode) : env(drop_in_env(kMockPath, std::move(mode))) {}
+  ScopedEnvSet env;
   TempDir dir;
   DropIn shim{dir / "libsymcomm_nccl.so"};
   bool called = first_call(shim);
   Mock mock{kMockPath};
   Values v;
+};
+
+// The default mode (forward).
+class Forwarding : public ForwardingIn {
+ protected:
+  Forwarding() : ForwardingIn(std::nullopt) {}
 };
 
 TEST_F(Forwarding, EveryResultFunctionPassesItsArgumentsAndResultUnchanged) {
@@ -395,14 +402,9 @@ TEST_F(Forwarding, ErrorStringAndLastErrorComeFromTheRealLibrary) {
 #if SYMCOMM_NCCL_SHIM_HAS_NATIVE
 // In auto mode, calls on communicators that symcomm does not serve (here the mock's, made without a stamped
 // id) reach the real library exactly as in forward mode; an id whose stamp bytes NCCL filled stays NCCL's.
-class ForwardingAuto : public ::testing::Test {
+class ForwardingAuto : public ForwardingIn {
  protected:
-  ScopedEnvSet env = drop_in_env(kMockPath, "auto");
-  TempDir dir;
-  DropIn shim{dir / "libsymcomm_nccl.so"};
-  bool called = first_call(shim);
-  Mock mock{kMockPath};
-  Values v;
+  ForwardingAuto() : ForwardingIn("auto") {}
 };
 
 TEST_F(ForwardingAuto, CallsOnCommunicatorsSymcommDoesNotServePassUnchanged) {
