@@ -45,7 +45,7 @@ namespace {
 // needs the inter-block counter update from 8 KB on.
 constexpr int kBatch = 4;
 /// The LL kernel's batch for up to kR ranks: its line loads in flight, kBatch x kR 16-byte lines, must stay in
-/// registers. With 4 x 8 lines the 8-rank instance (also the one for 3-7 ranks) spills 600-1100 bytes per
+/// registers. With 4 x 8 lines the 8-rank instance (also the one for 5-7 ranks) spills 600-1100 bytes per
 /// thread (ptxas -v, sm_90, 512 threads) and takes ~11 us for 4 KB at one rank under ncu.
 template <int kR>
 inline constexpr int kLLBatch = kR <= 2 ? kBatch : 1;
@@ -158,22 +158,87 @@ struct LLLines {
       if (q != c.rank) st_line(at(q, c.rank, 0), line);
     }
   }
-  /// Spins until `line` (loaded from `src`, sent by `peer`) carries this op's seq in both words; false, after
+  __device__ __forceinline__ bool arrived(const uint4& line) const { return line.y == flag && line.w == flag; }
+
+  /// Spins until `line` (loaded from `src`, sent by `peer`) carries this op's flag in both words; false, after
   /// recording the error, if the wait gives up.
   __device__ __forceinline__ bool wait(const char* src, uint4& line, int peer, uint64_t deadline) const {
-    for (uint32_t spins = 0; line.y != flag || line.w != flag; line = ld_line(src)) {
+    for (uint32_t spins = 0; !arrived(line); line = ld_line(src)) {
       if (++spins % device::kPollInterval == 0 &&
           device::poll_give_up(c, peer, seq, deadline, device::announcement(seq, header)))
         return false;
     }
     return true;
   }
-  // NOTE [LL header line] Thread 0 compares the peers' header lines with its own (while its first data lines
-  // are in flight). A peer running another LL op (kind, count, dtype, op, root) at the same seq sends lines
+
+  /// NOTE [LL concurrent polling] Waits until every line k of `lines` whose bit is set in `pending` (loaded
+  /// from src(k), sent by peer(k)) carries this op's flag in both words; false, after recording the error, if
+  /// the wait gives up. Each spin reloads every line still missing at once, so a thread waiting for n peers
+  /// pays about one load latency per spin, not n, as it did reloading one line at a time. The lines stay in
+  /// registers (the callers' loops over k unroll). Measured on 4 x H200 (every pair NV18; symcomm-tune, bf16,
+  /// CUDA graph, medians of two runs of each build on one machine, us, one line at a time -> together): LL
+  /// all-reduce 4 KB 4.28 -> 3.44, 64 KB 5.54 -> 4.59, 256 KB 9.57 -> 9.23; LL all-gather 4 KB blocks
+  /// 4.86 -> 3.69; LL reduce-scatter 4.57 -> 3.69; LL128 all-reduce 4 KB 5.68 -> 4.31, 256 KB 8.04 -> 7.21.
+  /// With one peer there is nothing to overlap: waiting together cost the 2-rank LL kernels 5-11% at 4-64 KB
+  /// (same runs), so their instance (kR = 2) waits for each line in turn; the 2-rank LL128 kernel, which
+  /// waits together, measured within 4% either way.
+  template <int kN, class Src, class Peer>
+  __device__ __forceinline__ bool wait_all(uint4 (&lines)[kN], uint32_t pending, Src src, Peer peer,
+                                           uint64_t deadline) const {
+    uint32_t spins = 0;
+    for (;;) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        if (((pending >> k) & 1) && arrived(lines[k])) pending &= ~(1u << k);
+      }
+      if (pending == 0) return true;
+      if (++spins % device::kPollInterval == 0 &&
+          device::poll_give_up(c, peer(__ffs(static_cast<int>(pending)) - 1), seq, deadline,
+                               device::announcement(seq, header)))
+        return false;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        if ((pending >> k) & 1) lines[k] = ld_line(src(k));
+      }
+    }
+  }
+  // NOTE [LL header line] Thread 0 compares the peers' header lines with its own once it has sent its first
+  // lines. A peer running another LL op (kind, count, dtype, op, root) at the same seq sends lines
   // that look valid, so without this the ranks would use each other's bytes silently; with it both get
   // kMismatch, their outputs undefined. (Threads waiting for chunks a peer with a smaller count never sends
-  // give up at their next poll, once thread 0 has recorded the error.)
+  // give up at their next poll, once thread 0 has recorded the error.) kR >= world size: the header lines of
+  // all peers are polled together (NOTE [LL concurrent polling]).
+  template <int kR>
   __device__ __forceinline__ bool headers_match(uint64_t deadline) const {
+    if constexpr (kR <= 2) {
+      return headers_match_in_turn(deadline);
+    }
+    uint4 lines[kR];
+    uint32_t pending = 0;
+    auto src = [&](int q) { return at(c.rank, q, 0); };
+#pragma unroll
+    for (int q = 0; q < kR; ++q) {
+      if (q < c.world_size && q != c.rank) {
+        lines[q] = ld_line(src(q));
+        pending |= 1u << q;
+      }
+    }
+    if (!wait_all(
+            lines, pending, src, [](int q) { return q; }, deadline))
+      return false;
+#pragma unroll
+    for (int q = 0; q < kR; ++q) {
+      if (((pending >> q) & 1) &&
+          (lines[q].x != static_cast<uint32_t>(header) || lines[q].z != static_cast<uint32_t>(header >> 32))) {
+        device::report_error(c, device::DeviceError::kMismatch, q, seq);
+        return false;
+      }
+    }
+    return true;
+  }
+  /// The peers' header lines one after the other (as the 2-rank instances wait for their lines: NOTE [LL
+  /// concurrent polling]).
+  __device__ __forceinline__ bool headers_match_in_turn(uint64_t deadline) const {
     for (int q = 0; q < c.world_size; ++q) {
       if (q == c.rank) continue;
       const char* src = at(c.rank, q, 0);
@@ -215,9 +280,10 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   if (tid == 0) ll.send_header();
 
   // Per batch of kB chunks: load this rank's values (all loads in flight at once), send them to every
-  // peer, issue the loads of the peers' lines, then wait for and reduce each chunk. The own values stay in
-  // registers for the reduction, so one thread pays about one local and one NVLink latency per batch (a
-  // send-everything-first loop pays one local load latency per chunk, twice). A thread waits only for
+  // peer, issue the loads of the peers' lines, wait for all of them together (NOTE [LL concurrent polling]),
+  // then reduce each chunk. The own values stay in registers for the reduction, so one thread pays about one
+  // local and one NVLink latency per batch (a send-everything-first loop pays one local load latency per
+  // chunk, twice). A thread waits only for
   // lines its peers' threads of the same index send before they wait themselves, so no cycle is possible.
   bool failed = false;
   for (size_t base = tid; base < nchunks && !failed; base += stride * kB) {
@@ -246,38 +312,54 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
         }
       }
     }
-    uint4 lines[kB][kR];
+    // Thread 0 checks the header lines while the loads of its first data lines are in flight, except in the
+    // 8-rank instance, where it checks them before issuing those loads so that the two sets of lines are never
+    // in registers at once (with both, the instance spilled 48-144 bytes per thread at sm_90). Checking first
+    // cost the 2-rank LL all-reduce of 4-64 KB 0.3-0.7 us in a CUDA graph (2 x H200).
+    constexpr bool kHeaderFirst = kR > 4;
+    // NOTE [LL concurrent polling]: from 3 ranks on; the 2-rank instance waits for each chunk's line in turn.
+    constexpr bool kConcurrent = kR > 2;
+    if (kHeaderFirst && base == 0 && !ll.headers_match<kR>(f.deadline)) {
+      failed = true;
+      break;
+    }
+    // Line u * kR + q: chunk base + u * stride from peer q.
+    uint4 lines[kB * kR];
+    uint32_t pending = 0;
+    auto src = [&](int k) { return ll.at(me, k % kR, base + (k / kR) * stride + 1); };
 #pragma unroll
     for (int u = 0; u < kB; ++u) {
-      const size_t i = base + u * stride;
 #pragma unroll
       for (int q = 0; q < kR; ++q) {
-        if (i < nchunks && q < n_ranks && q != me) {
-          lines[u][q] = ld_line(ll.at(me, q, i + 1));
+        if (base + u * stride < nchunks && q < n_ranks && q != me) {
+          lines[u * kR + q] = ld_line(src(u * kR + q));
+          pending |= 1u << (u * kR + q);
         }
       }
     }
-    if (base == 0) failed = !ll.headers_match(f.deadline);  // thread 0, its first lines' loads in flight
+    if (!kHeaderFirst && base == 0) failed = !ll.headers_match<kR>(f.deadline);
+    if (kConcurrent && !failed)
+      failed = !ll.wait_all(
+          lines, pending, src, [](int k) { return k % kR; }, f.deadline);
 #pragma unroll
     for (int u = 0; u < kB; ++u) {
       const size_t i = base + u * stride;
       if (i >= nchunks || failed) break;
+      if constexpr (!kConcurrent) {  // one peer: its lines of this chunk, one at a time
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          const int k = u * kR + q;
+          if (((pending >> k) & 1) && !ll.wait(src(k), lines[k], q, f.deadline)) failed = true;
+        }
+        if (failed) break;
+      }
       Pack8<T> vals[kR];
 #pragma unroll
       for (int q = 0; q < kR; ++q) {
-        if (q >= n_ranks || failed) break;
-        if (q == me) {
-          vals[q].v = own[u];
-          continue;
-        }
-        uint4 line = lines[u][q];
-        if (!ll.wait(ll.at(me, q, i + 1), line, q, f.deadline)) {
-          failed = true;
-          break;
-        }
-        vals[q].v = make_uint2(line.x, line.z);
+        if (q >= n_ranks) break;
+        const uint4& line = lines[u * kR + q];
+        vals[q].v = q == me ? own[u] : make_uint2(line.x, line.z);
       }
-      if (failed) break;
       if constexpr (kGather) {
 #pragma unroll
         for (int q = 0; q < kR; ++q) {
@@ -298,6 +380,12 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
 // every peer its header line and waits for every peer's (NOTE [LL all-gather and reduce-scatter]), so the
 // buffer-reuse argument of NOTE [LL lines] holds for the root too, which waits for nothing else, and ranks
 // that disagree on the root (it is in the header) get kMismatch. Bytes only: count is in bytes.
+// The broadcast's header check: the peers' header lines together from 3 ranks on (NOTE [LL concurrent polling]).
+__device__ __forceinline__ bool headers_match(const LLLines& ll, uint64_t deadline) {
+  return ll.c.world_size <= 2 ? ll.headers_match_in_turn(deadline)
+                              : ll.headers_match<device::kMaxDeviceRanks>(deadline);
+}
+
 __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParams p) {
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c, p.header);
@@ -327,21 +415,21 @@ __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParam
         }
         if (copy_own) store8(out, i, bytes, out_al, own[u]);
       }
-      if (base == 0) failed = !ll.headers_match(f.deadline);
+      if (base == 0) failed = !headers_match(ll, f.deadline);
       continue;
     }
     uint4 lines[kBatch];
+    auto src = [&](int u) { return ll.at(me, root, base + u * stride + 1); };
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const size_t i = base + u * stride;
-      if (i < nchunks) lines[u] = ld_line(ll.at(me, root, i + 1));
+      if (base + u * stride < nchunks) lines[u] = ld_line(src(u));
     }
-    if (base == 0) failed = !ll.headers_match(f.deadline);  // thread 0, its first lines' loads in flight
+    if (base == 0) failed = !headers_match(ll, f.deadline);  // thread 0, its first lines' loads in flight
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const size_t i = base + u * stride;
       if (i >= nchunks || failed) break;
-      if (!ll.wait(ll.at(me, root, i + 1), lines[u], root, f.deadline)) {
+      if (!ll.wait(src(u), lines[u], root, f.deadline)) {
         failed = true;
         break;
       }
@@ -426,29 +514,39 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
     };
     load_lines();
     // Wait until every flag of this warp's lines is seen, then load the lines once more (NOTE [LL128 lines]).
+    // Per line of the batch, the lines of every peer still missing are reloaded on each spin (NOTE [LL
+    // concurrent polling]); bit q of `pending` (the same in every lane) stands for peer q.
 #pragma unroll
     for (int u = 0; u < kLL128Batch; ++u) {
-      const size_t line = base + u * line_stride;
+      uint32_t pending = 0;
 #pragma unroll
       for (int q = 0; q < kR; ++q) {
-        if (q >= n_ranks || q == me || failed) continue;
-        const char* src = line_at(me, q, line);
-        for (uint32_t spins = 0;;) {
+        if (q < n_ranks && q != me) pending |= 1u << q;
+      }
+      for (uint32_t spins = 0; !failed;) {
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          if (!((pending >> q) & 1) || failed) continue;
           const bool seen = valid[u] && flag_lane && got[u][q].z == flag;
           const bool bad = seen && got[u][q].w != p.header;
           if (__any_sync(kFullWarp, bad)) {
             if (bad) device::report_error(c, device::DeviceError::kMismatch, q, seq);
             failed = true;
-            break;
+          } else if (__all_sync(kFullWarp, seen || !valid[u] || !flag_lane)) {
+            pending &= ~(1u << q);
           }
-          if (__all_sync(kFullWarp, seen || !valid[u] || !flag_lane)) break;
-          if (++spins % device::kPollInterval == 0 &&
-              __any_sync(kFullWarp, lane == 0 && device::poll_give_up(c, q, seq, f.deadline,
-                                                                      device::announcement(seq, p.header)))) {
-            failed = true;
-            break;
-          }
-          if (valid[u]) got[u][q] = ld_line(src);
+        }
+        if (failed || pending == 0) break;
+        const int waited = __ffs(static_cast<int>(pending)) - 1;
+        if (++spins % device::kPollInterval == 0 &&
+            __any_sync(kFullWarp, lane == 0 && device::poll_give_up(c, waited, seq, f.deadline,
+                                                                    device::announcement(seq, p.header)))) {
+          failed = true;
+          break;
+        }
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          if (((pending >> q) & 1) && valid[u]) got[u][q] = ld_line(line_at(me, q, base + u * line_stride));
         }
       }
     }
@@ -493,7 +591,7 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
       SYMCOMM_CUDA_CHECK(launch_kernel(ll_broadcast_kernel, blocks, static_cast<int>(threads), stream, p.pdl, q));
       return;
     }
-    dispatch_ranks(p.comm.world_size, [&](auto r) {
+    dispatch_ranks_to_four(p.comm.world_size, [&](auto r) {
       constexpr int kR = decltype(r)::value;
       if (p.kind == LLKind::kAllGather) {
         SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllGather>, blocks,
@@ -505,7 +603,7 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
     });
     return;
   }
-  dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
+  dispatch_reduce_to_four(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     if (p.kind == LLKind::kReduceScatter) {
       SYMCOMM_CUDA_CHECK(
@@ -529,7 +627,7 @@ void launch_all_reduce_ll128(const AllReduceLL128Params& p, cudaStream_t stream)
   const size_t max_blocks = std::clamp<size_t>(p.max_blocks, 1, 1024);
   const size_t lines_per_block = kThreads / kLL128LanesPerLine * per_group;
   const int blocks = static_cast<int>(std::clamp<size_t>(div_up(nlines, lines_per_block), 1, max_blocks));
-  dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
+  dispatch_reduce_to_four(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<T, decltype(o)::value, decltype(r)::value>, blocks,
                                      kThreads, stream, p.pdl, p));

@@ -454,12 +454,32 @@ void dispatch_ranks(int world_size, F&& f) {
   }
 }
 
+/// dispatch_ranks() with a third instance, kR = 4, for 3 and 4 ranks: for kernels that keep kR lines per chunk
+/// in registers and poll them together (the LL and LL128 kernels, NOTE [LL concurrent polling] in
+/// cuda_all_reduce_ll.cu), whose 8-rank instance spills at sm_90 (tools/spills.sh) where 4 ranks need half its
+/// lines. f(RankTag<kR>).
+template <class F>
+void dispatch_ranks_to_four(int world_size, F&& f) {
+  if (world_size <= 2) {
+    f(RankTag<2>{});
+  } else if (world_size <= 4) {
+    f(RankTag<4>{});
+  } else {
+    f(RankTag<device::kMaxDeviceRanks>{});
+  }
+}
+
 /// The one place where (dtype, op, world size) become template arguments: float32/float16/bfloat16 get one
 /// instance per op; the other dtypes share one instance per type with the op switched at run time; the world
 /// size as dispatch_ranks() makes it. f(TypeTag<T>, OpTag<op>, RankTag<kR>).
 template <class F>
 void dispatch_reduce(DataType dtype, ReduceOp op, int world_size, F&& f) {
   dispatch_type_op(dtype, op, [&](auto t, auto o) { dispatch_ranks(world_size, [&](auto r) { f(t, o, r); }); });
+}
+/// dispatch_reduce() with the world size as dispatch_ranks_to_four() makes it.
+template <class F>
+void dispatch_reduce_to_four(DataType dtype, ReduceOp op, int world_size, F&& f) {
+  dispatch_type_op(dtype, op, [&](auto t, auto o) { dispatch_ranks_to_four(world_size, [&](auto r) { f(t, o, r); }); });
 }
 
 }  // namespace symcomm::detail::cuda

@@ -41,8 +41,15 @@ bool copy_engine_capable(Collective c) {
 // host time against ~6 us for the kernels, NOTE [settling NCCL calls]). From 5 ranks on, nothing is measured:
 // one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256 KB at 8 ranks in
 // TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The push-to-output two-shot was measured on 2
-// ranks only: off for more. A communicator applies these values once, at creation, below a tuning file's entry
-// (symcomm-tune, docs/tuning.md) and explicit settings (NOTE [tuning precedence] in src/core/tuning_file.cc).
+// ranks only: off for more. The LL kernels' blocks get 256 threads (up to 256 blocks) from 3 ranks on: on
+// 4 x H200 (every pair NV18; symcomm-bench --mode graph, bf16 sum, LL forced up to 512 KB) 512-thread blocks
+// took 3.77 / 3.83 / 4.00 / 4.62 / 6.02 us for the all-reduce of 8 / 16 / 32 / 64 / 128 KB, 256-thread blocks
+// 3.46 / 3.57 / 3.84 / 4.51 / 5.88, and the all-gather and reduce-scatter of 32-64 KB went from 4.02-4.09 to
+// 3.65-3.85 us, no size slower by more than 0.1 us; 128-thread blocks (up to 512) were faster still for the
+// all-reduce but slower for the all-gather and reduce-scatter of 8 KB (3.59 / 3.45 against 3.23 / 3.24 us). At 2
+// ranks 512-thread blocks are the fastest (Tuning::cuda_ll_block_threads). A communicator applies these values
+// once, at creation, below a tuning file's entry (symcomm-tune, docs/tuning.md) and explicit settings (NOTE
+// [tuning precedence] in src/core/tuning_file.cc).
 namespace {
 
 /// From `min_world_size` ranks on, `field` defaults to `value`. Rows are applied in order, so a row for more
@@ -54,9 +61,13 @@ struct MeasuredValue {
 };
 
 constexpr MeasuredValue kMeasuredCuda[] = {
-    {3, &Tuning::cuda_one_shot_max_bytes, size_t{256} << 10}, {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
-    {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},     {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
+    {3, &Tuning::cuda_one_shot_max_bytes, size_t{256} << 10},
+    {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
+    {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
+    {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
     {5, &Tuning::cuda_nccl_min_bytes, size_t{64} << 20},
+    {3, &Tuning::cuda_ll_block_threads, 256},
+    {3, &Tuning::cuda_ll_max_blocks, 256},
 };
 
 }  // namespace

@@ -126,7 +126,8 @@ EnvVar bool_var(const char* name, const char* doc, bool Config::*field) {
 // (kLLPayloadBytes, 1 MiB; kLL128PayloadBytes, 4 MiB); the staged one-shot moves 16-byte vectors. The byte
 // thresholds of select() take every value. The kernels keep their clamps as a defensive bound: the two-shot's
 // 0 (one block per SM) takes the SM count, which only its clamp keeps within the slots. The values that
-// measured_cuda_tuning() (src/algos/select.cc) puts in for 3 or more ranks are byte thresholds, so in range.
+// measured_cuda_tuning() (src/algos/select.cc) puts in for 3 or more ranks are byte thresholds and LL launch
+// geometry within the ranges above (config_test checks every world size).
 struct TuningVar {
   const char* env;
   const char* field_name;
