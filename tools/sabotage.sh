@@ -174,6 +174,15 @@ case_def gpu ll-give-up src/algos/cuda_all_reduce_ll.cu \
 case_def gpu ll128-give-up src/algos/cuda_all_reduce_ll.cu \
   "lane == 0 && device::poll_give_up(" "false && device::poll_give_up(" \
   symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll128_*-*_graph" 100 "$SHARED2"
+# From 3 ranks on the LL kernels wait for all their peers' lines together (NOTE [LL concurrent polling]): that
+# loop must give up too (the header lines wait in it as well), and the header comparison after it must hold.
+SHARED4="SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=20"
+case_def gpu ll-give-up-together src/algos/cuda_all_reduce_ll.cu \
+  "device::poll_give_up(c, peer(__ffs(static_cast<int>(pending)) - 1)" "false && device::poll_give_up(c, peer(0)" \
+  symcomm_gpu_tests "Paths/GpuKernelFaults.*/all_reduce_ll_*-*_graph" 200 "$SHARED4"
+case_def gpu ll-header-together src/algos/cuda_all_reduce_ll.cu \
+  "(lines[q].x != static_cast<uint32_t>(header) || lines[q].z != static_cast<uint32_t>(header >> 32))" "false" \
+  symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 200 "$SHARED4"
 # An element offset kept in 32 bits (signed) in the staged two-shot all-reduce: only counts past 2^31 reach it.
 case_def gpu two-shot-int-offset src/algos/cuda_all_reduce_two_shot.cu \
   $'T* out = static_cast<T*>(p.out);\n  for (uint32_t j = 0; j < rounds; ++j) {\n    const size_t e0 = j * round_elems,' \
