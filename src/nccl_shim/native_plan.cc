@@ -21,8 +21,8 @@ const char* native_coll_name(NativeColl c) noexcept {
 // (bench/nccl_shim_torch_compare.py, bf16, with / without the drop-in, eager and CUDA graph): all-reduce
 // 0.27-0.78 x up to 16 MB; all-gather and reduce-scatter 0.29-0.46 x up to 1 MB, but 0.95 x at 4 MB in a graph
 // (the staged copies cost what the direct kernels gain), so they stop at 1 MB. World sizes above 2 keep only
-// the all-reduce sizes where the 4 x H100 tables of docs/performance.md show symcomm's kernels ahead of NCCL
-// both eager and in a CUDA graph (one-shot at 4 KB); the drop-in has not been measured there.
+// the all-reduce sizes where symcomm's kernels were ahead of NCCL at 4 ranks on 4 x H100 both eager and in a
+// CUDA graph (one-shot at 4 KB, symcomm-bench); the drop-in has not been measured there.
 NativeLimits default_limits(int world_size) noexcept {
   NativeLimits l;
   auto set = [&](NativeColl c, size_t v) { l.max_bytes[static_cast<int>(c)] = v; };
