@@ -478,6 +478,18 @@ TEST(TuningRanges, DefaultsAndMeasuredValuesAreAccepted) {
   EXPECT_NO_THROW(comms.create(small_config(Tuning{})));
 }
 
+TEST(TuningRanges, LLBlocksHave256ThreadsFromThreeRanksOnUnlessSet) {
+  for (int n = 1; n <= 8; ++n) {
+    const Tuning m = detail::measured_cuda_tuning(Tuning{}, n);
+    EXPECT_EQ(m.cuda_ll_block_threads, n >= 3 ? 256u : Tuning{}.cuda_ll_block_threads) << n;
+    EXPECT_EQ(m.cuda_ll_max_blocks, n >= 3 ? 256u : Tuning{}.cuda_ll_max_blocks) << n;
+  }
+  // A value that differs from the default is the caller's: the per-world-size table leaves it.
+  Tuning set;
+  set.cuda_ll_block_threads = 128;
+  EXPECT_EQ(detail::measured_cuda_tuning(set, 4).cuda_ll_block_threads, 128u);
+}
+
 TEST(TuningRanges, ValuesOutsideTheRangeAreRefusedNamingFieldVariableAndRange) {
   for (const TuningRange& r : kTuningRanges) {
     for (size_t v : r.refused) {
