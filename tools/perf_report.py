@@ -7,6 +7,9 @@ run and collective the page gets one table (symcomm against the best NCCL mode o
 CUDA graph, with the ratio and symcomm's bus bandwidth) and one PNG plot (docs/perf/<id>-<collective>.png: time
 by size, and the ratio); and for each run a table of the host CPU time per eager call.
 
+The page ends with the thresholds compiled into the library (src/core/tuning_defaults.json, symcomm-tune's entries
+per GPU and world size; docs/tuning.md), one row per entry, so that the paths the tables show can be read off.
+
 An entry with "kind": "fused" is a fused GEMM + collective run (symcomm-bench --extra fused; entries without
 "kind" are collective runs): it gets one table in the section "Fused GEMM + collective", after the collective
 runs, with a row per (op, M, K, N) in file order, and no plot.
@@ -24,6 +27,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PERF = os.path.join(ROOT, "docs", "perf")
 PAGE = os.path.join(ROOT, "docs", "performance.md")
+TUNING = os.path.join(ROOT, "src", "core", "tuning_defaults.json")
+SIZE_MAX = (1 << 64) - 1
 NCCL_IMPLS = ("nccl", "nccl_symmetric")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 FUSED_NOISE = 1.02  # run-to-run noise allowed when comparing the fused time with the best unfused one
@@ -225,7 +230,54 @@ def fused_section(runs):
     return out
 
 
-def page(runs, perf_dir, write_plots):
+TUNING_INTRO = """## Compiled-in thresholds
+
+The byte thresholds compiled into the library (src/core/tuning_defaults.json: symcomm-tune's entries, each
+measured on the machine and at the commit named; docs/tuning.md), which a communicator of that GPU and world size
+uses where nothing else is set. Sizes are the all-reduce payload and the all-gather / reduce-scatter block of one
+rank; "always" and "never" are the thresholds at their extremes. The all-reduce takes LL up to its bound, then
+LL128, the staged one-shot, the two-shot (pushing into the outputs from its bound), then NCCL; the all-gather and
+reduce-scatter take NCCL up to their first bound, LL up to the second, then the direct kernels, then NCCL."""
+
+# (field, column heading, what an extreme value means: "up to" thresholds are "always" at SIZE_MAX, "from" ones
+# are "never")
+TUNING_COLUMNS = (
+    ("cuda_ll_max_bytes", "LL ≤", "up to"),
+    ("cuda_ll128_max_bytes", "LL128 ≤", "up to"),
+    ("cuda_one_shot_max_bytes", "one-shot ≤", "up to"),
+    ("cuda_two_shot_push_min_bytes", "push two-shot ≥", "from"),
+    ("cuda_two_shot_max_bytes", "two-shot ≤", "up to"),
+    ("cuda_nccl_min_bytes", "NCCL ≥", "from"),
+    ("cuda_direct_nccl_max_bytes", "gathers via NCCL ≤", "up to"),
+    ("cuda_ll_gather_max_bytes", "LL gathers ≤", "up to"),
+)
+
+
+def threshold_label(v, kind):
+    if v == SIZE_MAX:
+        return "always" if kind == "up to" else "never"
+    if v == 0:
+        return "never" if kind == "up to" else "always"
+    for unit, shift in (("GB", 30), ("MB", 20), ("KB", 10)):
+        if v >= 1 << shift:
+            return f"{v / (1 << shift):.3g} {unit}"
+    return f"{v} B"
+
+
+def tuning_section(path):
+    with open(path) as f:
+        entries = json.load(f)["entries"]
+    out = [TUNING_INTRO, "", "| GPU | ranks | measured | " + " | ".join(c[1] for c in TUNING_COLUMNS) + " |",
+           "|---|---:|---|" + "---:|" * len(TUNING_COLUMNS)]
+    for e in entries:
+        t, prov = e["tuning"], e.get("provenance", {})
+        when = f"{prov.get('date', '-')[:10]}, {prov.get('commit', '-')}"
+        cells = [threshold_label(t[c[0]], c[2]) if c[0] in t else "-" for c in TUNING_COLUMNS]
+        out.append(f"| {e['device']} | {e['world_size']} | {when} | " + " | ".join(cells) + " |")
+    return out
+
+
+def page(runs, perf_dir, write_plots, tuning_path=TUNING):
     out = [HEADER]
     for run in runs:
         if is_fused(run):
@@ -252,6 +304,8 @@ def page(runs, perf_dir, write_plots):
     fused = [run for run in runs if is_fused(run)]
     if fused:
         out += fused_section(fused)
+    if tuning_path:
+        out += [""] + tuning_section(tuning_path)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -260,8 +314,9 @@ def main():
     ap.add_argument("--check", action="store_true", help="compare docs/performance.md with the data; no plots")
     ap.add_argument("--perf-dir", default=PERF, help="folder with runs.json and data/ (default docs/perf)")
     ap.add_argument("--page", default=PAGE, help="the page to write or check (default docs/performance.md)")
+    ap.add_argument("--tuning", default=TUNING, help="the compiled-in tuning table (default src/core/tuning_defaults.json)")
     args = ap.parse_args()
-    text = page(load_runs(args.perf_dir), args.perf_dir, write_plots=not args.check)
+    text = page(load_runs(args.perf_dir), args.perf_dir, write_plots=not args.check, tuning_path=args.tuning)
     if args.check:
         with open(args.page) as f:
             if f.read() != text:
