@@ -32,13 +32,14 @@ bool copy_engine_capable(Collective c) {
 
 // NOTE [measured CUDA thresholds]
 // Tuning's CUDA defaults were measured on 2 x H200. Fields left at those defaults take other values from 3
-// ranks on, measured on 4 x H100 (every pair NV18; `NRANKS=4 GPU_CHECK_STEPS=bench
-// tools/gpu_check.sh`, bf16 sum, CUDA graph, us, one-shot / two-shot / NCCL's best mode):
-//   4 KB 4.26 / 9.19 / 4.65; 16 KB 4.63 / 9.41 / 5.03; 64 KB 5.50 / 11.33 / 10.24; 256 KB 9.61 / 12.39 / 11.70;
-//   1 MB 19.52 / 14.30 / 17.79; 64 MB - / 324.98 / 325.68; 256 MB - / 1254 / 1185.
-// So at 3-4 ranks one-shot up to 256 KB (512 KB was not measured), two-shot above, NCCL from 256 MB (at 64 MB
-// two-shot and NCCL tie, and an eager call through symcomm's nonblocking NCCL communicator costs ~115 us of
-// host time against ~6 us for the kernels, NOTE [settling NCCL calls]). From 5 ranks on, nothing is measured:
+// ranks on, from symcomm-tune at 4 ranks on 4 x H100 and on 4 x H200 (every pair NV18; bf16, CUDA graph), whose
+// entries in the compiled-in table (src/core/tuning_defaults.json) agree on every all-reduce threshold: LL up to
+// 90 KB (between the measured 64 and 128 KB), LL128 and the one-shot up to 724 KB (between 512 KB and 1 MB), the
+// two-shot up to 22 MB (between 16 and 32 MB), NCCL above. On 4 x H200, us: LL 4.51 / LL128 5.17 at 64 KB,
+// 6.02 / 5.96 at 128 KB; LL128 10.61 / two-shot 11.41 at 512 KB, 18.68 / 13.17 at 1 MB; two-shot 90.58 / NCCL
+// 97.93 at 16 MB, 176.59 / 173.12 at 32 MB, 324.29 / 312.80 at 64 MB. NCCL takes the all-gather and reduce-scatter from
+// 256 MB (a tie with the direct kernels there). GPUs with an entry of their own use it instead (NOTE [tuning
+// precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on, nothing is measured:
 // one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256 KB at 8 ranks in
 // TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The push-to-output two-shot was measured on 2
 // ranks only: off for more. The LL kernels' blocks get 256 threads (up to 256 blocks) from 3 ranks on: on
@@ -61,13 +62,16 @@ struct MeasuredValue {
 };
 
 constexpr MeasuredValue kMeasuredCuda[] = {
-    {3, &Tuning::cuda_one_shot_max_bytes, size_t{256} << 10},
+    {3, &Tuning::cuda_ll_max_bytes, size_t{90} << 10},
+    {3, &Tuning::cuda_ll128_max_bytes, size_t{724} << 10},
+    {3, &Tuning::cuda_one_shot_max_bytes, size_t{724} << 10},
+    {3, &Tuning::cuda_two_shot_max_bytes, size_t{22} << 20},
     {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
     {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
-    {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
-    {5, &Tuning::cuda_nccl_min_bytes, size_t{64} << 20},
     {3, &Tuning::cuda_ll_block_threads, 256},
     {3, &Tuning::cuda_ll_max_blocks, 256},
+    {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
+    {5, &Tuning::cuda_nccl_min_bytes, size_t{64} << 20},
 };
 
 }  // namespace
