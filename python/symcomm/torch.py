@@ -9,7 +9,8 @@ backend.
 
 Importing this module registers the backend with torch.distributed.Backend.register_backend(). The process
 group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it implements allreduce, allgather,
-_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base (equal splits) and barrier, on
+_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base (equal splits), reduce, gather,
+scatter and barrier, on
 contiguous CPU tensors of float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
 
 Coalescing: the process group implements _start_coalescing() and _end_coalescing(reqs), which torch 1.13's
@@ -388,6 +389,82 @@ class ProcessGroupSymcomm(_ProcessGroup):
 
     def barrier(self, opts=None):
         return self._submit(lambda a: self._comm.barrier(a), [])
+
+    def _root(self, opts, what):
+        """The root rank of `opts` (ReduceOptions, GatherOptions, ScatterOptions); 0 without options."""
+        root = opts.rootRank if opts is not None else 0
+        if not 0 <= root < self._size:
+            raise ValueError(f"symcomm: {what}: root {root} is not a rank of this group (0-{self._size - 1})")
+        if opts is not None and getattr(opts, "rootTensor", 0) != 0:
+            raise ValueError(f"symcomm: {what}: rootTensor must be 0")
+        return root
+
+    def reduce(self, tensors, opts=None):
+        """The reduction of every rank's tensor into the root's: an all-reduce of a copy, which the root copies
+        into its tensor when the Work is waited for; the other ranks' tensors are left as they were."""
+        t = _single(tensors, "reduce")
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
+        root = self._root(opts, "reduce")
+        _array(t, "reduce")
+        tmp = t.detach().clone()
+
+        def finish():
+            if self._rank == root:
+                t.copy_(tmp)
+
+        return self._submit(lambda a: self._comm.all_reduce(_numpy(tmp), _numpy(tmp), op, a, _dtype(t)), [t],
+                            finish)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        """Every rank's tensor into the root's list (output_tensors: [list of world-size tensors] on the root,
+        [] elsewhere): an all-gather into a temporary tensor, copied into the root's list when the Work is
+        waited for."""
+        t = _single(input_tensors, "gather input")
+        root = self._root(opts, "gather")
+        x = _array(t, "gather input")
+        outs = []
+        if self._rank == root:
+            outs = _single(output_tensors, "gather output")
+            if not isinstance(outs, (list, tuple)) or len(outs) != self._size:
+                raise ValueError(f"symcomm: gather: expected a list of {self._size} output tensors on the root")
+            for i, o in enumerate(outs):
+                _same(o, t, f"gather output {i}", t.numel())
+        elif output_tensors and any(len(o) for o in output_tensors):
+            raise ValueError("symcomm: gather: output tensors are given on a rank that is not the root")
+        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype)
+
+        def finish():
+            for i, o in enumerate(outs):
+                o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
+
+        return self._submit(lambda a: self._comm.all_gather(x, _numpy(flat), a, _dtype(t)), [list(outs)], finish)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        """Block r of the root's list into rank r's tensor (input_tensors: [list of world-size tensors] on the
+        root, [] elsewhere): a broadcast of the root's blocks, of which each rank copies its own when the Work
+        is waited for."""
+        t = _single(output_tensors, "scatter output")
+        root = self._root(opts, "scatter")
+        _array(t, "scatter output")
+        if self._rank == root:
+            ins = _single(input_tensors, "scatter input")
+            if not isinstance(ins, (list, tuple)) or len(ins) != self._size:
+                raise ValueError(f"symcomm: scatter: expected a list of {self._size} input tensors on the root")
+            for i, x in enumerate(ins):
+                _same(x, t, f"scatter input {i}", t.numel())
+                _array(x, f"scatter input {i}")
+            flat = _torch.cat([x.reshape(-1) for x in ins])
+        else:
+            if input_tensors and any(len(x) for x in input_tensors):
+                raise ValueError("symcomm: scatter: input tensors are given on a rank that is not the root")
+            flat = _torch.empty(self._size * t.numel(), dtype=t.dtype)
+        n, me = t.numel(), self._rank
+
+        def finish():
+            t.copy_(flat[me * n:(me + 1) * n].view(t.shape))
+
+        return self._submit(lambda a: self._comm.broadcast(_numpy(flat), _numpy(flat), root, a, _dtype(t)), [t],
+                            finish)
 
 
 class _CoalescingManager:

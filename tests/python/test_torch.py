@@ -211,6 +211,68 @@ def test_all_to_all_single(gloo, dtype, rows):
     same(c, b, "all_to_all_single with equal splits")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("op", list(OPS))
+def test_reduce(gloo, dtype, op):
+    # The root's tensor against gloo's reduce; every other rank's tensor is left as it was.
+    n = 7
+    for root in range(dist.get_world_size()):
+        x = inp(seed_of("reduce", dname(dtype), op, root), n, dtype, op)
+        a = x.clone()
+        b = wide(x.clone())
+        dist.reduce(a, dst=root, op=OPS[op])
+        dist.reduce(b, dst=root, op=OPS[op], group=gloo)
+        same(a, b.to(dtype) if dist.get_rank() == root else x, f"reduce to {root}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("n", SIZES)
+def test_gather(gloo, dtype, n):
+    w = dist.get_world_size()
+    for root in range(w):
+        x = inp(seed_of("gather", dname(dtype), n, root), n, dtype)
+        mine = dist.get_rank() == root
+        a = [poisoned((n,), dtype) for _ in range(w)] if mine else None
+        b = [wide(poisoned((n,), dtype)) for _ in range(w)] if mine else None
+        dist.gather(x, a, dst=root)
+        dist.gather(wide(x), b, dst=root, group=gloo)
+        if mine:
+            for r in range(w):
+                same(a[r], b[r].to(dtype), f"gather to {root}, block {r}")
+                same(a[r], inp(seed_of("gather", dname(dtype), n, root), n, dtype, rank=r), f"gather block {r}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("n", SIZES)
+def test_scatter(gloo, dtype, n):
+    w = dist.get_world_size()
+    for root in range(w):
+        # The root's blocks, which every rank can make.
+        blocks = [inp(seed_of("scatter", dname(dtype), n, root, r), n, dtype, rank=root) for r in range(w)]
+        mine = dist.get_rank() == root
+        a = poisoned((n,), dtype)
+        b = wide(poisoned((n,), dtype))
+        dist.scatter(a, blocks if mine else None, src=root)
+        dist.scatter(b, [wide(t) for t in blocks] if mine else None, src=root, group=gloo)
+        same(a, b.to(dtype), f"scatter from {root}")
+        same(a, blocks[dist.get_rank()], f"scatter from {root} vs the root's block")
+
+
+def test_reduce_gather_scatter_errors(gloo):
+    w = dist.get_world_size()
+    pg = dist.distributed_c10d._get_default_group()
+    opts = dist.ReduceOptions()
+    opts.rootRank = w
+    with pytest.raises(ValueError, match="root"):
+        pg.reduce([torch.ones(3)], opts)
+    if dist.get_rank() == 0:
+        with pytest.raises(ValueError, match="list of"):
+            dist.gather(torch.ones(3), [torch.ones(3)] * (w + 1), dst=0)
+        with pytest.raises(ValueError, match="elements"):
+            dist.scatter(torch.ones(3), [torch.ones(2)] * w, src=0)
+    check_usable(gloo)
+
+
 def test_barrier(gloo):
     dist.barrier()
     dist.barrier(async_op=True).wait()
@@ -349,11 +411,20 @@ def test_object_collectives(gloo):
     box = [objs[0] if dist.get_rank() == 1 else None]
     dist.broadcast_object_list(box, src=1)
     assert box == [{"rank": 1, "s": "x"}]
+    w, root = dist.get_world_size(), dist.get_world_size() - 1
+    gathered = [None] * w if dist.get_rank() == root else None
+    dist.gather_object(objs[0], gathered, dst=root)
+    if dist.get_rank() == root:
+        assert gathered == [{"rank": r, "s": "x" * r} for r in range(w)]
+    mine = [None]
+    dist.scatter_object_list(mine, [("to", r, "y" * r) for r in range(w)] if dist.get_rank() == 0 else None, src=0)
+    assert mine == [("to", dist.get_rank(), "y" * dist.get_rank())]
 
 
 def test_unsupported_collectives(gloo):
-    with pytest.raises(RuntimeError, match="does not support reduce"):
-        dist.reduce(torch.ones(2), dst=0)
+    pg = dist.distributed_c10d._get_default_group()
+    with pytest.raises(RuntimeError, match="does not support send"):
+        pg.send([torch.ones(2)], (dist.get_rank() + 1) % dist.get_world_size(), 0)
     check_usable(gloo)
 
 
