@@ -9,8 +9,8 @@ backend.
 
 Importing this module registers the backend with torch.distributed.Backend.register_backend(). The process
 group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it implements allreduce, allgather,
-_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base (equal splits), reduce, gather,
-scatter and barrier, on
+_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (equal splits), reduce,
+gather, scatter, allreduce_coalesced and barrier, on
 contiguous CPU tensors of float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
 
 Coalescing: the process group implements _start_coalescing() and _end_coalescing(reqs), which torch 1.13's
@@ -389,6 +389,50 @@ class ProcessGroupSymcomm(_ProcessGroup):
 
     def barrier(self, opts=None):
         return self._submit(lambda a: self._comm.barrier(a), [])
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        """The all-reduce of every tensor of the list (one dtype) as one: concatenated into a temporary tensor,
+        reduced, and copied back when the Work is waited for."""
+        if not isinstance(tensors, (list, tuple)) or not tensors:
+            raise ValueError("symcomm: allreduce_coalesced: expected a non-empty list of tensors")
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
+        for i, t in enumerate(tensors):
+            _array(t, f"allreduce_coalesced tensor {i}")
+            if t.dtype != tensors[0].dtype:
+                raise TypeError(f"symcomm: allreduce_coalesced: tensor {i} is {t.dtype}, tensor 0 {tensors[0].dtype}")
+        flat = _torch.cat([t.reshape(-1) for t in tensors])
+
+        def finish():
+            off = 0
+            for t in tensors:
+                t.copy_(flat[off:off + t.numel()].view(t.shape))
+                off += t.numel()
+
+        x = _numpy(flat)
+        return self._submit(lambda a: self._comm.all_reduce(x, x, op, a, _dtype(tensors[0])), [list(tensors)],
+                            finish)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        """all_to_all with tensor lists: input tensor q goes to rank q, whose output tensor r receives it from
+        rank r. Every tensor of both lists must have the same dtype and number of elements (equal splits)."""
+        for name, ts in (("output", output_tensors), ("input", input_tensors)):
+            if not isinstance(ts, (list, tuple)) or len(ts) != self._size:
+                raise ValueError(f"symcomm: alltoall: expected a list of {self._size} {name} tensors")
+        ref = input_tensors[0]
+        for name, ts in (("input", input_tensors), ("output", output_tensors)):
+            for i, t in enumerate(ts):
+                _same(t, ref, f"alltoall {name} {i}", ref.numel())
+                _array(t, f"alltoall {name} {i}")
+        flat_in = _torch.cat([t.reshape(-1) for t in input_tensors])
+        flat_out = _torch.empty_like(flat_in)
+        n = ref.numel()
+
+        def finish():
+            for i, o in enumerate(output_tensors):
+                o.copy_(flat_out[i * n:(i + 1) * n].view(o.shape))
+
+        return self._submit(lambda a: self._comm.all_to_all(_numpy(flat_in), _numpy(flat_out), a, _dtype(ref)),
+                            [list(output_tensors)], finish)
 
     def _root(self, opts, what):
         """The root rank of `opts` (ReduceOptions, GatherOptions, ScatterOptions); 0 without options."""

@@ -258,6 +258,32 @@ def test_scatter(gloo, dtype, n):
         same(a, blocks[dist.get_rank()], f"scatter from {root} vs the root's block")
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed.all_reduce_coalesced will be deprecated")
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("op", list(OPS))
+def test_all_reduce_coalesced(gloo, dtype, op):
+    xs = [inp(seed_of("arc", dname(dtype), op, k), n, dtype, op).reshape(shape)
+          for k, (n, shape) in enumerate([(1, (1,)), (6, (2, 3)), (1000, (1000,))])]
+    a = [x.clone() for x in xs]
+    b = [wide(x.clone()) for x in xs]
+    dist.all_reduce_coalesced(a, op=OPS[op])
+    dist.all_reduce_coalesced(b, op=OPS[op], group=gloo)
+    for k in range(len(xs)):
+        same(a[k], b[k].to(dtype), f"all_reduce_coalesced tensor {k}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("n", SIZES)
+def test_all_to_all(gloo, dtype, n):
+    # Block q of rank r's input goes to rank q's output block r.
+    w, me = dist.get_world_size(), dist.get_rank()
+    ins = [inp(seed_of("a2a_list", dname(dtype), n, q), n, dtype) for q in range(w)]
+    outs = [poisoned((n,), dtype) for _ in range(w)]
+    dist.all_to_all(outs, ins)
+    for r in range(w):
+        same(outs[r], inp(seed_of("a2a_list", dname(dtype), n, me), n, dtype, rank=r), f"all_to_all block {r}")
+
+
 def test_reduce_gather_scatter_errors(gloo):
     w = dist.get_world_size()
     pg = dist.distributed_c10d._get_default_group()
@@ -270,6 +296,10 @@ def test_reduce_gather_scatter_errors(gloo):
             dist.gather(torch.ones(3), [torch.ones(3)] * (w + 1), dst=0)
         with pytest.raises(ValueError, match="elements"):
             dist.scatter(torch.ones(3), [torch.ones(2)] * w, src=0)
+    with pytest.raises(TypeError, match="tensor 1"):  # torch checks this too, before the process group
+        pg.allreduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.int32)], dist.AllreduceCoalescedOptions())
+    with pytest.raises(ValueError, match="elements"):
+        dist.all_to_all([torch.ones(2)] * w, [torch.ones(2)] * (w - 1) + [torch.ones(3)])
     check_usable(gloo)
 
 
