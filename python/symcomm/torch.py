@@ -443,6 +443,21 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise ValueError(f"symcomm: {what}: rootTensor must be 0")
         return root
 
+    def _root_list(self, lists, root, ref, what):
+        """gather's outputs and scatter's inputs: on the root, the one list in `lists`, of world-size tensors with
+        ref's dtype and number of elements; on the other ranks [] (and `lists` must hold no tensor)."""
+        if self._rank != root:
+            if lists and any(len(x) for x in lists):
+                raise ValueError(f"symcomm: {what}: tensors are given on a rank that is not the root")
+            return []
+        ts = _single(lists, what)
+        if not isinstance(ts, (list, tuple)) or len(ts) != self._size:
+            raise ValueError(f"symcomm: {what}: expected a list of {self._size} tensors on the root")
+        for i, x in enumerate(ts):
+            _same(x, ref, f"{what} {i}", ref.numel())
+            _array(x, f"{what} {i}")
+        return ts
+
     def reduce(self, tensors, opts=None):
         """The reduction of every rank's tensor into the root's: an all-reduce of a copy, which the root copies
         into its tensor when the Work is waited for; the other ranks' tensors are left as they were."""
@@ -466,15 +481,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         t = _single(input_tensors, "gather input")
         root = self._root(opts, "gather")
         x = _array(t, "gather input")
-        outs = []
-        if self._rank == root:
-            outs = _single(output_tensors, "gather output")
-            if not isinstance(outs, (list, tuple)) or len(outs) != self._size:
-                raise ValueError(f"symcomm: gather: expected a list of {self._size} output tensors on the root")
-            for i, o in enumerate(outs):
-                _same(o, t, f"gather output {i}", t.numel())
-        elif output_tensors and any(len(o) for o in output_tensors):
-            raise ValueError("symcomm: gather: output tensors are given on a rank that is not the root")
+        outs = self._root_list(output_tensors, root, t, "gather output")
         flat = _torch.empty(self._size * t.numel(), dtype=t.dtype)
 
         def finish():
@@ -490,18 +497,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
         t = _single(output_tensors, "scatter output")
         root = self._root(opts, "scatter")
         _array(t, "scatter output")
-        if self._rank == root:
-            ins = _single(input_tensors, "scatter input")
-            if not isinstance(ins, (list, tuple)) or len(ins) != self._size:
-                raise ValueError(f"symcomm: scatter: expected a list of {self._size} input tensors on the root")
-            for i, x in enumerate(ins):
-                _same(x, t, f"scatter input {i}", t.numel())
-                _array(x, f"scatter input {i}")
-            flat = _torch.cat([x.reshape(-1) for x in ins])
-        else:
-            if input_tensors and any(len(x) for x in input_tensors):
-                raise ValueError("symcomm: scatter: input tensors are given on a rank that is not the root")
-            flat = _torch.empty(self._size * t.numel(), dtype=t.dtype)
+        ins = self._root_list(input_tensors, root, t, "scatter input")
+        flat = _torch.cat([x.reshape(-1) for x in ins]) if ins else _torch.empty(self._size * t.numel(), dtype=t.dtype)
         n, me = t.numel(), self._rank
 
         def finish():
