@@ -206,13 +206,11 @@ struct LLLines {
   // lines. A peer running another LL op (kind, count, dtype, op, root) at the same seq sends lines
   // that look valid, so without this the ranks would use each other's bytes silently; with it both get
   // kMismatch, their outputs undefined. (Threads waiting for chunks a peer with a smaller count never sends
-  // give up at their next poll, once thread 0 has recorded the error.) kR >= world size: the header lines of
-  // all peers are polled together (NOTE [LL concurrent polling]).
+  // give up at their next poll, once thread 0 has recorded the error.) kR >= world size; from 3 ranks on the
+  // header lines of all peers are polled together (NOTE [LL concurrent polling]).
   template <int kR>
   __device__ __forceinline__ bool headers_match(uint64_t deadline) const {
-    if constexpr (kR <= 2) {
-      return headers_match_in_turn(deadline);
-    }
+    if constexpr (kR <= 2) return headers_match_in_turn(deadline);
     uint4 lines[kR];
     uint32_t pending = 0;
     auto src = [&](int q) { return at(c.rank, q, 0); };
@@ -280,11 +278,11 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
   if (tid == 0) ll.send_header();
 
   // Per batch of kB chunks: load this rank's values (all loads in flight at once), send them to every
-  // peer, issue the loads of the peers' lines, wait for all of them together (NOTE [LL concurrent polling]),
-  // then reduce each chunk. The own values stay in registers for the reduction, so one thread pays about one
-  // local and one NVLink latency per batch (a send-everything-first loop pays one local load latency per
-  // chunk, twice). A thread waits only for
-  // lines its peers' threads of the same index send before they wait themselves, so no cycle is possible.
+  // peer, issue the loads of the peers' lines, wait for them (from 3 ranks on all together: NOTE [LL
+  // concurrent polling]), then reduce each chunk. The own values stay in registers for the reduction, so one
+  // thread pays about one local and one NVLink latency per batch (a send-everything-first loop pays one local
+  // load latency per chunk, twice). A thread waits only for lines its peers' threads of the same index send
+  // before they wait themselves, so no cycle is possible.
   bool failed = false;
   for (size_t base = tid; base < nchunks && !failed; base += stride * kB) {
     uint2 own[kB];
@@ -381,7 +379,7 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll_kernel(AllReduceLLPara
 // buffer-reuse argument of NOTE [LL lines] holds for the root too, which waits for nothing else, and ranks
 // that disagree on the root (it is in the header) get kMismatch. Bytes only: count is in bytes.
 // The broadcast's header check: the peers' header lines together from 3 ranks on (NOTE [LL concurrent polling]).
-__device__ __forceinline__ bool headers_match(const LLLines& ll, uint64_t deadline) {
+__device__ __forceinline__ bool broadcast_headers_match(const LLLines& ll, uint64_t deadline) {
   return ll.c.world_size <= 2 ? ll.headers_match_in_turn(deadline)
                               : ll.headers_match<device::kMaxDeviceRanks>(deadline);
 }
@@ -415,7 +413,7 @@ __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParam
         }
         if (copy_own) store8(out, i, bytes, out_al, own[u]);
       }
-      if (base == 0) failed = !headers_match(ll, f.deadline);
+      if (base == 0) failed = !broadcast_headers_match(ll, f.deadline);
       continue;
     }
     uint4 lines[kBatch];
@@ -424,7 +422,7 @@ __global__ void __launch_bounds__(kThreads) ll_broadcast_kernel(AllReduceLLParam
     for (int u = 0; u < kBatch; ++u) {
       if (base + u * stride < nchunks) lines[u] = ld_line(src(u));
     }
-    if (base == 0) failed = !headers_match(ll, f.deadline);  // thread 0, its first lines' loads in flight
+    if (base == 0) failed = !broadcast_headers_match(ll, f.deadline);  // thread 0, its first lines' loads in flight
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const size_t i = base + u * stride;
