@@ -18,12 +18,12 @@ namespace symcomm::tune {
 // NOTE [threshold derivation]
 // The selector's thresholds cut the sizes into consecutive ranges, one path per range, in a fixed order (a
 // chain): a CUDA all-reduce goes LL up to cuda_ll_max_bytes, LL128 up to cuda_ll128_max_bytes, the staged
-// one-shot up to cuda_one_shot_max_bytes, two-shot pulling below cuda_two_shot_push_min_bytes and pushing
-// from it, NCCL above cuda_two_shot_max_bytes or from cuda_nccl_min_bytes; the gathers (all-gather,
-// reduce-scatter, all-to-all, broadcast) go NCCL up to cuda_direct_nccl_max_bytes, LL up to
-// cuda_ll_gather_max_bytes, the direct kernels, NCCL from cuda_nccl_min_bytes; the host all-reduce goes one-shot
-// up to host_one_shot_max_bytes, two-shot above. So the choice is a monotone segmentation of the measured sizes:
-// each size goes to one path, and a later size never to an earlier path of the chain.
+// one-shot up to cuda_one_shot_max_bytes, the LL128 two-shot up to cuda_ll128_two_shot_max_bytes (0 when it serves
+// no size), two-shot pulling below cuda_two_shot_push_min_bytes and pushing from it, NCCL above cuda_two_shot_max_bytes
+// or from cuda_nccl_min_bytes; the gathers (all-gather, reduce-scatter, all-to-all, broadcast) go NCCL up to
+// cuda_direct_nccl_max_bytes, LL up to cuda_ll_gather_max_bytes, the direct kernels, NCCL from cuda_nccl_min_bytes; the
+// host all-reduce goes one-shot up to host_one_shot_max_bytes, two-shot above. So the choice is a monotone segmentation
+// of the measured sizes: each size goes to one path, and a later size never to an earlier path of the chain.
 // - Loss: at each size, a path's relative loss against the fastest valid path of that collective there
 //   (time / fastest - 1), summed over the chain's collectives (a threshold such as cuda_ll_gather_max_bytes is
 //   shared by all of them). Relative, so that the small sizes, where times are microseconds, count as much as
@@ -256,9 +256,10 @@ Derived derive(BackendKind backend, const std::vector<Sample>& samples, const De
       }
     }
   } else {
-    Chain ar{.name = "all_reduce",
-             .collectives = {"all_reduce"},
-             .paths = {kPathLL, kPathLL128, kPathOneShot, kPathTwoShot, kPathTwoShotPush, kPathNccl}};
+    Chain ar{
+        .name = "all_reduce",
+        .collectives = {"all_reduce"},
+        .paths = {kPathLL, kPathLL128, kPathOneShot, kPathLL128TwoShot, kPathTwoShot, kPathTwoShotPush, kPathNccl}};
     Chain gathers{.name = "gathers", .collectives = {}, .paths = {kPathNccl, kPathLL, kPathDirect, kPathNccl}};
     for (const char* c : {"all_gather", "reduce_scatter", "all_to_all", "broadcast"}) {
       if (measured(samples, {c}, "")) gathers.collectives.push_back(c);
@@ -301,6 +302,11 @@ Derived derive(BackendKind backend, const std::vector<Sample>& samples, const De
       set_field(fields, "cuda_ll128_max_bytes",
                 up_to(sz, ar_seg.ends[*index_of(ar, kPathLL128)], field_max("cuda_ll128_max_bytes")));
       set_field(fields, "cuda_one_shot_max_bytes", up_to(sz, ar_seg.ends[*index_of(ar, kPathOneShot)], kNoMax));
+      const size_t two_ll = *index_of(ar, kPathLL128TwoShot);
+      set_field(fields, "cuda_ll128_two_shot_max_bytes",
+                ar_seg.ends[two_ll] == start_of(ar_seg, two_ll)
+                    ? 0
+                    : up_to(sz, ar_seg.ends[two_ll], field_max("cuda_ll128_two_shot_max_bytes")));
       set_field(fields, "cuda_two_shot_push_min_bytes",
                 ar_seg.ends[push] == start_of(ar_seg, push) ? SIZE_MAX : from(sz, start_of(ar_seg, push)));
       if (ar_nccl) {

@@ -16,10 +16,11 @@ namespace symcomm::tune {
 inline constexpr const char* kPathLL = "ll";             ///< CUDA LL kernels (all-reduce one-shot; gathers)
 inline constexpr const char* kPathLL128 = "ll128";       ///< CUDA LL128 one-shot all-reduce
 inline constexpr const char* kPathOneShot = "one_shot";  ///< staged one-shot all-reduce (CUDA), one-shot (host)
-inline constexpr const char* kPathTwoShot = "two_shot";  ///< two-shot all-reduce pulling the peers' inputs
-inline constexpr const char* kPathTwoShotPush = "two_shot_push";  ///< two-shot pushing into the peers' outputs
-inline constexpr const char* kPathDirect = "direct";              ///< CUDA direct kernels of the gathers
-inline constexpr const char* kPathNccl = "nccl";                  ///< NCCL through symcomm's NCCL communicator
+inline constexpr const char* kPathLL128TwoShot = "ll128_two_shot";  ///< CUDA LL128 two-shot all-reduce
+inline constexpr const char* kPathTwoShot = "two_shot";             ///< two-shot all-reduce pulling the peers' inputs
+inline constexpr const char* kPathTwoShotPush = "two_shot_push";    ///< two-shot pushing into the peers' outputs
+inline constexpr const char* kPathDirect = "direct";                ///< CUDA direct kernels of the gathers
+inline constexpr const char* kPathNccl = "nccl";                    ///< NCCL through symcomm's NCCL communicator
 
 /// One measured point.
 struct Sample {

@@ -3,7 +3,7 @@
 // push two-shot; LL or direct gathers) through the Tuning of a communicator made for that purpose:
 //   a: LL as far as its buffer goes, two-shot pulling, LL gathers, NCCL (as SYMCOMM_NCCL allows; eager)
 //   b: LL128 one-shot, two-shot pushing into the outputs, direct gathers (no NCCL)
-//   c: staged one-shot (no NCCL)
+//   c: staged one-shot, LL128 two-shot (no NCCL)
 // Each communicator times on buffers of its own symmetric heap (the zero-copy paths, as with alloc()). Each
 // path and size: one checked call (bench's verify_collective, in the mode it is timed in), then the timing
 // (bench's time_cuda_graph / time_cuda_eager: events on rank 0's stream, median over batches).
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "algos/cuda_all_reduce_ll.h"
 #include "core/tuning_file.h"
 #include "cuda_util.h"
 #include "tune/tune.h"
@@ -72,6 +73,10 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
   // LL128 4 MiB; the Tuning fields' ranges are those buffers.
   const size_t ll_cap = detail::find_tuning_field("cuda_ll_max_bytes")->max - 8;
   const size_t ll128_cap = detail::find_tuning_field("cuda_ll128_max_bytes")->max;
+  // The LL128 two-shot's lines hold world_size / 2 x what the one-shot's do (NOTE [LL128 two-shot]).
+  const size_t ll128_two_cap = std::min<size_t>(
+      detail::cuda::all_reduce_ll128_two_shot_max_bytes(n, detail::cuda::all_reduce_ll128_slot_bytes(ll128_cap)),
+      detail::find_tuning_field("cuda_ll128_two_shot_max_bytes")->max);
 
   Config base = ctx.base;
   base.heap_bytes = std::max(base.heap_bytes, in_max + out_max + (size_t{64} << 20));
@@ -79,14 +84,17 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
   set(a, &Tuning::cuda_ll_max_bytes, "cuda_ll_max_bytes", ll_cap + 8);
   set(a, &Tuning::cuda_ll_gather_max_bytes, "cuda_ll_gather_max_bytes", ll_cap + 8);
   set(a, &Tuning::cuda_two_shot_push_min_bytes, "cuda_two_shot_push_min_bytes", SIZE_MAX);
+  set(a, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", 0);
   a.nccl = base.nccl == NcclInit::kOff ? NcclInit::kOff : NcclInit::kEager;
   set(b, &Tuning::cuda_ll_max_bytes, "cuda_ll_max_bytes", 0);
   set(b, &Tuning::cuda_ll128_max_bytes, "cuda_ll128_max_bytes", ll128_cap);
   set(b, &Tuning::cuda_ll_gather_max_bytes, "cuda_ll_gather_max_bytes", 0);
   set(b, &Tuning::cuda_two_shot_push_min_bytes, "cuda_two_shot_push_min_bytes", 0);
+  set(b, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", 0);
   b.nccl = NcclInit::kOff;
   set(c, &Tuning::cuda_ll_max_bytes, "cuda_ll_max_bytes", 0);
   set(c, &Tuning::cuda_ll128_max_bytes, "cuda_ll128_max_bytes", 0);
+  set(c, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", ll128_two_cap);
   c.nccl = NcclInit::kOff;
   const bool all_reduce =
       std::find(o.collectives.begin(), o.collectives.end(), Collective::kAllReduce) != o.collectives.end();
@@ -105,12 +113,11 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  const std::vector<PathSpec> ar_paths = {{kPathLL, 0, Algorithm::kOneShot, ll_cap},
-                                          {kPathLL128, 1, Algorithm::kOneShot, ll128_cap},
-                                          {kPathOneShot, 2, Algorithm::kOneShot, SIZE_MAX},
-                                          {kPathTwoShot, 0, Algorithm::kTwoShot, SIZE_MAX},
-                                          {kPathTwoShotPush, 1, Algorithm::kTwoShot, SIZE_MAX},
-                                          {kPathNccl, 0, Algorithm::kNccl, SIZE_MAX}};
+  const std::vector<PathSpec> ar_paths = {
+      {kPathLL, 0, Algorithm::kOneShot, ll_cap},        {kPathLL128, 1, Algorithm::kOneShot, ll128_cap},
+      {kPathOneShot, 2, Algorithm::kOneShot, SIZE_MAX}, {kPathLL128TwoShot, 2, Algorithm::kTwoShot, ll128_two_cap},
+      {kPathTwoShot, 0, Algorithm::kTwoShot, SIZE_MAX}, {kPathTwoShotPush, 1, Algorithm::kTwoShot, SIZE_MAX},
+      {kPathNccl, 0, Algorithm::kNccl, SIZE_MAX}};
   const std::vector<PathSpec> gather_paths = {{kPathLL, 0, Algorithm::kDirect, ll_cap},
                                               {kPathDirect, 1, Algorithm::kDirect, SIZE_MAX},
                                               {kPathNccl, 0, Algorithm::kNccl, SIZE_MAX}};

@@ -111,6 +111,13 @@ struct Tuning {
   /// (1-64), and the most blocks (1-1024).
   size_t cuda_ll128_lines_per_group = 1;
   size_t cuda_ll128_max_blocks = 128;
+  /// CUDA two-shot all-reduce: payloads up to this many bytes (0-16M) use the LL128 two-shot kernel (NOTE
+  /// [LL128 two-shot] in src/algos/cuda_all_reduce_ll.cu: no barrier, the arrival flags in the lines; capped by
+  /// the LL128 buffer, world_size / 2 x 4 MB), larger ones the two-shot kernels with barriers. 0 = never (the
+  /// default at 2 ranks, where the one-shot moves the same bytes with one latency less; 3 or more ranks:
+  /// NOTE [measured CUDA thresholds] in src/algos/select.cc). Its blocks follow cuda_ll128_lines_per_group and
+  /// cuda_ll128_max_blocks, counting positions (lines of one shard).
+  size_t cuda_ll128_two_shot_max_bytes = 0;
   /// CUDA one-shot all-reduces (LL, LL128, staged): launched with programmatic dependent launch (1) so that
   /// back-to-back kernels overlap their launch with the previous kernel's tail (NOTE [PDL] in
   /// src/algos/cuda_common.cuh); 0 = off (0 or 1).

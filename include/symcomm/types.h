@@ -55,6 +55,7 @@ enum class KernelPath : uint8_t {
   kMultiStaged,      ///< a group's multi-tensor kernel through the staging buffer
   kMultiZeroCopy,    ///< a group's multi-tensor kernel on heap buffers
   kMultiPush,        ///< a group's multi-tensor all-reduce pushing into the peers' heap outputs
+  kLL128TwoShot,     ///< LL128 lines: two-shot all-reduce without barriers
 };
 
 /// Where the communicator's memory lives.

@@ -451,53 +451,151 @@ constexpr int kLL128LinesPerWarp = 32 / kLL128LanesPerLine;
 constexpr int kLL128Batch = 2;
 constexpr unsigned kFullWarp = 0xffffffffu;
 
+/// One lane's view of an LL128 op: lane `sub` of the 8 that carry a line (NOTE [LL128 lines]), in this op's
+/// parity area of the LL buffers, whose slots hold `slot_bytes` of lines each.
+struct LL128Lane {
+  const DeviceComm& c;
+  size_t region;  ///< this op's parity area
+  size_t slot_bytes;
+  uint32_t seq;
+  uint32_t flag;  ///< ll_flag(seq)
+  uint32_t header;
+  int lane;
+  int sub;
+  bool flag_lane;
+
+  /// This lane's 16 bytes of line `line` (counted from the start of the area) in rank `owner`'s area.
+  __device__ __forceinline__ char* at(int owner, size_t line) const {
+    return c.ll[owner] + region + line * kLL128LineBytes + sub * 16;
+  }
+  /// This lane's 16 bytes of line `line` of the slot that holds what rank `from` sends (the one-shot's layout).
+  __device__ __forceinline__ char* slot_at(int owner, int from, size_t line) const {
+    return c.ll[owner] + region + from * slot_bytes + line * kLL128LineBytes + sub * 16;
+  }
+  /// The lane's 16 bytes of a line whose payload chunks are v[0] and v[1]; the flag lane carries the flag instead
+  /// of v[1].
+  __device__ __forceinline__ uint4 pack(const uint2 (&v)[2]) const {
+    return flag_lane ? make_uint4(v[0].x, v[0].y, flag, header) : make_uint4(v[0].x, v[0].y, v[1].x, v[1].y);
+  }
+  /// Payload chunk h (0 or 1) of a line the lane loaded.
+  __device__ __forceinline__ static uint2 half(const uint4& v, int h) {
+    return h == 0 ? make_uint2(v.x, v.y) : make_uint2(v.z, v.w);
+  }
+  /// The lanes' own chunks of a line: chunk `ci` and, but in the flag lane, `ci + 1`; zeros where `valid` is
+  /// false.
+  __device__ __forceinline__ void load_own(uint2 (&v)[2], const char* in, size_t ci, size_t bytes, bool aligned,
+                                           bool valid) const {
+    v[0] = valid ? load8(in, ci, bytes, aligned) : make_uint2(0, 0);
+    v[1] = valid && !flag_lane ? load8(in, ci + 1, bytes, aligned) : make_uint2(0, 0);
+  }
+
+  /// Waits, warp-wide, until every peer q whose bit is set in `pending` (the same in all 32 lanes) has delivered
+  /// its line got[q], loaded from src(q); a lane's 8-lane group waits only for the peers whose bit is set in its
+  /// `live` mask (the lines it carries). The lines of every peer still missing are reloaded on each spin (NOTE
+  /// [LL concurrent polling]). False, in every lane, after recording the error, if a flag carries another op's
+  /// header (kMismatch) or the wait gives up. The callers load the lines once more after it (NOTE [LL128 lines]).
+  template <int kR, class Src>
+  __device__ __forceinline__ bool wait(uint4 (&got)[kR], uint32_t pending, uint32_t live, Src src,
+                                       uint64_t deadline) const {
+    for (uint32_t spins = 0;;) {
+#pragma unroll
+      for (int q = 0; q < kR; ++q) {
+        if (!((pending >> q) & 1)) continue;
+        const bool mine = flag_lane && ((live >> q) & 1);
+        const bool seen = mine && got[q].z == flag;
+        const bool bad = seen && got[q].w != header;
+        if (__any_sync(kFullWarp, bad)) {
+          if (bad) device::report_error(c, device::DeviceError::kMismatch, q, seq);
+          return false;
+        }
+        if (__all_sync(kFullWarp, seen || !mine)) pending &= ~(1u << q);
+      }
+      if (pending == 0) return true;
+      const int waited = __ffs(static_cast<int>(pending)) - 1;
+      if (++spins % device::kPollInterval == 0 &&
+          __any_sync(kFullWarp,
+                     lane == 0 && device::poll_give_up(c, waited, seq, deadline, device::announcement(seq, header))))
+        return false;
+#pragma unroll
+      for (int q = 0; q < kR; ++q) {
+        if ((pending >> q) & (live >> q) & 1) got[q] = ld_line(src(q));
+      }
+    }
+  }
+};
+
+template <int kR>
+__device__ __forceinline__ uint32_t peers_mask(int n_ranks, int me) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int q = 0; q < kR; ++q) {
+    if (q < n_ranks && q != me) m |= 1u << q;
+  }
+  return m;
+}
+
+/// The reduction of chunk h of a line: this rank's `own` and the peers' lines `got`, in rank order.
+template <class T, int kOp, int kR>
+__device__ __forceinline__ uint2 reduce_line_half(const uint2& own, const uint4 (&got)[kR], int h, int n_ranks, int me,
+                                                  ReduceOp op) {
+  Pack8<T> vals[kR];
+#pragma unroll
+  for (int q = 0; q < kR; ++q) {
+    if (q >= n_ranks) break;
+    vals[q].v = q == me ? own : LL128Lane::half(got[q], h);
+  }
+  return reduce8<T, kOp, kR>(vals, n_ranks, op);
+}
+
+__device__ __forceinline__ LL128Lane ll128_lane(const DeviceComm& c, const AllReduceLL128Params& p, uint32_t seq) {
+  const int lane = threadIdx.x % 32, sub = lane % kLL128LanesPerLine;
+  return LL128Lane{c,
+                   p.offset + (seq & 1) * c.world_size * p.slot_bytes,
+                   p.slot_bytes,
+                   seq,
+                   ll_flag(seq),
+                   p.header,
+                   lane,
+                   sub,
+                   sub == kLL128LanesPerLine - 1};
+}
+
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL128Params p) {
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
-  const uint32_t seq = f.seq0 + 1;
   const int n_ranks = c.world_size, me = c.rank;
   const size_t bytes = p.count * sizeof(T);
   const size_t nlines = div_up(bytes, kLL128LineData);
-  const size_t region = p.offset + (seq & 1) * n_ranks * p.slot_bytes;
-  const uint32_t flag = ll_flag(seq);  // NOTE [LL flag zero]
+  const LL128Lane ll = ll128_lane(c, p, f.seq0 + 1);  // NOTE [LL flag zero]
   const char* in = static_cast<const char*>(p.in);
   char* out = static_cast<char*>(p.out);
-  const bool in_al = (reinterpret_cast<uintptr_t>(in) & 7) == 0;
-  const bool out_al = (reinterpret_cast<uintptr_t>(out) & 7) == 0;
-  const int lane = threadIdx.x % 32, sub = lane % kLL128LanesPerLine;
-  const bool flag_lane = sub == kLL128LanesPerLine - 1;
+  const bool in_al = aligned8(in), out_al = aligned8(out);
+  const int group = ll.lane / kLL128LanesPerLine;
   const size_t warp = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32;
   const size_t line_stride = size_t{gridDim.x} * blockDim.x / 32 * kLL128LinesPerWarp;  // lines per batch step
-  // This lane's 16 bytes of `line` in the area of rank `owner` that holds the lines `from` sends.
-  auto line_at = [&](int owner, int from, size_t line) {
-    return c.ll[owner] + region + from * p.slot_bytes + line * kLL128LineBytes + sub * 16;
-  };
+  const uint32_t peers = peers_mask<kR>(n_ranks, me);
 
   // Every loop bound and every break below is the same in all 32 lanes (warp-uniform), as the warp votes
   // and the one-instruction line stores require.
   bool failed = false;
-  for (size_t base = warp * kLL128LinesPerWarp + lane / kLL128LanesPerLine;
-       base - lane / kLL128LanesPerLine < nlines && !failed; base += line_stride * kLL128Batch) {
+  for (size_t base = warp * kLL128LinesPerWarp + group; base - group < nlines && !failed;
+       base += line_stride * kLL128Batch) {
     uint2 own[kLL128Batch][2];
     bool valid[kLL128Batch];
 #pragma unroll
     for (int u = 0; u < kLL128Batch; ++u) {
       const size_t line = base + u * line_stride;
       valid[u] = line < nlines;
-      const size_t ci = line * kLL128ChunksPerLine + sub * 2;
-      own[u][0] = valid[u] ? load8(in, ci, bytes, in_al) : make_uint2(0, 0);
-      own[u][1] = valid[u] && !flag_lane ? load8(in, ci + 1, bytes, in_al) : make_uint2(0, 0);
+      ll.load_own(own[u], in, line * kLL128ChunksPerLine + ll.sub * 2, bytes, in_al, valid[u]);
     }
     __syncwarp();  // the 8 lanes of a line store it with one instruction
 #pragma unroll
     for (int u = 0; u < kLL128Batch; ++u) {
-      const size_t line = base + u * line_stride;
-      const uint4 v = flag_lane ? make_uint4(own[u][0].x, own[u][0].y, flag, p.header)
-                                : make_uint4(own[u][0].x, own[u][0].y, own[u][1].x, own[u][1].y);
+      const uint4 v = ll.pack(own[u]);
       for (int q = 0; q < n_ranks; ++q) {
-        if (q != me && valid[u]) st_line(line_at(q, me, line), v);
+        if (q != me && valid[u]) st_line(ll.slot_at(q, me, base + u * line_stride), v);
       }
     }
     uint4 got[kLL128Batch][kR];
@@ -506,46 +604,18 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
       for (int u = 0; u < kLL128Batch; ++u) {
 #pragma unroll
         for (int q = 0; q < kR; ++q) {
-          if (q < n_ranks && q != me && valid[u]) got[u][q] = ld_line(line_at(me, q, base + u * line_stride));
+          if (((peers >> q) & 1) && valid[u]) got[u][q] = ld_line(ll.slot_at(me, q, base + u * line_stride));
         }
       }
     };
     load_lines();
-    // Wait until every flag of this warp's lines is seen, then load the lines once more (NOTE [LL128 lines]).
-    // Per line of the batch, the lines of every peer still missing are reloaded on each spin (NOTE [LL
-    // concurrent polling]); bit q of `pending` (the same in every lane) stands for peer q.
+    // Per line of the batch, wait until every peer's flag is seen, then load the lines once more.
 #pragma unroll
     for (int u = 0; u < kLL128Batch; ++u) {
-      uint32_t pending = 0;
-#pragma unroll
-      for (int q = 0; q < kR; ++q) {
-        if (q < n_ranks && q != me) pending |= 1u << q;
-      }
-      for (uint32_t spins = 0; !failed;) {
-#pragma unroll
-        for (int q = 0; q < kR; ++q) {
-          if (!((pending >> q) & 1) || failed) continue;
-          const bool seen = valid[u] && flag_lane && got[u][q].z == flag;
-          const bool bad = seen && got[u][q].w != p.header;
-          if (__any_sync(kFullWarp, bad)) {
-            if (bad) device::report_error(c, device::DeviceError::kMismatch, q, seq);
-            failed = true;
-          } else if (__all_sync(kFullWarp, seen || !valid[u] || !flag_lane)) {
-            pending &= ~(1u << q);
-          }
-        }
-        if (failed || pending == 0) break;
-        const int waited = __ffs(static_cast<int>(pending)) - 1;
-        if (++spins % device::kPollInterval == 0 &&
-            __any_sync(kFullWarp, lane == 0 && device::poll_give_up(c, waited, seq, f.deadline,
-                                                                    device::announcement(seq, p.header)))) {
-          failed = true;
-          break;
-        }
-#pragma unroll
-        for (int q = 0; q < kR; ++q) {
-          if (((pending >> q) & 1) && valid[u]) got[u][q] = ld_line(line_at(me, q, base + u * line_stride));
-        }
+      auto src = [&](int q) { return ll.slot_at(me, q, base + u * line_stride); };
+      if (!ll.wait(got[u], peers, valid[u] ? peers : 0, src, f.deadline)) {
+        failed = true;
+        break;
       }
     }
     if (failed) break;
@@ -553,19 +623,125 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
 #pragma unroll
     for (int u = 0; u < kLL128Batch; ++u) {
       if (!valid[u]) continue;
-      const size_t ci = (base + u * line_stride) * kLL128ChunksPerLine + sub * 2;
+      const size_t ci = (base + u * line_stride) * kLL128ChunksPerLine + ll.sub * 2;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (h == 1 && flag_lane) break;
-        Pack8<T> vals[kR];
-#pragma unroll
-        for (int q = 0; q < kR; ++q) {
-          if (q >= n_ranks) break;
-          vals[q].v = q == me ? own[u][h]
-                              : (h == 0 ? make_uint2(got[u][q].x, got[u][q].y) : make_uint2(got[u][q].z, got[u][q].w));
-        }
-        store8(out, ci + h, bytes, out_al, reduce8<T, kOp, kR>(vals, n_ranks, p.op));
+        if (h == 1 && ll.flag_lane) break;
+        store8(out, ci + h, bytes, out_al, reduce_line_half<T, kOp, kR>(own[u][h], got[u], h, n_ranks, me, p.op));
       }
+    }
+  }
+  frame_end(c, f, 1, 0, false);  // no block barriers: NOTE [signal refresh]
+}
+
+// NOTE [LL128 two-shot] The payload's LL128 lines are cut into world_size shards of consecutive lines (shard q:
+// lines [q * nlines / N, (q + 1) * nlines / N)); position i of a shard is its i-th line. The op's parity area of
+// every rank's LL buffer holds a reduce-scatter part, N slots of `positions` lines (slot q: what rank q sends),
+// then an all-gather part of the same shape. The 8-lane group that owns position i, on every rank:
+//   1. loads line i of every shard of its input and sends shard q's to slot `me` of rank q's reduce-scatter part;
+//   2. waits for the peers' lines of its own shard, reduces them with its own in rank order, stores the result
+//      and sends it to slot `me` of every peer's all-gather part;
+//   3. waits for the peers' results at position i and stores them.
+// Every wait is for lines that the peers' groups of the same position send before they wait themselves (step 2's
+// sends follow only step 1's receipts), so no cycle is possible, as in the one-shot. Each element crosses NVLink
+// twice in all (2 (N - 1) / N of the payload out of every rank) instead of the one-shot's N - 1 times, for a
+// second latency. The buffer-reuse argument of NOTE [LL lines] needs every rank to receive lines from every peer
+// in every op: rank a gets rank b's lines of a's shard and b's results, so it suffices that at most one shard is
+// empty; the selector keeps payloads of fewer than N lines on other paths (all_reduce_ll128_two_shot_min_bytes),
+// and then every shard has a line. One rank computes each element, so all ranks get identical results.
+template <class T, int kOp, int kR>
+__global__ void __launch_bounds__(kThreads) all_reduce_ll128_two_shot_kernel(AllReduceLL128Params p) {
+  const DeviceComm& c = p.comm;
+  const Frame f = frame_begin(c, p.header);
+  if (f.failed) return;  // NOTE [failed communicator]
+  const int n_ranks = c.world_size, me = c.rank;
+  const size_t bytes = p.count * sizeof(T);
+  const size_t nlines = div_up(bytes, kLL128LineData);
+  const size_t positions = div_up(nlines, static_cast<size_t>(n_ranks));
+  const LL128Lane ll = ll128_lane(c, p, f.seq0 + 1);  // NOTE [LL flag zero]
+  const char* in = static_cast<const char*>(p.in);
+  char* out = static_cast<char*>(p.out);
+  const bool in_al = aligned8(in), out_al = aligned8(out);
+  const int group = ll.lane / kLL128LanesPerLine;
+  const size_t warp = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32;
+  const size_t stride = size_t{gridDim.x} * blockDim.x / 32 * kLL128LinesPerWarp;
+  const uint32_t peers = peers_mask<kR>(n_ranks, me);
+  auto first = [&](int q) { return q * nlines / n_ranks; };  // shard q's first line
+  auto rs_line = [&](int from, size_t i) { return from * positions + i; };
+  auto ag_line = [&](int from, size_t i) { return (n_ranks + from) * positions + i; };
+  const size_t my_first = first(me), my_len = first(me + 1) - my_first;
+
+  bool failed = false;
+  for (size_t i = warp * kLL128LinesPerWarp + group; i - group < positions && !failed; i += stride) {
+    // 1. Line i of every shard: mine stays in registers, the others go to their shards' ranks.
+    uint32_t live = 0;  // bit q: shard q has a line i (from the reduce-scatter on: for peers q)
+    uint2 mine[2];
+    ll.load_own(mine, in, (my_first + i) * kLL128ChunksPerLine + ll.sub * 2, bytes, in_al, i < my_len);
+    {
+      uint2 own[kR][2];
+#pragma unroll
+      for (int q = 0; q < kR; ++q) {
+        if (!((peers >> q) & 1)) continue;
+        const bool valid = i < first(q + 1) - first(q);
+        live |= static_cast<uint32_t>(valid) << q;
+        ll.load_own(own[q], in, (first(q) + i) * kLL128ChunksPerLine + ll.sub * 2, bytes, in_al, valid);
+      }
+      __syncwarp();  // the 8 lanes of a line store it with one instruction
+#pragma unroll
+      for (int q = 0; q < kR; ++q) {
+        if ((live >> q) & 1) st_line(ll.at(q, rs_line(me, i)), ll.pack(own[q]));
+      }
+    }
+    // 2. The peers' lines of my shard, reduced with mine, stored, and sent to every peer.
+    uint4 got[kR];
+    const uint32_t have_mine = i < my_len ? peers : 0;
+    auto rs_src = [&](int q) { return ll.at(me, rs_line(q, i)); };
+#pragma unroll
+    for (int q = 0; q < kR; ++q) {
+      if ((have_mine >> q) & 1) got[q] = ld_line(rs_src(q));
+    }
+    if (!ll.wait(got, peers, have_mine, rs_src, f.deadline)) {
+      failed = true;
+      break;
+    }
+#pragma unroll
+    for (int q = 0; q < kR; ++q) {
+      if ((have_mine >> q) & 1) got[q] = ld_line(rs_src(q));
+    }
+    uint2 sum[2] = {};
+    const size_t ci = (my_first + i) * kLL128ChunksPerLine + ll.sub * 2;
+    if (i < my_len) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (h == 0 || !ll.flag_lane) sum[h] = reduce_line_half<T, kOp, kR>(mine[h], got, h, n_ranks, me, p.op);
+      }
+    }
+    __syncwarp();  // the 8 lanes of a line store it with one instruction
+    const uint4 v = ll.pack(sum);
+    for (int q = 0; q < n_ranks; ++q) {
+      if (q != me && i < my_len) st_line(ll.at(q, ag_line(me, i)), v);
+    }
+    if (i < my_len) {
+      store8(out, ci, bytes, out_al, sum[0]);
+      if (!ll.flag_lane) store8(out, ci + 1, bytes, out_al, sum[1]);
+    }
+    // 3. The peers' results at position i.
+    auto ag_src = [&](int q) { return ll.at(me, ag_line(q, i)); };
+#pragma unroll
+    for (int q = 0; q < kR; ++q) {
+      if ((live >> q) & 1) got[q] = ld_line(ag_src(q));
+    }
+    if (!ll.wait(got, peers, live, ag_src, f.deadline)) {
+      failed = true;
+      break;
+    }
+#pragma unroll
+    for (int q = 0; q < kR; ++q) {
+      if (!((live >> q) & 1)) continue;
+      const uint4 v = ld_line(ag_src(q));
+      const size_t ci = (first(q) + i) * kLL128ChunksPerLine + ll.sub * 2;
+      store8(out, ci, bytes, out_al, LL128Lane::half(v, 0));
+      if (!ll.flag_lane) store8(out, ci + 1, bytes, out_al, LL128Lane::half(v, 1));
     }
   }
   frame_end(c, f, 1, 0, false);  // no block barriers: NOTE [signal refresh]
@@ -616,19 +792,34 @@ void launch_all_reduce_ll(const AllReduceLLParams& p, cudaStream_t stream) {
 }
 
 size_t all_reduce_ll128_slot_bytes(size_t payload_bytes) {
-  return div_up(payload_bytes, kLL128LineData) * kLL128LineBytes;
+  return (div_up(payload_bytes, kLL128LineData) + 4) * kLL128LineBytes;
+}
+
+size_t all_reduce_ll128_two_shot_min_bytes(int world_size) {
+  return static_cast<size_t>(world_size - 1) * kLL128LineData + 1;
+}
+
+size_t all_reduce_ll128_two_shot_max_bytes(int world_size, size_t slot_bytes) {
+  return slot_bytes / (2 * kLL128LineBytes) * static_cast<size_t>(world_size) * kLL128LineData;
 }
 
 void launch_all_reduce_ll128(const AllReduceLL128Params& p, cudaStream_t stream) {
   const size_t nlines = div_up(p.count * dtype_size(p.dtype), kLL128LineData);
+  // The two-shot's groups each own a position of every shard (NOTE [LL128 two-shot]).
+  const size_t work = p.two_shot ? div_up(nlines, static_cast<size_t>(p.comm.world_size)) : nlines;
   const size_t per_group = std::clamp<size_t>(p.lines_per_group, 1, 64);
   const size_t max_blocks = std::clamp<size_t>(p.max_blocks, 1, 1024);
   const size_t lines_per_block = kThreads / kLL128LanesPerLine * per_group;
-  const int blocks = static_cast<int>(std::clamp<size_t>(div_up(nlines, lines_per_block), 1, max_blocks));
+  const int blocks = static_cast<int>(std::clamp<size_t>(div_up(work, lines_per_block), 1, max_blocks));
   dispatch_reduce_to_four(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
-    SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<T, decltype(o)::value, decltype(r)::value>, blocks,
-                                     kThreads, stream, p.pdl, p));
+    constexpr int kO = decltype(o)::value, kR = decltype(r)::value;
+    if (p.two_shot) {
+      SYMCOMM_CUDA_CHECK(
+          launch_kernel(all_reduce_ll128_two_shot_kernel<T, kO, kR>, blocks, kThreads, stream, p.pdl, p));
+    } else {
+      SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<T, kO, kR>, blocks, kThreads, stream, p.pdl, p));
+    }
   });
 }
 

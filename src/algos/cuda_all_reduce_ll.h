@@ -40,7 +40,9 @@ struct AllReduceLLParams {
 /// carries 120 bytes of payload and an 8-byte flag {seq, header} in its last lane, written by 8 lanes of a
 /// warp with one store instruction and read the same way (NOTE [LL128 lines] in cuda_all_reduce_ll.cu).
 /// 6.7% of extra NVLink bytes instead of LL's 100%, still no fence and no barrier; the header makes ranks
-/// running different all-reduces (count, dtype, op) fail with kMismatch instead of timing out.
+/// running different all-reduces (count, dtype, op) fail with kMismatch instead of timing out. The same lines
+/// also carry a two-shot all-reduce without barriers (`two_shot`): each rank reduces one shard of the payload
+/// and sends the result back on the lines, so each element crosses NVLink twice instead of world_size - 1 times.
 struct AllReduceLL128Params {
   device::DeviceComm comm;
   const void* in;
@@ -54,10 +56,16 @@ struct AllReduceLL128Params {
   size_t lines_per_group = 1;  ///< lines each 8-lane group carries before another block is added (Tuning)
   size_t max_blocks = 128;     ///< (Tuning; 1-1024)
   bool pdl = false;            ///< programmatic dependent launch (NOTE [PDL] in cuda_common.cuh)
+  bool two_shot = false;       ///< the two-shot kernel (NOTE [LL128 two-shot] in cuda_all_reduce_ll.cu)
 };
 
-/// Bytes of LL128 lines that carry `payload_bytes` of payload.
+/// Bytes of LL128 lines that carry `payload_bytes` of payload, and 4 lines more: so that the two-shot's halves
+/// of the world_size slots (NOTE [LL128 two-shot]) hold world_size / 2 x `payload_bytes` at any world size.
 size_t all_reduce_ll128_slot_bytes(size_t payload_bytes);
+/// The payloads (bytes) the LL128 two-shot all-reduce serves at `world_size` ranks with slots of `slot_bytes`:
+/// from one line per shard (NOTE [LL128 two-shot]) up to what the slots hold.
+size_t all_reduce_ll128_two_shot_min_bytes(int world_size);
+size_t all_reduce_ll128_two_shot_max_bytes(int world_size, size_t slot_bytes);
 void launch_all_reduce_ll128(const AllReduceLL128Params& p, cudaStream_t stream);
 
 /// Largest payload (bytes) the LL buffers hold.

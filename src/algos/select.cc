@@ -32,25 +32,29 @@ bool copy_engine_capable(Collective c) {
 
 // NOTE [measured CUDA thresholds]
 // Tuning's CUDA defaults were measured on 2 x H200. Fields left at those defaults take other values from 3
-// ranks on, from symcomm-tune at 4 ranks on 4 x H100 and on 4 x H200 (every pair NV18; bf16, CUDA graph), whose
-// entries in the compiled-in table (src/core/tuning_defaults.json) agree on every all-reduce threshold: LL up to
-// 90 KB (between the measured 64 and 128 KB), LL128 and the one-shot up to 724 KB (between 512 KB and 1 MB), the
-// two-shot up to 22 MB (between 16 and 32 MB), NCCL above. On 4 x H200, us: LL 4.51 / LL128 5.17 at 64 KB,
-// 6.02 / 5.96 at 128 KB; LL128 10.61 / two-shot 11.41 at 512 KB, 18.68 / 13.17 at 1 MB; two-shot 90.58 / NCCL
-// 97.93 at 16 MB, 176.59 / 173.12 at 32 MB, 324.29 / 312.80 at 64 MB. NCCL takes the all-gather and reduce-scatter from
-// 256 MB (a tie with the direct kernels there). GPUs with an entry of their own use it instead (NOTE [tuning
-// precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on, nothing is measured:
-// one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256 KB at 8 ranks in
-// TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The push-to-output two-shot was measured on 2
-// ranks only: off for more. The LL kernels' blocks get 256 threads (up to 256 blocks) from 3 ranks on: on
-// 4 x H200 (every pair NV18; symcomm-bench --mode graph, bf16 sum, LL forced up to 512 KB) 512-thread blocks
-// took 3.77 / 3.83 / 4.00 / 4.62 / 6.02 us for the all-reduce of 8 / 16 / 32 / 64 / 128 KB, 256-thread blocks
-// 3.46 / 3.57 / 3.84 / 4.51 / 5.88, and the all-gather and reduce-scatter of 32-64 KB went from 4.02-4.09 to
-// 3.65-3.85 us, no size slower by more than 0.1 us; 128-thread blocks (up to 512) were faster still for the
-// all-reduce but slower for the all-gather and reduce-scatter of 8 KB (3.59 / 3.45 against 3.23 / 3.24 us). At 2
-// ranks 512-thread blocks are the fastest (Tuning::cuda_ll_block_threads). A communicator applies these values
-// once, at creation, below a tuning file's entry (symcomm-tune, docs/tuning.md) and explicit settings (NOTE
-// [tuning precedence] in src/core/tuning_file.cc).
+// ranks on, from symcomm-tune at 4 ranks on 4 x H100 (every pair NV18; bf16, CUDA graph; its entry in the
+// compiled-in table, src/core/tuning_defaults.json), the only 4-rank run with every all-reduce path: LL up to
+// 90 KB (between the measured 64 and 128 KB), LL128 and the one-shot up to 362 KB (between 256 and 512 KB), the
+// LL128 two-shot up to 2.8 MB (between 2 and 4 MB), the two-shot with barriers up to 22 MB (between 16 and 32
+// MB), NCCL above. Us: LL 4.58 / LL128 5.16 at 64 KB, 6.00 / 5.82 at 128 KB; LL128 7.14 / LL128 two-shot 8.93 at
+// 256 KB, 10.15 / 9.97 at 512 KB; LL128 two-shot 11.86 / two-shot 14.52 / NCCL 17.93 at 1 MB, 17.60 / 19.29 at
+// 2 MB, 34.59 / 28.70 at 4 MB; two-shot 91.90 / NCCL 99.50 at 16 MB, 177.42 / 172.80 at 32 MB. The 4 x H200 entry
+// (measured before the LL128 two-shot existed) agrees up to 90 KB and on NCCL's start. NCCL takes the all-gather
+// and reduce-scatter from 256 MB (a tie with the direct kernels there). GPUs with an entry of their own use it
+// instead (NOTE [tuning precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on,
+// nothing is measured: one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256
+// KB at 8 ranks in TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The LL128 two-shot moves 2 (N - 1)
+// / N of the payload out of every rank where the one-shot moves N - 1 times it, for a second NVLink latency: at
+// 2 ranks the same bytes, and symcomm-tune gives it no size there (2 x H100); its fields keep it off. The
+// push-to-output two-shot was measured on 2 ranks only: off for more. The LL kernels' blocks get 256 threads (up
+// to 256 blocks) from 3 ranks on: on 4 x H200 (every pair NV18; symcomm-bench --mode graph, bf16 sum, LL forced
+// up to 512 KB) 512-thread blocks took 3.77 / 3.83 / 4.00 / 4.62 / 6.02 us for the all-reduce of 8 / 16 / 32 /
+// 64 / 128 KB, 256-thread blocks 3.46 / 3.57 / 3.84 / 4.51 / 5.88, and the all-gather and reduce-scatter of
+// 32-64 KB went from 4.02-4.09 to 3.65-3.85 us, no size slower by more than 0.1 us; 128-thread blocks (up to
+// 512) were faster still for the all-reduce but slower for the all-gather and reduce-scatter of 8 KB (3.59 /
+// 3.45 against 3.23 / 3.24 us). At 2 ranks 512-thread blocks are the fastest (Tuning::cuda_ll_block_threads). A
+// communicator applies these values once, at creation, below a tuning file's entry (symcomm-tune,
+// docs/tuning.md) and explicit settings (NOTE [tuning precedence] in src/core/tuning_file.cc).
 namespace {
 
 /// From `min_world_size` ranks on, `field` defaults to `value`. Rows are applied in order, so a row for more
@@ -63,8 +67,9 @@ struct MeasuredValue {
 
 constexpr MeasuredValue kMeasuredCuda[] = {
     {3, &Tuning::cuda_ll_max_bytes, size_t{90} << 10},
-    {3, &Tuning::cuda_ll128_max_bytes, size_t{724} << 10},
-    {3, &Tuning::cuda_one_shot_max_bytes, size_t{724} << 10},
+    {3, &Tuning::cuda_ll128_max_bytes, size_t{362} << 10},
+    {3, &Tuning::cuda_one_shot_max_bytes, size_t{362} << 10},
+    {3, &Tuning::cuda_ll128_two_shot_max_bytes, size_t{2896} << 10},
     {3, &Tuning::cuda_two_shot_max_bytes, size_t{22} << 20},
     {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
     {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
@@ -156,6 +161,10 @@ KernelPath select_cuda_path(Collective kind, size_t bytes, Algorithm algo, const
         if (bytes <= t.cuda_ll_max_bytes && bytes <= f.ll_capacity_bytes) return KernelPath::kLL;
         if (bytes <= t.cuda_ll128_max_bytes && bytes <= f.ll128_capacity_bytes) return KernelPath::kLL128;
         return KernelPath::kOneShotStaged;
+      }
+      if (bytes <= t.cuda_ll128_two_shot_max_bytes && bytes >= f.ll128_two_shot_min_bytes &&
+          bytes <= f.ll128_two_shot_capacity_bytes) {
+        return KernelPath::kLL128TwoShot;
       }
       // Pushing needs only the outputs in the heap; reading the peers' inputs in place needs both.
       if (f.out_symmetric && bytes >= t.cuda_two_shot_push_min_bytes) return KernelPath::kTwoShotPush;

@@ -42,6 +42,10 @@ struct PathFacts {
   bool in_place = false;            ///< in == out
   size_t ll_capacity_bytes = 0;     ///< the largest payload the LL buffer holds (per block for direct collectives)
   size_t ll128_capacity_bytes = 0;  ///< the largest all-reduce the LL128 lines hold
+  /// The all-reduces the LL128 two-shot serves: from one line per shard to what its lines hold
+  /// (all_reduce_ll128_two_shot_min_bytes / _max_bytes in src/algos/cuda_all_reduce_ll.h).
+  size_t ll128_two_shot_min_bytes = 0;
+  size_t ll128_two_shot_capacity_bytes = 0;
 };
 
 /// The kernel path the CUDA backend runs `kind` on with algorithm `algo` (select_algorithm()'s answer, never

@@ -285,6 +285,42 @@ TEST(GpuCollectives, AllReduceLL128) {
   });
 }
 
+// The LL128 two-shot (NOTE [LL128 two-shot]) on every case of the matrix with its limit above its capacity, on a
+// grid of 3 blocks (every warp runs several positions, and partial ones), plus counts at its capacity (a little
+// over world_size / 2 x 4 MB) and just below, in and out of place, and one just above (the two-shot
+// with barriers); then the defaults' grid on the large counts. Counts of fewer lines than ranks take the
+// two-shot with barriers too.
+TEST(GpuCollectives, AllReduceLL128TwoShot) {
+  const int n = gpus();
+  // Lines of 120 payload bytes; a slot holds 4 MB of them and 4 more, half for each of the two phases' positions.
+  constexpr size_t kSlotLines = ((size_t{4} << 20) + 119) / 120 + 4;
+  const size_t cap = kSlotLines / 2 * 120 * static_cast<size_t>(n);
+  testing::expect_success(n, [cap](RankEnv& env) {
+    std::vector<Case> cases = reduction_cases(Collective::kAllReduce, {Algorithm::kTwoShot});
+    std::vector<Case> large;
+    for (bool ip : {false, true}) {
+      large.push_back(
+          {Collective::kAllReduce, DataType::kBFloat16, ReduceOp::kSum, cap / 2, ip, 0, Algorithm::kTwoShot});
+      large.push_back(
+          {Collective::kAllReduce, DataType::kFloat16, ReduceOp::kMax, cap / 2 - 1, ip, 2, Algorithm::kTwoShot});
+      large.push_back({Collective::kAllReduce, DataType::kFloat32, ReduceOp::kAvg, 700001, ip, 4, Algorithm::kTwoShot});
+    }
+    large.push_back(
+        {Collective::kAllReduce, DataType::kBFloat16, ReduceOp::kSum, cap / 2 + 1, false, 0, Algorithm::kTwoShot});
+    cases.insert(cases.end(), large.begin(), large.end());
+    auto two_shot_ll = [](Config& c) {
+      c.tuning.cuda_ll128_two_shot_max_bytes = size_t{16} << 20;
+      c.heap_bytes = size_t{1} << 30;
+    };
+    const PathCounts paths = sweep(env, cases, [&](Config& c) {
+      two_shot_ll(c);
+      c.tuning.cuda_ll128_max_blocks = 3;
+    });
+    expect_paths(paths, {KernelPath::kLL128TwoShot, KernelPath::kTwoShotStaged, KernelPath::kTwoShotZeroCopy});
+    expect_paths(sweep(env, large, two_shot_ll), {KernelPath::kLL128TwoShot});
+  });
+}
+
 TEST(GpuCollectives, ReduceScatter) {
   const int n = gpus();
   testing::expect_success(

@@ -80,6 +80,8 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env) {
   EXPECT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
   CommOptions o = cuda_comm_options_without_nccl(env.config);
   o.config->heap_bytes = size_t{256} << 20;
+  // The two-shot cases pull from or push into the heap: not the LL128 two-shot, which reaches no peer buffer.
+  o.config->tuning.cuda_ll128_two_shot_max_bytes = 16;
   return env.make_comm(o);
 }
 

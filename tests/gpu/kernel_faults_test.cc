@@ -82,6 +82,7 @@ std::vector<Path> paths() {
       ar("all_reduce_ll", 1 * kKB),
       ar("all_reduce_ll128", 1 * kMB),
       ar("all_reduce_one_shot", 3 * kMB),
+      Path{.name = "all_reduce_ll128_two_shot", .count = 1 * kMB, .algo = Algorithm::kTwoShot},
       ar("all_reduce_two_shot", 16 * kMB),
       ar("all_reduce_two_shot_push", 16 * kMB, true, true),
       ar("all_reduce_two_shot_zero_copy", 6 * kMB, true, true),
@@ -138,8 +139,8 @@ std::chrono::milliseconds deadline(int world) {
 }
 
 /// The test config with the all-reduce path table pinned as in mismatch_test.cc (LL up to 512 KB, LL128 up to
-/// 2 MB, staged one-shot up to 4 MB, two-shot pushing to heap outputs from 8 MB), 16 bytes off the defaults so
-/// that measured_cuda_tuning keeps them at every world size.
+/// 2 MB, staged one-shot up to 4 MB, two-shot on the LL128 lines up to 2 MB, pushing to heap outputs from 8 MB),
+/// 16 bytes off the defaults so that measured_cuda_tuning keeps them at every world size.
 Config kernel_fault_config(Fault f, int world) {
   Config c = testing::HarnessOptions::default_test_config();
   c.timeout = f == Fault::kMissing ? deadline(world) : std::chrono::seconds(20) * testing::timeout_scale();
@@ -149,6 +150,7 @@ Config kernel_fault_config(Fault f, int world) {
   c.tuning.cuda_ll128_max_bytes = size_t{2} << 20;
   c.tuning.cuda_one_shot_max_bytes = (size_t{4} << 20) - 16;
   c.tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;
+  c.tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
   return c;
 }
 

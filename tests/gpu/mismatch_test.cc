@@ -100,10 +100,10 @@ constexpr size_t kMB = 1024 * kKB;
 
 /// The harness's test config (1 MB staging) with the all-reduce path table pinned, so that every case stays
 /// on the path it is about whatever the defaults become: LL up to 512 KB, LL128 up to 2 MB, the staged
-/// one-shot up to 4 MB, then two-shot (pushing to the peers' outputs from 8 MB when the output is in the heap).
-/// The last two are 16 bytes off the library's defaults: measured_cuda_tuning (src/algos/select.cc) replaces
-/// fields left at their defaults with its values for more than 2 ranks, and the cases must keep their paths
-/// at every world size.
+/// one-shot up to 4 MB, then two-shot (pushing to the peers' outputs from 8 MB when the output is in the heap;
+/// two-shot calls up to 2 MB on the LL128 lines). The last three are 16 bytes off the library's defaults:
+/// measured_cuda_tuning (src/algos/select.cc) replaces fields left at their defaults with its values for more than 2
+/// ranks, and the cases must keep their paths at every world size.
 Config mismatch_config(bool debug) {
   Config c = testing::HarnessOptions::default_test_config();
   c.timeout = deadline();
@@ -116,12 +116,16 @@ Config mismatch_config(bool debug) {
   c.tuning.cuda_ll128_max_bytes = size_t{2} << 20;
   c.tuning.cuda_one_shot_max_bytes = (size_t{4} << 20) - 16;
   c.tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;
+  c.tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
   return c;
 }
 
 std::vector<MismatchCase> cases() {
   auto ar = [](size_t count, DataType dt = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
     return Call{.kind = Collective::kAllReduce, .count = count, .dt = dt, .op = op};
+  };
+  auto ar_algo = [](size_t count, Algorithm algo) {
+    return Call{.kind = Collective::kAllReduce, .count = count, .algo = algo};
   };
   auto ag = [](size_t count) {
     return Call{.kind = Collective::kAllGather, .count = count, .algo = Algorithm::kDirect};
@@ -167,6 +171,16 @@ std::vector<MismatchCase> cases() {
       {.name = "count_ll128", .rank0 = {ar(kLL128)}, .rank1 = {ar(kLL128 + 4)}, .field = "count"},
       {.name = "dtype_ll128", .rank0 = {ar(kLL128)}, .rank1 = {ar(kLL128, kI32)}, .field = "dtype"},
       {.name = "op_ll128", .rank0 = {ar(kLL128)}, .rank1 = {ar(kLL128, DataType::kFloat32, kMaxOp)}, .field = "op"},
+      // The LL128 two-shot: the header in every line's flag, in both phases; against the LL128 one-shot on the
+      // same lines, the headers' path.
+      {.name = "count_ll128_two_shot",
+       .rank0 = {ar_algo(kLL128, Algorithm::kTwoShot)},
+       .rank1 = {ar_algo(kLL128 + 4, Algorithm::kTwoShot)},
+       .field = "count"},
+      {.name = "algorithm_ll128_one_vs_two_shot",
+       .rank0 = {ar_algo(kLL128, Algorithm::kOneShot)},
+       .rank1 = {ar_algo(kLL128, Algorithm::kTwoShot)},
+       .field = "algorithm"},
       // Staged one-shot and two-shot: the header in the first barrier.
       {.name = "count_one_shot", .rank0 = {ar(kStaged)}, .rank1 = {ar(kStaged + 4)}, .field = "count"},
       {.name = "dtype", .rank0 = {ar(kStaged)}, .rank1 = {ar(kStaged, kI32)}, .field = "dtype"},

@@ -41,6 +41,8 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env, uint32_t start, uint32_t l
   o.config->heap_bytes = (env.info.world_size + 1) * kCount * sizeof(float);
   o.config->debug_seq_start = start;
   o.config->debug_signal_lag = lag;
+  // Two-shot all-reduces up to 2 MB on the LL128 lines at every world size, larger ones with barriers.
+  o.config->tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
   return env.make_comm(o);
 }
 
@@ -96,7 +98,7 @@ TEST_P(GpuSequence, StaleSlotsAreRefreshedBeforeTheyReadAsReached) {
 
 /// What runs at sequence number 0 (the first op after the counter wraps), each the first of its kind in the
 /// communicator, so its LL lines were never written.
-enum class AtZero { kLLAllReduce, kLL128AllReduce, kLLAllGather, kTwoShot };
+enum class AtZero { kLLAllReduce, kLL128AllReduce, kLL128TwoShot, kLLAllGather, kTwoShot };
 struct WrapCase {
   const char* name;
   AtZero op;
@@ -126,6 +128,7 @@ TEST_P(GpuSequenceWrap, CountersWrapAroundExactly) {
     };
     const Step at_zero = c.op == AtZero::kLLAllReduce      ? Step{1024, Algorithm::kOneShot, false}
                          : c.op == AtZero::kLL128AllReduce ? Step{size_t{1} << 18, Algorithm::kOneShot, false}
+                         : c.op == AtZero::kLL128TwoShot   ? Step{size_t{1} << 18, Algorithm::kTwoShot, false}
                          : c.op == AtZero::kLLAllGather    ? Step{1024, Algorithm::kDirect, true}
                                                            : Step{kCount, Algorithm::kTwoShot, false};
     const Step steps[] = {at_zero,
@@ -133,6 +136,7 @@ TEST_P(GpuSequenceWrap, CountersWrapAroundExactly) {
                           {size_t{1} << 18, Algorithm::kOneShot, false},
                           {size_t{1} << 20, Algorithm::kOneShot, false},
                           {kCount, Algorithm::kTwoShot, false},
+                          {size_t{1} << 18, Algorithm::kTwoShot, false},
                           {size_t{1} << 18, Algorithm::kDirect, true},
                           {1024, Algorithm::kDirect, true}};
     uint64_t seed = 10;
@@ -178,6 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, GpuSequence, ::testing::Values(false, true),
 INSTANTIATE_TEST_SUITE_P(Cases, GpuSequenceWrap,
                          ::testing::Values(WrapCase{"ll_all_reduce", AtZero::kLLAllReduce, false},
                                            WrapCase{"ll128_all_reduce", AtZero::kLL128AllReduce, false},
+                                           WrapCase{"ll128_two_shot", AtZero::kLL128TwoShot, false},
                                            WrapCase{"ll_all_gather", AtZero::kLLAllGather, false},
                                            WrapCase{"two_shot", AtZero::kTwoShot, false},
                                            WrapCase{"ll_all_reduce_graph", AtZero::kLLAllReduce, true},

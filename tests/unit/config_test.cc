@@ -68,6 +68,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_LL128_MAX_BYTES",
     "SYMCOMM_CUDA_LL128_LINES_PER_GROUP",
     "SYMCOMM_CUDA_LL128_MAX_BLOCKS",
+    "SYMCOMM_CUDA_LL128_TWO_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_PDL",
 };
 
@@ -424,6 +425,12 @@ const std::vector<TuningRange> kTuningRanges = {
      {1, 1024},
      {0, 1025},
      "1-1024"},
+    {"cuda_ll128_two_shot_max_bytes",
+     "SYMCOMM_CUDA_LL128_TWO_SHOT_MAX_BYTES",
+     &Tuning::cuda_ll128_two_shot_max_bytes,
+     {0, 16 * kMiB},
+     {16 * kMiB + 1},
+     "0-16777216"},
     {"cuda_pdl", "SYMCOMM_CUDA_PDL", &Tuning::cuda_pdl, {0, 1}, {2, SIZE_MAX}, "0-1"},
 };
 

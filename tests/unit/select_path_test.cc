@@ -19,6 +19,9 @@ constexpr size_t kGatherMax = 2048;   // Tuning::cuda_ll_gather_max_bytes
 constexpr size_t kPushMin = 65536;    // Tuning::cuda_two_shot_push_min_bytes
 constexpr size_t kLLCapacity = 4096;  // PathFacts::ll_capacity_bytes
 constexpr size_t kLL128Capacity = 16384;
+constexpr size_t kTwoShotLLMax = 32768;       // Tuning::cuda_ll128_two_shot_max_bytes
+constexpr size_t kTwoShotLLMin = 361;         // PathFacts::ll128_two_shot_min_bytes
+constexpr size_t kTwoShotLLCapacity = 24576;  // PathFacts::ll128_two_shot_capacity_bytes
 
 Tuning table_tuning() {
   Tuning t;
@@ -26,6 +29,7 @@ Tuning table_tuning() {
   t.cuda_ll128_max_bytes = kLL128Max;
   t.cuda_ll_gather_max_bytes = kGatherMax;
   t.cuda_two_shot_push_min_bytes = kPushMin;
+  t.cuda_ll128_two_shot_max_bytes = kTwoShotLLMax;
   return t;
 }
 
@@ -37,7 +41,9 @@ PathFacts facts(Sides sides) {
                    .out_symmetric = sides == kOut || sides == kBoth || sides == kBothInPlace,
                    .in_place = sides == kBothInPlace,
                    .ll_capacity_bytes = kLLCapacity,
-                   .ll128_capacity_bytes = kLL128Capacity};
+                   .ll128_capacity_bytes = kLL128Capacity,
+                   .ll128_two_shot_min_bytes = kTwoShotLLMin,
+                   .ll128_two_shot_capacity_bytes = kTwoShotLLCapacity};
 }
 
 struct Row {
@@ -47,7 +53,7 @@ struct Row {
   Sides sides;
   KernelPath want;
   // Tuning changes of the row: -1 keeps the table's value.
-  long long ll_max = -1, ll128_max = -1, gather_max = -1;
+  long long ll_max = -1, ll128_max = -1, gather_max = -1, two_shot_ll_max = -1;
 };
 
 std::string describe(const Row& r) {
@@ -94,6 +100,19 @@ TEST(Select, CudaPathTable) {
       {C::kAllReduce, kPushMin - 1, A::kTwoShot, kOut, P::kTwoShotStaged},
       {C::kAllReduce, kPushMin - 1, A::kTwoShot, kIn, P::kTwoShotStaged},
       {C::kAllReduce, 64, A::kTwoShot, kNeither, P::kTwoShotStaged},
+      // The LL128 two-shot first, from one line per shard up to the smaller of its limit and its lines' capacity,
+      // wherever the buffers lie.
+      {C::kAllReduce, kTwoShotLLMin, A::kTwoShot, kNeither, P::kLL128TwoShot},
+      {C::kAllReduce, kTwoShotLLMin - 1, A::kTwoShot, kNeither, P::kTwoShotStaged},
+      {C::kAllReduce, kTwoShotLLMin - 1, A::kTwoShot, kBoth, P::kTwoShotZeroCopy},
+      {C::kAllReduce, kTwoShotLLCapacity, A::kTwoShot, kBoth, P::kLL128TwoShot},
+      {C::kAllReduce, kTwoShotLLCapacity, A::kTwoShot, kBothInPlace, P::kLL128TwoShot},
+      {C::kAllReduce, kTwoShotLLCapacity + 1, A::kTwoShot, kBoth, P::kTwoShotZeroCopy},
+      {C::kAllReduce, 4096, A::kTwoShot, kOut, P::kLL128TwoShot},
+      {C::kAllReduce, 4096, A::kTwoShot, kOut, P::kTwoShotStaged, -1, -1, -1, 4095},
+      {C::kAllReduce, 4096, A::kTwoShot, kOut, P::kLL128TwoShot, -1, -1, -1, 4096},
+      {C::kAllReduce, 4096, A::kTwoShot, kIn, P::kTwoShotStaged, -1, -1, -1, 0},
+      {C::kAllReduce, 4096, A::kOneShot, kNeither, P::kLL128},
       // Direct collectives: LL up to the smaller of the gather limit and the LL buffer (never for 0 bytes), then
       // zero-copy where the side the peers reach is in the heap.
       {C::kReduceScatter, kGatherMax, A::kDirect, kNeither, P::kLL},
@@ -124,6 +143,7 @@ TEST(Select, CudaPathTable) {
     if (row.ll_max >= 0) t.cuda_ll_max_bytes = static_cast<size_t>(row.ll_max);
     if (row.ll128_max >= 0) t.cuda_ll128_max_bytes = static_cast<size_t>(row.ll128_max);
     if (row.gather_max >= 0) t.cuda_ll_gather_max_bytes = static_cast<size_t>(row.gather_max);
+    if (row.two_shot_ll_max >= 0) t.cuda_ll128_two_shot_max_bytes = static_cast<size_t>(row.two_shot_ll_max);
     const KernelPath got = select_cuda_path(row.kind, row.bytes, row.algo, facts(row.sides), t);
     EXPECT_EQ(to_string(got), to_string(row.want)) << describe(row);
   }
@@ -168,8 +188,17 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
                               Collective::kBroadcast, Collective::kAllToAll,  Collective::kBarrier};
   const Algorithm algos[] = {Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kDirect, Algorithm::kCopyEngine,
                              Algorithm::kNccl};
-  const size_t sizes[] = {
-      0, 1, kLLMax, kLLMax + 1, kGatherMax + 1, kLLCapacity + 1, kLL128Max + 1, kPushMin, size_t{1} << 40};
+  const size_t sizes[] = {0,
+                          1,
+                          kLLMax,
+                          kLLMax + 1,
+                          kGatherMax + 1,
+                          kLLCapacity + 1,
+                          kLL128Max + 1,
+                          kTwoShotLLMin - 1,
+                          kTwoShotLLMin,
+                          kPushMin,
+                          size_t{1} << 40};
   for (Collective kind : kinds) {
     for (Algorithm algo : algos) {
       for (int sides = kNeither; sides <= kBothInPlace; ++sides) {
@@ -181,6 +210,12 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
           EXPECT_TRUE(p != KernelPath::kNone && p != KernelPath::kHost && p != KernelPath::kMultiStaged &&
                       p != KernelPath::kMultiZeroCopy && p != KernelPath::kMultiPush)
               << where << ": " << to_string(p);
+          if (p == KernelPath::kLL128TwoShot) {
+            EXPECT_EQ(kind, Collective::kAllReduce) << where;
+            EXPECT_NE(algo, Algorithm::kOneShot) << where;
+            EXPECT_GE(bytes, kTwoShotLLMin) << where;
+            EXPECT_LE(bytes, kTwoShotLLCapacity) << where;
+          }
           if (p == KernelPath::kLL) {
             EXPECT_LE(bytes, kLLCapacity) << where;
             EXPECT_LE(bytes, kind == Collective::kAllReduce ? kLLMax : kGatherMax) << where;
@@ -193,13 +228,13 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
 
 TEST(Select, EveryKernelPathHasADistinctName) {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(KernelPath::kMultiPush); ++i) {
+  for (int i = 0; i <= static_cast<int>(KernelPath::kLL128TwoShot); ++i) {
     const std::string name(to_string(static_cast<KernelPath>(i)));
     EXPECT_NE(name, "invalid") << i;
     for (const std::string& other : names) EXPECT_NE(name, other) << i;
     names.push_back(name);
   }
-  EXPECT_EQ(to_string(static_cast<KernelPath>(static_cast<int>(KernelPath::kMultiPush) + 1)), "invalid");
+  EXPECT_EQ(to_string(static_cast<KernelPath>(static_cast<int>(KernelPath::kLL128TwoShot) + 1)), "invalid");
 }
 
 }  // namespace

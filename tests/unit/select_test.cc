@@ -305,9 +305,9 @@ TEST(Select, CudaThresholdsFollowTheWorldSize) {
   const Tuning user = measured_cuda_tuning(Tuning{.cuda_one_shot_max_bytes = 8 << 10}, 4);
   check_rows({
       {"2 ranks 64 KiB one-shot", two, all_reduce(64 << 10), t2, kOneShot},
-      {"4 ranks 724 KiB one-shot", four, all_reduce(724 << 10), t4, kOneShot},
-      {"4 ranks 724 KiB + 1 two-shot", four, all_reduce((724 << 10) + 1), t4, kTwoShot},
-      {"3 ranks 724 KiB one-shot", cuda({.world_size = 3}), all_reduce(724 << 10), t3, kOneShot},
+      {"4 ranks 362 KiB one-shot", four, all_reduce(362 << 10), t4, kOneShot},
+      {"4 ranks 362 KiB + 1 two-shot", four, all_reduce((362 << 10) + 1), t4, kTwoShot},
+      {"3 ranks 362 KiB one-shot", cuda({.world_size = 3}), all_reduce(362 << 10), t3, kOneShot},
       {"8 ranks 128 KiB one-shot", eight, all_reduce(128 << 10), t8, kOneShot},
       {"8 ranks 128 KiB + 1 two-shot", eight, all_reduce((128 << 10) + 1), t8, kTwoShot},
       {"2 ranks 256 MiB two-shot", two, all_reduce(size_t{256} << 20), t2, kTwoShot},
@@ -338,6 +338,22 @@ TEST(Select, TuningIsUsedAsGivenAtEveryWorldSize) {
       {"8 ranks 4 MiB, 2-rank default one-shot max", cuda({.world_size = 8}), all_reduce(4 << 20), t, kOneShot},
       {"4 ranks 256 MiB, NCCL never", cuda({.world_size = 4}), all_reduce(size_t{256} << 20), t, kTwoShot},
   });
+}
+
+// The LL128 two-shot serves no size at 2 ranks (NOTE [measured CUDA thresholds]): off there, on from 3 ranks, a
+// threshold set by the user kept.
+TEST(Select, LL128TwoShotDefaultIsForThreeRanksOrMore) {
+  const Tuning t{};
+  EXPECT_EQ(t.cuda_ll128_two_shot_max_bytes, 0u);
+  EXPECT_EQ(measured_cuda_tuning(t, 2).cuda_ll128_two_shot_max_bytes, 0u);
+  EXPECT_EQ(measured_cuda_tuning(t, 3).cuda_ll128_two_shot_max_bytes, size_t{2896} << 10);
+  EXPECT_EQ(measured_cuda_tuning(t, 8).cuda_ll128_two_shot_max_bytes, size_t{2896} << 10);
+  // Above the one-shot's range at 4 ranks: the two-shot algorithm takes the sizes between.
+  EXPECT_GT(measured_cuda_tuning(t, 4).cuda_ll128_two_shot_max_bytes,
+            measured_cuda_tuning(t, 4).cuda_one_shot_max_bytes);
+  Tuning user{};
+  user.cuda_ll128_two_shot_max_bytes = 1 << 20;
+  EXPECT_EQ(measured_cuda_tuning(user, 4).cuda_ll128_two_shot_max_bytes, size_t{1} << 20);
 }
 
 // The push-to-output two-shot was measured on 2 ranks only: its default threshold is off from 3 ranks on,

@@ -154,20 +154,22 @@ TEST(TuneDerive, AWrongResultDisqualifiesThePathAtThatSizeAndIsReported) {
   EXPECT_EQ(d.disqualified[0], "all_reduce one_shot at 16384 bytes: 3 wrong elements");
 }
 
-// CUDA all-reduce: LL wins up to 16 KB, LL128 64-256 KB, the staged one-shot 1 MB, two-shot pulling 4-16 MB,
-// pushing 64 MB, NCCL 256 MB. LL was measured up to 256 KB only (its buffer), LL128 up to 4 MB.
+// CUDA all-reduce: LL wins up to 16 KB, LL128 64-256 KB, the staged one-shot 1 MB, the LL128 two-shot 4 MB,
+// two-shot pulling 16 MB, pushing 64 MB, NCCL 256 MB. LL was measured up to 256 KB only (its buffer), LL128 up
+// to 4 MB, the LL128 two-shot up to 8 MB.
 Times cuda_all_reduce() {
   Times t;
   const std::vector<size_t> sizes = {4 * kKB, 16 * kKB, 64 * kKB, 256 * kKB, kMB,
                                      4 * kMB, 16 * kMB, 64 * kMB, 256 * kMB};
-  const std::vector<std::string> winner = {"ll",       "ll",       "ll128",         "ll128", "one_shot",
-                                           "two_shot", "two_shot", "two_shot_push", "nccl"};
+  const std::vector<std::string> winner = {
+      "ll", "ll", "ll128", "ll128", "one_shot", "ll128_two_shot", "two_shot", "two_shot_push", "nccl"};
   for (size_t k = 0; k < sizes.size(); ++k) {
     std::map<std::string, double> row;
     const double base = 5.0 + static_cast<double>(sizes[k]) / 1e4;
-    for (const char* p : {"ll", "ll128", "one_shot", "two_shot", "two_shot_push", "nccl"}) {
+    for (const char* p : {"ll", "ll128", "one_shot", "ll128_two_shot", "two_shot", "two_shot_push", "nccl"}) {
       if (std::string(p) == "ll" && sizes[k] > 256 * kKB) continue;
       if (std::string(p) == "ll128" && sizes[k] > 4 * kMB) continue;
+      if (std::string(p) == "ll128_two_shot" && sizes[k] > 8 * kMB) continue;
       row[p] = winner[k] == p ? base : base * 1.5;
     }
     t.emplace_back(sizes[k], row);
@@ -181,13 +183,14 @@ TEST(TuneDerive, CudaAllReduceChainGivesEveryThreshold) {
                               {"cuda_ll_max_bytes", 32 * kKB},
                               {"cuda_ll128_max_bytes", 512 * kKB},
                               {"cuda_one_shot_max_bytes", 2 * kMB},
+                              {"cuda_ll128_two_shot_max_bytes", 8 * kMB},
                               {"cuda_two_shot_push_min_bytes", 32 * kMB + 1},
                               // Only the all-reduce measured: NCCL's start is cuda_nccl_min_bytes alone.
                               {"cuda_two_shot_max_bytes", SIZE_MAX},
                               {"cuda_nccl_min_bytes", 128 * kMB + 1},
                           }));
   // The fields come in the config table's order.
-  ASSERT_EQ(d.fields.size(), 6u);
+  ASSERT_EQ(d.fields.size(), 7u);
   EXPECT_EQ(d.fields[0].first, "cuda_one_shot_max_bytes");
 }
 
@@ -201,6 +204,7 @@ TEST(TuneDerive, CudaPathsThatServeTheEndsKeepServingBeyondThem) {
   EXPECT_EQ(f.at("cuda_ll_max_bytes"), kMB);
   EXPECT_EQ(f.at("cuda_ll128_max_bytes"), 4 * kMB);
   EXPECT_EQ(f.at("cuda_one_shot_max_bytes"), SIZE_MAX);
+  EXPECT_EQ(f.at("cuda_ll128_two_shot_max_bytes"), 0u);       // serves no size
   EXPECT_EQ(f.at("cuda_two_shot_push_min_bytes"), SIZE_MAX);  // never reached
   EXPECT_EQ(f.at("cuda_nccl_min_bytes"), SIZE_MAX);
 }

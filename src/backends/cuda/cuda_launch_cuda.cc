@@ -118,11 +118,14 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
   const Tuning& t = ctx_.config.tuning;
   // Where the buffers lie, with their heap places (NOTE [heap keys]).
   uint64_t in_place = 0, out_place = 0;
-  const PathFacts facts{.in_symmetric = r.in_count(n) > 0 && symmetric(r.in, r.in_count(n) * es, &in_place),
-                        .out_symmetric = r.out_count(n) > 0 && symmetric(r.out, r.out_count(n) * es, &out_place),
-                        .in_place = r.in == r.out,
-                        .ll_capacity_bytes = cuda::all_reduce_ll_max_bytes(comm_),
-                        .ll128_capacity_bytes = kLL128PayloadBytes};
+  const PathFacts facts{
+      .in_symmetric = r.in_count(n) > 0 && symmetric(r.in, r.in_count(n) * es, &in_place),
+      .out_symmetric = r.out_count(n) > 0 && symmetric(r.out, r.out_count(n) * es, &out_place),
+      .in_place = r.in == r.out,
+      .ll_capacity_bytes = cuda::all_reduce_ll_max_bytes(comm_),
+      .ll128_capacity_bytes = kLL128PayloadBytes,
+      .ll128_two_shot_min_bytes = cuda::all_reduce_ll128_two_shot_min_bytes(n),
+      .ll128_two_shot_capacity_bytes = cuda::all_reduce_ll128_two_shot_max_bytes(n, ll128_slot_bytes_)};
   const KernelPath path = select_cuda_path(r.kind, bytes, algo, facts, t);
   note_path(path);
   const bool zc = path == KernelPath::kTwoShotZeroCopy || path == KernelPath::kDirectZeroCopy;
@@ -158,20 +161,24 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       }
       return;
     case KernelPath::kLL128:
+    case KernelPath::kLL128TwoShot: {
+      const bool two = path == KernelPath::kLL128TwoShot;
       cuda::launch_all_reduce_ll128({.comm = comm_,
                                      .in = r.in,
                                      .out = r.out,
                                      .count = r.count,
                                      .dtype = r.dtype,
                                      .op = r.op,
-                                     .header = static_cast<uint32_t>(op_header(r, 7, false)),
+                                     .header = static_cast<uint32_t>(op_header(r, two ? 14 : 7, false)),
                                      .offset = ll128_offset_,
                                      .slot_bytes = ll128_slot_bytes_,
                                      .lines_per_group = t.cuda_ll128_lines_per_group,
                                      .max_blocks = t.cuda_ll128_max_blocks,
-                                     .pdl = t.cuda_pdl != 0},
+                                     .pdl = t.cuda_pdl != 0,
+                                     .two_shot = two},
                                     s);
       return;
+    }
     case KernelPath::kOneShotStaged:
       cuda::launch_all_reduce_one_shot({.comm = comm_,
                                         .in = r.in,
