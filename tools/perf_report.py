@@ -235,9 +235,11 @@ TUNING_INTRO = """## Compiled-in thresholds
 The byte thresholds compiled into the library (src/core/tuning_defaults.json: symcomm-tune's entries, each
 measured on the machine and at the commit named; docs/tuning.md), which a communicator of that GPU and world size
 uses where nothing else is set. Sizes are the all-reduce payload and the all-gather / reduce-scatter block of one
-rank; "always" and "never" are the thresholds at their extremes. The all-reduce takes LL up to its bound, then
-LL128, the staged one-shot, the two-shot (pushing into the outputs from its bound), then NCCL; the all-gather and
-reduce-scatter take NCCL up to their first bound, LL up to the second, then the direct kernels, then NCCL."""
+rank; "always" and "never" are the thresholds at their extremes; "-": the entry predates the field, which then
+takes its compiled-in value (src/algos/select.cc). The all-reduce takes LL up to its bound, then LL128, the staged
+one-shot, the LL128 two-shot, the two-shot with barriers (pushing into the outputs from its bound), then NCCL; the
+all-gather and reduce-scatter take NCCL up to their first bound, LL up to the second, then the direct kernels, then
+NCCL."""
 
 # (field, column heading, what an extreme value means: "up to" thresholds are "always" at SIZE_MAX, "from" ones
 # are "never")
@@ -245,6 +247,7 @@ TUNING_COLUMNS = (
     ("cuda_ll_max_bytes", "LL ≤", "up to"),
     ("cuda_ll128_max_bytes", "LL128 ≤", "up to"),
     ("cuda_one_shot_max_bytes", "one-shot ≤", "up to"),
+    ("cuda_ll128_two_shot_max_bytes", "LL128 two-shot ≤", "up to"),
     ("cuda_two_shot_push_min_bytes", "push two-shot ≥", "from"),
     ("cuda_two_shot_max_bytes", "two-shot ≤", "up to"),
     ("cuda_nccl_min_bytes", "NCCL ≥", "from"),
