@@ -193,7 +193,7 @@ case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   "      if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120 "$SHARED2"
 case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
-  "const bool bad = seen && got[u][q].w != p.header;" "const bool bad = false;" \
+  "const bool bad = seen && got[q].w != header;" "const bool bad = false;" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120 "$SHARED2"
 # Ranks on different paths find each other only through the op announcements (NOTE [op announcements]):
 # broken, those cases wait out their deadline and fail (they must be kMismatch before 0.8 x it).
