@@ -192,6 +192,11 @@ case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
   "      if (line.x != static_cast<uint32_t>(header) || line.z != static_cast<uint32_t>(header >> 32)) {" \
   "      if (false) {" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll:*skipped_ll" 120 "$SHARED2"
+# The LL128 two-shot's all-gather phase stores each peer's result at that peer's shard (NOTE [LL128 two-shot]);
+# stored at this rank's own shard instead, every payload of more than one shard comes out wrong.
+case_def gpu ll128-two-shot-shard src/algos/cuda_all_reduce_ll.cu \
+  "const size_t ci = (first(q) + i) * kLL128ChunksPerLine" "const size_t ci = (first(me) + i) * kLL128ChunksPerLine" \
+  symcomm_gpu_tests "GpuCollectives.AllReduceLL128TwoShot" 120 "$SHARED2"
 case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
   "const bool bad = seen && got[q].w != header;" "const bool bad = false;" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120 "$SHARED2"
