@@ -52,6 +52,11 @@ case_def host host-deadline src/backends/host/host_engine.cc \
   "(ctx_.mesh->left_mask() & (uint64_t{1} << p)) || Clock::now() >= deadline_at_)" \
   "(ctx_.mesh->left_mask() & (uint64_t{1} << p)))" \
   symcomm_rank_tests Faults.RankThatNeverArrivesTimesOutNamingIt 90
+# Ranks must agree on the links of their topology files at creation (NOTE [configuration agreement]): without the
+# topology in the compared settings, ranks with different links create the communicator and run different schedules.
+case_def host topology-agreement src/core/communicator.cc \
+  $'  mine += "topology=" + (ctx.topology ? ctx.topology->to_json() : std::string("(every pair linked)")) + "\\n";' "" \
+  symcomm_rank_tests TopologyRanksRefusals.DisagreeingOrWrongFilesFailTheCreationOnEveryRank 90
 case_def host host-count-check src/backends/host/host_engine.cc \
   "if (h.count != r.count) mismatch(" "if (false) mismatch(" \
   symcomm_rank_tests Faults.CrossRankMismatchIsReportedNotAHang 90

@@ -127,7 +127,34 @@ void reduce_op(ReduceOp op, void* out, const void* const* srcs, int nsrc, size_t
   SYMCOMM_THROW(kInvalidArgument, "invalid reduce op {}", static_cast<int>(op));
 }
 
+template <class T>
+void divide_typed(void* data, size_t count, int divisor) {
+  using Tr = Traits<T>;
+  using A = typename Tr::Acc;
+  auto* p = static_cast<uint8_t*>(data);
+  for (size_t i = 0; i < count; ++i) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+    const T q = Tr::store(Tr::load(v) / static_cast<A>(divisor));
+    std::memcpy(p + i * sizeof(T), &q, sizeof(T));
+  }
+}
+
 }  // namespace
+
+void host_divide(DataType dtype, void* data, size_t count, int divisor) {
+  switch (dtype) {
+    case DataType::kFloat32: return divide_typed<float>(data, count, divisor);
+    case DataType::kFloat64: return divide_typed<double>(data, count, divisor);
+    case DataType::kFloat16: return divide_typed<Half>(data, count, divisor);
+    case DataType::kBFloat16: return divide_typed<BFloat16>(data, count, divisor);
+    case DataType::kInt8: return divide_typed<int8_t>(data, count, divisor);
+    case DataType::kUInt8: return divide_typed<uint8_t>(data, count, divisor);
+    case DataType::kInt32: return divide_typed<int32_t>(data, count, divisor);
+    case DataType::kInt64: return divide_typed<int64_t>(data, count, divisor);
+  }
+  SYMCOMM_THROW(kInvalidArgument, "invalid dtype {}", static_cast<int>(dtype));
+}
 
 void host_reduce(DataType dtype, ReduceOp op, void* out, const void* const* srcs, int nsrc, size_t count) {
   switch (dtype) {

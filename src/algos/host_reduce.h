@@ -14,5 +14,8 @@
 namespace symcomm::detail {
 
 void host_reduce(DataType dtype, ReduceOp op, void* out, const void* const* srcs, int nsrc, size_t count);
+/// data[i] /= divisor for `count` elements, in the arithmetic avg uses (integer division for integers; 16-bit
+/// floats in float32, rounded once).
+void host_divide(DataType dtype, void* data, size_t count, int divisor);
 
 }  // namespace symcomm::detail

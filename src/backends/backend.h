@@ -13,6 +13,7 @@
 #include "algos/bucket_copy.h"
 #include "algos/request.h"
 #include "algos/select.h"
+#include "algos/topology.h"
 #include "base/op_history.h"
 #include "bootstrap/peer_mesh.h"
 #include "symcomm/communicator.h"
@@ -34,6 +35,8 @@ struct CommContext {
   std::shared_ptr<StoreServer> server;
   uint32_t splits = 0;  ///< Communicator::split() calls so far (names the new communicators)
   std::unique_ptr<PeerMesh> mesh;
+  /// The links between the ranks (Config::topology_file), the same on every rank; none: every pair linked.
+  std::optional<Topology> topology;
   std::atomic<bool> aborted{false};
   OpHistory history;
 

@@ -11,11 +11,13 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -101,11 +103,31 @@ std::string resolve_comm_tuning(CommContext& ctx, BackendKind backend, int devic
   return source;
 }
 
+// Reads Config::topology_file into ctx.topology (NOTE [tuning agreement]: an error is every rank's).
+void resolve_topology(CommContext& ctx, BackendKind backend) {
+  const std::string& path = ctx.requested.topology_file;
+  if (path.empty()) return;
+  SYMCOMM_CHECK(backend == BackendKind::kHost, kUnsupported,
+                "topology file '{}': topology files apply to the host backend only", path);
+  std::ifstream f(path);
+  SYMCOMM_CHECK_ARG(f.good(), "topology file '{}' cannot be read", path);
+  std::stringstream text;
+  text << f.rdbuf();
+  try {
+    ctx.topology = detail::parse_topology(text.str());
+  } catch (const Error& e) {
+    SYMCOMM_THROW(kInvalidArgument, "topology file '{}': {}", path, e.message());
+  }
+  SYMCOMM_CHECK_ARG(ctx.topology->world_size() == ctx.ranks.world_size,
+                    "topology file '{}' describes {} ranks, the communicator has {}", path, ctx.topology->world_size(),
+                    ctx.ranks.world_size);
+}
+
 // NOTE [tuning agreement]
-// Each rank resolves its Tuning before the mesh exists. A rank whose tuning file cannot be read or parsed keeps
-// the error until this exchange, where every rank learns of it: that rank throws its own error, the others an
-// Error of the same code naming it and its problem, so no rank goes on into an exchange that rank will never
-// join. The exchange also carries where each rank's Tuning came from (returned by rank), for check_same_config's
+// Each rank resolves its Tuning (and reads its topology file) before the mesh exists. A rank whose tuning file cannot
+// be read or parsed keeps the error until this exchange, where every rank learns of it: that rank throws its own error,
+// the others an Error of the same code naming it and its problem, so no rank goes on into an exchange that rank will
+// never join. The exchange also carries where each rank's Tuning came from (returned by rank), for check_same_config's
 // message.
 std::vector<std::string> agree_tuning(CommContext& ctx, const std::optional<Error>& error, const std::string& source) {
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
@@ -138,10 +160,11 @@ std::vector<std::string> agree_tuning(CommContext& ctx, const std::optional<Erro
   }
   if (error) throw *error;
   if (!failed.empty()) {
-    throw Error(code,
-                fmt::format("rank {}: rank{} {} could not resolve {} tuning: {}", me, failed.size() > 1 ? "s" : "",
-                            fmt::join(failed, ","), failed.size() > 1 ? "their" : "its", problems),
-                __FILE__, __LINE__, failed);
+    throw Error(
+        code,
+        fmt::format("rank {}: rank{} {} could not resolve {} configuration: {}", me, failed.size() > 1 ? "s" : "",
+                    fmt::join(failed, ","), failed.size() > 1 ? "their" : "its", problems),
+        __FILE__, __LINE__, failed);
   }
   return sources;
 }
@@ -156,9 +179,11 @@ void check_same_config(CommContext& ctx, BackendKind backend, const std::vector<
   std::string mine;
   for (const auto& [name, value] : ctx.config.settings()) {
     if (kPerRank.contains(name) || (backend == BackendKind::kHost && kByHeap.contains(name))) continue;
-    if (name == "SYMCOMM_TUNING_FILE") continue;  // compared through the Tuning it resolves to
+    if (name == "SYMCOMM_TUNING_FILE") continue;    // compared through the Tuning it resolves to
+    if (name == "SYMCOMM_TOPOLOGY_FILE") continue;  // compared through the links it gives, below
     mine += name + "=" + value + "\n";
   }
+  mine += "topology=" + (ctx.topology ? ctx.topology->to_json() : std::string("(every pair linked)")) + "\n";
   // Each rank's settings by name; `order` lists every name any rank sent, in the order first seen.
   std::vector<std::map<std::string, std::string>> by_rank(n);
   std::vector<std::string> order;
@@ -238,6 +263,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   std::string tuning_source;
   try {
     tuning_source = resolve_comm_tuning(*ctx, options.backend, options.device);
+    resolve_topology(*ctx, options.backend);
   } catch (const Error& e) {
     tuning_error = e;
   }
@@ -347,6 +373,10 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   child.backend = backend();
   child.device = backend() == BackendKind::kCuda ? device() : -1;
   child.config = options.config ? *options.config : ctx.requested;
+  // A child that inherits the configuration gets the parent's links among its members (renumbered), set after
+  // its creation: the file describes the parent's ranks.
+  const bool inherit_topology = ctx.topology.has_value() && !options.config;
+  if (inherit_topology) child.config->topology_file.clear();
   // The color is always part of the name: every group publishes its mesh under its own keys.
   const std::string base = !options.name.empty()
                                ? options.name
@@ -363,6 +393,16 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   }
   detail::set_log_rank(log_as);
   comm->core_->ctx().server = ctx.server;
+  if (inherit_topology) {
+    detail::Topology sub(new_size);
+    for (int i = 0; i < new_size; ++i) {
+      for (int j = i + 1; j < new_size; ++j) {
+        if (ctx.topology->linked(members[i].second, members[j].second))
+          sub.set(i, j, ctx.topology->at(members[i].second, members[j].second));
+      }
+    }
+    comm->core_->ctx().topology = std::move(sub);
+  }
   SYMCOMM_LOG_INFO("rank {}: split {} color {} key {}: rank {} of {} in {}", me, index, color, key, new_rank, new_size,
                    comm->core_->ctx().prefix);
   return comm;

@@ -317,6 +317,11 @@ std::vector<EnvVar> make_env_table() {
        "tuning fields no SYMCOMM_* variable sets",
        [](Config& c, std::string_view v) { c.tuning_file = std::string(v); },
        [](const Config& c) { return c.tuning_file; }},
+      {"SYMCOMM_TOPOLOGY_FILE",
+       "host backend: topology file (JSON; docs/design/topology.md): all-reduces use only the links it gives "
+       "(empty: every pair linked)",
+       [](Config& c, std::string_view v) { c.topology_file = std::string(v); },
+       [](const Config& c) { return c.topology_file; }},
   };
   for (const TuningVar& v : tuning_table()) table.push_back(tuning_env_var(v));
   return table;

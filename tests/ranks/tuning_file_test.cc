@@ -128,7 +128,7 @@ TEST(TuningFileRanks, AFileOneRankCannotReadFailsEveryRank) {
     std::string what = e.what();
     EXPECT_NE(what.find(fmt::format("tuning file '{}': not valid JSON", bad)), std::string::npos) << what;
     if (me != 2) {
-      EXPECT_NE(what.find("rank 2 could not resolve its tuning"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 2 could not resolve its configuration"), std::string::npos) << what;
       EXPECT_EQ(e.ranks(), std::vector<int>({2})) << what;
     }
     c.tuning_file = bad;

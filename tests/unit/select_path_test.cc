@@ -207,8 +207,8 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
           const std::string where =
               std::string(to_string(kind)) + " " + std::string(to_string(algo)) + " " + std::to_string(bytes) + " B";
           EXPECT_NE(to_string(p), "invalid") << where;
-          EXPECT_TRUE(p != KernelPath::kNone && p != KernelPath::kHost && p != KernelPath::kMultiStaged &&
-                      p != KernelPath::kMultiZeroCopy && p != KernelPath::kMultiPush)
+          EXPECT_TRUE(p != KernelPath::kNone && p != KernelPath::kHost && p != KernelPath::kHostScheduled &&
+                      p != KernelPath::kMultiStaged && p != KernelPath::kMultiZeroCopy && p != KernelPath::kMultiPush)
               << where << ": " << to_string(p);
           if (p == KernelPath::kLL128TwoShot) {
             EXPECT_EQ(kind, Collective::kAllReduce) << where;
@@ -228,13 +228,13 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
 
 TEST(Select, EveryKernelPathHasADistinctName) {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(KernelPath::kLL128TwoShot); ++i) {
+  for (int i = 0; i <= static_cast<int>(KernelPath::kHostScheduled); ++i) {
     const std::string name(to_string(static_cast<KernelPath>(i)));
     EXPECT_NE(name, "invalid") << i;
     for (const std::string& other : names) EXPECT_NE(name, other) << i;
     names.push_back(name);
   }
-  EXPECT_EQ(to_string(static_cast<KernelPath>(static_cast<int>(KernelPath::kLL128TwoShot) + 1)), "invalid");
+  EXPECT_EQ(to_string(static_cast<KernelPath>(static_cast<int>(KernelPath::kHostScheduled) + 1)), "invalid");
 }
 
 }  // namespace

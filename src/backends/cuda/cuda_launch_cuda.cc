@@ -132,6 +132,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
   switch (path) {
     case KernelPath::kNone:
     case KernelPath::kHost:
+    case KernelPath::kHostScheduled:
     case KernelPath::kNccl:
     case KernelPath::kMultiStaged:
     case KernelPath::kMultiZeroCopy:

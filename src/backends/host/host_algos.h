@@ -2,12 +2,15 @@
 // Host collectives, one per file (host_<name>.cc), each built on the step protocol of HostEngine.
 // Every function runs one whole, validated request; all ranks compute bitwise-identical results.
 
+#include "algos/schedule.h"
 #include "backends/host/host_engine.h"
 
 namespace symcomm::detail {
 
 void host_all_reduce_one_shot(HostEngine& e, const Request& r);
 void host_all_reduce_two_shot(HostEngine& e, const Request& r);
+/// The all-reduce over the links of a topology, by schedule `s` (host_scheduled.cc).
+void host_all_reduce_scheduled(HostEngine& e, const Request& r, const Schedule& s);
 void host_all_gather(HostEngine& e, const Request& r);
 void host_reduce_scatter(HostEngine& e, const Request& r);
 /// A bucket flush's reduce-scatter (NOTE [host gathered flush] in host_reduce_scatter.cc).

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -93,7 +94,11 @@ class HostBackend final : public Backend {
     return off ? segments_.base(peer) + *off : nullptr;
   }
 
-  void check_buffers(const Request&) override {}
+  // A topology that links every pair needs no schedule; one no schedule serves refuses the all-reduce here,
+  // before anything is recorded (NOTE [schedule semantics] in src/algos/schedule.h).
+  void check_buffers(const Request& r) override {
+    if (r.kind == Collective::kAllReduce) (void)topology_schedule();
+  }
 
   void run(const Request& r, Algorithm algo) override {
     wait_idle();
@@ -234,13 +239,27 @@ class HostBackend final : public Backend {
     }
   }
 
+  /// The all-reduce schedule of the communicator's topology; nullptr where every pair is linked (or no topology
+  /// is given). Throws kUnsupported where no schedule serves the topology.
+  const Schedule* topology_schedule() {
+    if (!ctx_.topology || ctx_.topology->full_mesh()) return nullptr;
+    std::call_once(schedule_once_, [&] { schedule_ = all_reduce_schedule(*ctx_.topology); });
+    SYMCOMM_CHECK(schedule_.has_value(), kUnsupported,
+                  "rank {}: no all-reduce schedule uses only the links of the topology {} (a cycle through every "
+                  "rank, a hybrid cube mesh or every pair linked; docs/design/topology.md)",
+                  ctx_.ranks.rank, ctx_.topology->to_json());
+    return &*schedule_;
+  }
+
   void execute_one(const Request& r, Algorithm algo) {
-    note_path(KernelPath::kHost);
     ctx_.throw_if_failed();
+    const Schedule* scheduled = r.kind == Collective::kAllReduce ? topology_schedule() : nullptr;
+    note_path(scheduled ? KernelPath::kHostScheduled : KernelPath::kHost);
     // NOTE [step variant]: ranks that forced different all-reduce algorithms must not pass each other.
-    engine_.begin_op(r.kind == Collective::kAllReduce ? 1 + (algo == Algorithm::kTwoShot) : 0);
+    engine_.begin_op(r.kind != Collective::kAllReduce ? 0 : scheduled ? 3 : 1 + (algo == Algorithm::kTwoShot));
     switch (r.kind) {
       case Collective::kAllReduce:
+        if (scheduled) return host_all_reduce_scheduled(engine_, r, *scheduled);
         return algo == Algorithm::kTwoShot ? host_all_reduce_two_shot(engine_, r)
                                            : host_all_reduce_one_shot(engine_, r);
       case Collective::kAllGather: return host_all_gather(engine_, r);
@@ -284,6 +303,8 @@ class HostBackend final : public Backend {
 
   CommContext& ctx_;
   Capabilities caps_;
+  std::once_flag schedule_once_;
+  std::optional<Schedule> schedule_;  ///< topology_schedule()'s, built at its first call
   HostSegments segments_;
   HostEngine engine_;
   std::mutex alloc_mu_;

@@ -1,0 +1,46 @@
+// All-reduce over the links of a topology (Config::topology_file): the steps of an all-reduce schedule
+// (src/algos/schedule.h, NOTE [schedule semantics]) on the step protocol. Per round of one scratch half, the
+// output holds this rank's chunks; in each step every rank publishes them as they are (copied into its scratch, so
+// the peers read the state of the step's start) and then applies the transfers addressed to it, reading only the
+// ranks its links reach. A reduce combines with the op (avg: summed, divided by the world size after the last
+// step); a copy replaces. Every chunk's total is computed by one rank and copied to the others, so every rank
+// holds bitwise the same result.
+#include <cstring>
+
+#include "algos/host_reduce.h"
+#include "backends/host/host_algos.h"
+
+namespace symcomm::detail {
+
+void host_all_reduce_scheduled(HostEngine& e, const Request& r, const Schedule& s) {
+  const size_t es = r.elem_size(), cap = e.round_elems(es, 1);
+  const int me = e.rank();
+  const ReduceOp step_op = r.op == ReduceOp::kAvg ? ReduceOp::kSum : r.op;
+  if (r.out != r.in) std::memmove(r.out, r.in, r.count * es);
+  uint64_t round = 0;
+  for (size_t off = 0; off < r.count; off += cap, ++round) {
+    const size_t len = std::min(cap, r.count - off);
+    const size_t chunk = (len + s.chunks - 1) / s.chunks;
+    uint8_t* out = static_cast<uint8_t*>(r.out) + off * es;
+    for (const ScheduleStep& step : s.steps) {
+      e.exchange(r, round, out, 0, 1, len * es, false);
+      for (const Transfer& x : step.transfers) {
+        if (x.dst != me) continue;
+        const size_t b = std::min(static_cast<size_t>(x.chunk) * chunk, len), n = std::min(chunk, len - b);
+        if (n == 0) continue;
+        const uint8_t* from = e.peer_block(x.src, 0) + b * es;
+        if (x.move == Move::kCopy) {
+          std::memcpy(out + b * es, from, n * es);
+        } else {
+          const void* srcs[2] = {out + b * es, from};
+          host_reduce(r.dtype, step_op, out + b * es, srcs, 2, n);
+        }
+      }
+      e.end_step();
+    }
+    if (r.op == ReduceOp::kAvg) host_divide(r.dtype, out, len, e.world_size());
+  }
+  e.finish_op(r);
+}
+
+}  // namespace symcomm::detail
