@@ -78,6 +78,21 @@ std::string Topology::to_json() const {
   return nlohmann::json{{"world_size", n_}, {"links", std::move(links)}}.dump();
 }
 
+Topology Topology::among(const std::vector<int>& ranks) const {
+  Topology t(static_cast<int>(ranks.size()));
+  std::vector<bool> seen(static_cast<size_t>(n_));
+  for (int r : ranks) {
+    SYMCOMM_CHECK_ARG(r >= 0 && r < n_ && !seen[r], "topology: rank {} outside 0-{} or listed twice", r, n_ - 1);
+    seen[r] = true;
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    for (size_t j = i + 1; j < ranks.size(); ++j) {
+      if (linked(ranks[i], ranks[j])) t.set(static_cast<int>(i), static_cast<int>(j), at(ranks[i], ranks[j]));
+    }
+  }
+  return t;
+}
+
 Topology Topology::full(int world_size, LinkKind kind) {
   Topology t(world_size);
   for (int a = 0; a < world_size; ++a) {

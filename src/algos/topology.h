@@ -37,6 +37,9 @@ class Topology {
   bool full_mesh() const;
   /// FNV-1a over the world size and every pair's kind and count: equal on ranks that agree.
   uint64_t fingerprint() const;
+  /// The links among `ranks` (ranks of this topology, each at most once), renumbered: rank i of the result is
+  /// ranks[i]. Throws Error(kInvalidArgument) for a rank outside the world or listed twice.
+  Topology among(const std::vector<int>& ranks) const;
   /// The JSON form parse_topology reads (pairs in ascending order, links only).
   std::string to_json() const;
 

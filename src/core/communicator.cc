@@ -394,14 +394,9 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   detail::set_log_rank(log_as);
   comm->core_->ctx().server = ctx.server;
   if (inherit_topology) {
-    detail::Topology sub(new_size);
-    for (int i = 0; i < new_size; ++i) {
-      for (int j = i + 1; j < new_size; ++j) {
-        if (ctx.topology->linked(members[i].second, members[j].second))
-          sub.set(i, j, ctx.topology->at(members[i].second, members[j].second));
-      }
-    }
-    comm->core_->ctx().topology = std::move(sub);
+    std::vector<int> old_ranks;
+    for (const auto& m : members) old_ranks.push_back(m.second);
+    comm->core_->ctx().topology = ctx.topology->among(old_ranks);
   }
   SYMCOMM_LOG_INFO("rank {}: split {} color {} key {}: rank {} of {} in {}", me, index, color, key, new_rank, new_size,
                    comm->core_->ctx().prefix);

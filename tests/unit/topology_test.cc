@@ -71,17 +71,6 @@ std::string run_schedule(const Schedule& s, const Topology& t) {
   return {};
 }
 
-/// `t` with its ranks renamed: rank r becomes perm[r].
-Topology relabel(const Topology& t, const std::vector<int>& perm) {
-  Topology out(t.world_size());
-  for (int a = 0; a < t.world_size(); ++a) {
-    for (int b = a + 1; b < t.world_size(); ++b) {
-      if (t.linked(a, b)) out.set(perm[a], perm[b], t.at(a, b));
-    }
-  }
-  return out;
-}
-
 Topology with(Topology t, int a, int b, LinkKind kind = LinkKind::kNvlink) {
   t.set(a, b, {kind, 1});
   return t;
@@ -122,13 +111,13 @@ TEST(Schedule, EachTopologyGetsItsScheduleAndItIsExact) {
       {"four, all NVLink", Topology::full(4), ScheduleKind::kDirect, 2},
       {"eight, all PCIe", Topology::full(8, LinkKind::kPcie), ScheduleKind::kDirect, 2},
       {"hybrid cube mesh", Topology::hybrid_cube_mesh(), ScheduleKind::kHybridCubeMesh, 4},
-      {"hybrid cube mesh, ranks renamed", relabel(Topology::hybrid_cube_mesh(), {3, 6, 0, 5, 7, 1, 4, 2}),
+      {"hybrid cube mesh, ranks renamed", Topology::hybrid_cube_mesh().among({3, 6, 0, 5, 7, 1, 4, 2}),
        ScheduleKind::kHybridCubeMesh, 4},
       {"hybrid cube mesh less one link", cube_less_one_link, ScheduleKind::kRing, 14},
       {"ring of three", Topology::ring(3), ScheduleKind::kDirect, 2},  // a triangle is a full mesh
       {"ring of four", Topology::ring(4), ScheduleKind::kRing, 6},
       {"ring of eight over PCIe", Topology::ring(8, LinkKind::kPcie), ScheduleKind::kRing, 14},
-      {"ring of eight, ranks renamed", relabel(Topology::ring(8), {5, 2, 7, 0, 3, 6, 1, 4}), ScheduleKind::kRing, 14},
+      {"ring of eight, ranks renamed", Topology::ring(8).among({5, 2, 7, 0, 3, 6, 1, 4}), ScheduleKind::kRing, 14},
       {"ring of four and a chord", with(Topology::ring(4), 0, 2), ScheduleKind::kRing, 6},
       {"ring of six, NVLink and PCIe", with(with(path(6), 5, 0, LinkKind::kPcie), 1, 4), ScheduleKind::kRing, 10},
       {"two ranks, no link", Topology(2), std::nullopt},
@@ -215,6 +204,13 @@ TEST(Topology, JsonRoundTripsAndFingerprintsTell) {
   more.set(0, 4, {LinkKind::kNvlink, 2});
   EXPECT_NE(more.fingerprint(), cube.fingerprint());
   EXPECT_NE(Topology::full(4, LinkKind::kPcie).fingerprint(), Topology::full(4).fingerprint());
+  // Sub-topologies, renumbered in the order given.
+  EXPECT_EQ(cube.among({2, 0, 3, 1}).fingerprint(), Topology::full(4).fingerprint());
+  EXPECT_EQ(cube.among({5, 1}).fingerprint(), Topology::full(2).fingerprint());
+  EXPECT_EQ(cube.among({0, 5}).fingerprint(), Topology(2).fingerprint());
+  EXPECT_EQ(Topology::ring(6).among({0, 1, 2}).fingerprint(), path(3).fingerprint());
+  EXPECT_THROW(cube.among({0, 0}), Error);
+  EXPECT_THROW(cube.among({8}), Error);
   const Topology t = parse_topology(
       R"({"world_size": 3, "links": [{"ranks": [2, 0], "kind": "nvlink", "count": 4}, {"ranks": [1, 2], "kind": "pcie"},
           {"ranks": [0, 1], "kind": "none"}]})");
