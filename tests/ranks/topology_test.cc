@@ -8,9 +8,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -18,30 +16,13 @@
 #include "harness/expect_error.h"
 #include "harness/host_case.h"
 #include "harness/rank_harness.h"
+#include "harness/temp_files.h"
 
 namespace symcomm::testing {
 namespace {
 
 using detail::LinkKind;
 using detail::Topology;
-
-// Topology files written by the parent before the ranks fork; removed with their directory.
-class TopologyFiles {
- public:
-  TopologyFiles() {
-    char tmpl[] = "/tmp/symcomm-topology-ranks-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  ~TopologyFiles() { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    return path;
-  }
-
- private:
-  std::string dir_;
-};
 
 Topology pairs(int n) {
   Topology t(n);
@@ -99,7 +80,7 @@ class TopologyRanks : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(TopologyRanks, AllReducesUseTheScheduleAndAreExact) {
   const Layout& l = GetParam();
-  TopologyFiles files;
+  TempFiles files;
   const std::string path = files.write("t.json", l.topology.to_json());
   expect_success(l.topology.world_size(), [&](RankEnv& env) {
     auto comm = make_comm(env, "scheduled", path);
@@ -119,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TopologyRanks,
 // Pairs only: no schedule. The all-reduce is refused on every rank before anything runs, the other collectives
 // and later calls still work; a split into the pairs links each pair fully and runs the usual algorithms.
 TEST(TopologyRanksRefusals, PairsOnlyRefuseTheAllReduceAndStayUsable) {
-  TopologyFiles files;
+  TempFiles files;
   const std::string path = files.write("pairs.json", pairs(4).to_json());
   expect_success(4, [&](RankEnv& env) {
     auto comm = make_comm(env, "pairs", path);
@@ -140,7 +121,7 @@ TEST(TopologyRanksRefusals, PairsOnlyRefuseTheAllReduceAndStayUsable) {
 // A ring of 6 split into halves: each half keeps its members' links (a line of three ranks has no ring: refused);
 // the ring itself keeps its schedule.
 TEST(TopologyRanksRefusals, SplitsKeepTheirMembersLinks) {
-  TopologyFiles files;
+  TempFiles files;
   const std::string path = files.write("ring6.json", Topology::ring(6).to_json());
   expect_success(6, [&](RankEnv& env) {
     auto comm = make_comm(env, "ring6", path);
@@ -158,7 +139,7 @@ TEST(TopologyRanksRefusals, SplitsKeepTheirMembersLinks) {
 // Rank 1's file gives another link: kMismatch on every rank at creation, naming the topology; a file for another
 // world size, and a missing file, fail every rank with kInvalidArgument naming the file.
 TEST(TopologyRanksRefusals, DisagreeingOrWrongFilesFailTheCreationOnEveryRank) {
-  TopologyFiles files;
+  TempFiles files;
   const std::string ring = files.write("ring.json", Topology::ring(4).to_json());
   Topology more = Topology::ring(4);
   more.set(0, 2, {LinkKind::kPcie, 1});

@@ -9,13 +9,13 @@
 #include <stdlib.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "harness/expect_error.h"
 #include "harness/rank_harness.h"
+#include "harness/temp_files.h"
 
 namespace symcomm::testing {
 namespace {
@@ -23,13 +23,8 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 // Tuning files written by the parent before the ranks fork; removed with their directory.
-class TuningFiles {
+class TuningFiles : public TempFiles {
  public:
-  TuningFiles() {
-    char tmpl[] = "/tmp/symcomm-tuning-ranks-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  ~TuningFiles() { std::filesystem::remove_all(dir_); }
   /// A file whose host entries give host_one_shot_max_bytes per world size.
   std::string write(const std::string& name, const std::vector<std::pair<int, size_t>>& one_shot_max) {
     std::string entries;
@@ -39,14 +34,7 @@ class TuningFiles {
     }
     return write_text(name, R"({"format": "symcomm-tuning", "version": 1, "entries": [)" + entries + "]}");
   }
-  std::string write_text(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    return path;
-  }
-
- private:
-  std::string dir_;
+  std::string write_text(const std::string& name, const std::string& text) { return TempFiles::write(name, text); }
 };
 
 /// The algorithm an all-reduce of `count` floats ran with on `comm`, its result checked.

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -27,6 +26,7 @@
 #include "base/op_history.h"
 #include "core/tuning_file.h"
 #include "harness/scoped_env.h"
+#include "harness/temp_files.h"
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
 #include "symcomm/store.h"
@@ -559,24 +559,7 @@ TEST(TuningRanges, CommunicatorCreationRefusesValuesOutsideTheRange) {
 
 // --- Tuning files and the Tuning a communicator resolves (NOTE [tuning precedence]) ---------------------------
 
-// Files in a directory of their own, removed with it.
-class TempFiles {
- public:
-  TempFiles() {
-    char tmpl[] = "/tmp/symcomm-tuning-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  ~TempFiles() { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    return path;
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-};
+using testing::TempFiles;
 
 // A tuning file with `entries` (JSON objects, comma-separated).
 std::string tuning_json(const std::string& entries) {
