@@ -11,13 +11,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -109,12 +107,9 @@ void resolve_topology(CommContext& ctx, BackendKind backend) {
   if (path.empty()) return;
   SYMCOMM_CHECK(backend == BackendKind::kHost, kUnsupported,
                 "topology file '{}': topology files apply to the host backend only", path);
-  std::ifstream f(path);
-  SYMCOMM_CHECK_ARG(f.good(), "topology file '{}' cannot be read", path);
-  std::stringstream text;
-  text << f.rdbuf();
+  const std::string text = detail::read_config_file(path, "topology file");
   try {
-    ctx.topology = detail::parse_topology(text.str());
+    ctx.topology = detail::parse_topology(text);
   } catch (const Error& e) {
     SYMCOMM_THROW(kInvalidArgument, "topology file '{}': {}", path, e.message());
   }

@@ -140,13 +140,17 @@ TuningFile parse_tuning_file(std::string_view text, const std::string& path) {
   return file;
 }
 
-TuningFile read_tuning_file(const std::string& path) {
+std::string read_config_file(const std::string& path, std::string_view what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) bad_file(path, fmt::format("cannot be opened: {}", std::strerror(errno)));
+  SYMCOMM_CHECK_ARG(in, "{} '{}': cannot be opened: {}", what, path, std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) bad_file(path, "cannot be read");
-  return parse_tuning_file(text.str(), path);
+  SYMCOMM_CHECK_ARG(!in.bad(), "{} '{}': cannot be read", what, path);
+  return text.str();
+}
+
+TuningFile read_tuning_file(const std::string& path) {
+  return parse_tuning_file(read_config_file(path, "tuning file"), path);
 }
 
 /// The text of src/core/tuning_defaults.json, built into the library (tuning_defaults.cc.in, src/CMakeLists.txt).

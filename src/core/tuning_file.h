@@ -54,6 +54,9 @@ struct TuningFile {
 TuningFile parse_tuning_file(std::string_view text, const std::string& path);
 /// Reads and parses the file at `path`; one that cannot be read is Error(kInvalidArgument) naming it and why.
 TuningFile read_tuning_file(const std::string& path);
+/// The text of a configuration file (a tuning or topology file); throws Error(kInvalidArgument) "<what> '<path>':
+/// cannot be opened: <reason>" or "... cannot be read".
+std::string read_config_file(const std::string& path, std::string_view what);
 
 /// The tuning table compiled into the library: src/core/tuning_defaults.json, written by symcomm-tune on the
 /// machines it names, parsed once (NOTE [tuning precedence]).

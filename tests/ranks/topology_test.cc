@@ -152,7 +152,7 @@ TEST(TopologyRanksRefusals, DisagreeingOrWrongFilesFailTheCreationOnEveryRank) {
     e = expect_error(ErrorCode::kInvalidArgument, [&] { make_comm(env, "eight", eight); });
     EXPECT_NE(std::string(e.what()).find("describes 8 ranks, the communicator has 4"), std::string::npos) << e.what();
     e = expect_error(ErrorCode::kInvalidArgument, [&] { make_comm(env, "missing", me == 2 ? ring + ".gone" : ring); });
-    EXPECT_NE(std::string(e.what()).find(me == 2 ? "cannot be read" : "rank 2 could not resolve"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(me == 2 ? "cannot be opened" : "rank 2 could not resolve"), std::string::npos)
         << e.what();
     auto comm = make_comm(env, "after", ring);
     std::vector<float> in(8, 1.0f), out(8, 0.0f);
