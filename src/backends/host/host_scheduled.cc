@@ -16,7 +16,7 @@ void host_all_reduce_scheduled(HostEngine& e, const Request& r, const Schedule& 
   const size_t es = r.elem_size(), cap = e.round_elems(es, 1);
   const int me = e.rank();
   const ReduceOp step_op = r.op == ReduceOp::kAvg ? ReduceOp::kSum : r.op;
-  if (r.out != r.in) std::memmove(r.out, r.in, r.count * es);
+  if (r.count > 0 && r.out != r.in) std::memmove(r.out, r.in, r.count * es);  // null pointers may come with 0
   uint64_t round = 0;
   for (size_t off = 0; off < r.count; off += cap, ++round) {
     const size_t len = std::min(cap, r.count - off);
