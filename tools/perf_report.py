@@ -253,6 +253,7 @@ TUNING_COLUMNS = (
     ("cuda_nccl_min_bytes", "NCCL ≥", "from"),
     ("cuda_direct_nccl_max_bytes", "gathers via NCCL ≤", "up to"),
     ("cuda_ll_gather_max_bytes", "LL gathers ≤", "up to"),
+    ("cuda_ll128_gather_max_bytes", "LL128 gathers ≤", "up to"),
 )
 
 

@@ -202,6 +202,9 @@ case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
 case_def gpu ll128-two-shot-shard src/algos/cuda_all_reduce_ll.cu \
   "const size_t ci = (first(q) + i) * kLL128ChunksPerLine" "const size_t ci = (first(me) + i) * kLL128ChunksPerLine" \
   symcomm_gpu_tests "GpuCollectives.AllReduceLL128TwoShot" 120 "$SHARED2"
+case_def gpu ll128-gather-store src/algos/cuda_all_reduce_ll.cu \
+  "q == me ? own[u][h] : LL128Lane::half(got[u][q], h)" "own[u][h]" \
+  symcomm_gpu_tests "GpuCollectives.MovesAndReduceScatterLL128" 300 "$SHARED2"
 case_def gpu ll128-header src/algos/cuda_all_reduce_ll.cu \
   "const bool bad = seen && got[q].w != header;" "const bool bad = false;" \
   symcomm_gpu_tests "Cases/GpuMismatch.EveryRankGetsThePromisedError/*_ll128" 120 "$SHARED2"

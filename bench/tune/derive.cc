@@ -21,7 +21,8 @@ namespace symcomm::tune {
 // one-shot up to cuda_one_shot_max_bytes, the LL128 two-shot up to cuda_ll128_two_shot_max_bytes (0 when it serves
 // no size), two-shot pulling below cuda_two_shot_push_min_bytes and pushing from it, NCCL above cuda_two_shot_max_bytes
 // or from cuda_nccl_min_bytes; the gathers (all-gather, reduce-scatter, all-to-all, broadcast) go NCCL up to
-// cuda_direct_nccl_max_bytes, LL up to cuda_ll_gather_max_bytes, the direct kernels, NCCL from cuda_nccl_min_bytes; the
+// cuda_direct_nccl_max_bytes, LL up to cuda_ll_gather_max_bytes, LL128 up to cuda_ll128_gather_max_bytes (0 when it
+// serves no size), the direct kernels, NCCL from cuda_nccl_min_bytes; the
 // host all-reduce goes one-shot up to host_one_shot_max_bytes, two-shot above. So the choice is a monotone segmentation
 // of the measured sizes: each size goes to one path, and a later size never to an earlier path of the chain.
 // - Loss: at each size, a path's relative loss against the fastest valid path of that collective there
@@ -260,7 +261,8 @@ Derived derive(BackendKind backend, const std::vector<Sample>& samples, const De
         .name = "all_reduce",
         .collectives = {"all_reduce"},
         .paths = {kPathLL, kPathLL128, kPathOneShot, kPathLL128TwoShot, kPathTwoShot, kPathTwoShotPush, kPathNccl}};
-    Chain gathers{.name = "gathers", .collectives = {}, .paths = {kPathNccl, kPathLL, kPathDirect, kPathNccl}};
+    Chain gathers{
+        .name = "gathers", .collectives = {}, .paths = {kPathNccl, kPathLL, kPathLL128, kPathDirect, kPathNccl}};
     for (const char* c : {"all_gather", "reduce_scatter", "all_to_all", "broadcast"}) {
       if (measured(samples, {c}, "")) gathers.collectives.push_back(c);
     }
@@ -269,7 +271,7 @@ Derived derive(BackendKind backend, const std::vector<Sample>& samples, const De
     const bool ar_nccl = have_ar && measured(samples, ar.collectives, kPathNccl);
     const bool gather_nccl = have_gathers && measured(samples, gathers.collectives, kPathNccl);
     if (!ar_nccl) ar.paths.pop_back();
-    if (!gather_nccl) gathers.paths = {kPathLL, kPathDirect};
+    if (!gather_nccl) gathers.paths = {kPathLL, kPathLL128, kPathDirect};
     const ChainCosts ar_costs = have_ar ? chain_costs(ar, samples, tol) : ChainCosts{};
     const ChainCosts g_costs = have_gathers ? chain_costs(gathers, samples, tol) : ChainCosts{};
     Segmentation ar_seg, g_seg;
@@ -322,6 +324,11 @@ Derived derive(BackendKind backend, const std::vector<Sample>& samples, const De
       if (gather_nccl) set_field(fields, "cuda_direct_nccl_max_bytes", up_to(sz, g_seg.ends[0], kNoMax));
       set_field(fields, "cuda_ll_gather_max_bytes",
                 up_to(sz, g_seg.ends[*index_of(gathers, kPathLL)], field_max("cuda_ll_gather_max_bytes")));
+      const size_t ll128 = *index_of(gathers, kPathLL128);
+      set_field(fields, "cuda_ll128_gather_max_bytes",
+                g_seg.ends[ll128] == start_of(g_seg, ll128)
+                    ? 0
+                    : up_to(sz, g_seg.ends[ll128], field_max("cuda_ll128_gather_max_bytes")));
       out.chains.push_back(result_of(gathers, g_costs, g_seg));
     }
     if (nccl_min) set_field(fields, "cuda_nccl_min_bytes", *nccl_min);

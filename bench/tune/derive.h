@@ -14,7 +14,7 @@ namespace symcomm::tune {
 
 // Paths, as Sample::path and the tuning file's measurements name them.
 inline constexpr const char* kPathLL = "ll";             ///< CUDA LL kernels (all-reduce one-shot; gathers)
-inline constexpr const char* kPathLL128 = "ll128";       ///< CUDA LL128 one-shot all-reduce
+inline constexpr const char* kPathLL128 = "ll128";       ///< CUDA LL128 one-shot all-reduce; the gathers on LL128 lines
 inline constexpr const char* kPathOneShot = "one_shot";  ///< staged one-shot all-reduce (CUDA), one-shot (host)
 inline constexpr const char* kPathLL128TwoShot = "ll128_two_shot";  ///< CUDA LL128 two-shot all-reduce
 inline constexpr const char* kPathTwoShot = "two_shot";             ///< two-shot all-reduce pulling the peers' inputs

@@ -85,23 +85,26 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
   set(a, &Tuning::cuda_ll_gather_max_bytes, "cuda_ll_gather_max_bytes", ll_cap + 8);
   set(a, &Tuning::cuda_two_shot_push_min_bytes, "cuda_two_shot_push_min_bytes", SIZE_MAX);
   set(a, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", 0);
+  set(a, &Tuning::cuda_ll128_gather_max_bytes, "cuda_ll128_gather_max_bytes", 0);
   a.nccl = base.nccl == NcclInit::kOff ? NcclInit::kOff : NcclInit::kEager;
   set(b, &Tuning::cuda_ll_max_bytes, "cuda_ll_max_bytes", 0);
   set(b, &Tuning::cuda_ll128_max_bytes, "cuda_ll128_max_bytes", ll128_cap);
   set(b, &Tuning::cuda_ll_gather_max_bytes, "cuda_ll_gather_max_bytes", 0);
   set(b, &Tuning::cuda_two_shot_push_min_bytes, "cuda_two_shot_push_min_bytes", 0);
   set(b, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", 0);
+  set(b, &Tuning::cuda_ll128_gather_max_bytes, "cuda_ll128_gather_max_bytes", 0);
   b.nccl = NcclInit::kOff;
   set(c, &Tuning::cuda_ll_max_bytes, "cuda_ll_max_bytes", 0);
   set(c, &Tuning::cuda_ll128_max_bytes, "cuda_ll128_max_bytes", 0);
   set(c, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", ll128_two_cap);
+  // The gathers' LL128 path; a broadcast, which has none, runs its direct kernel there (as select() sends it).
+  set(c, &Tuning::cuda_ll_gather_max_bytes, "cuda_ll_gather_max_bytes", 0);
+  set(c, &Tuning::cuda_ll128_gather_max_bytes, "cuda_ll128_gather_max_bytes", ll128_cap);
   c.nccl = NcclInit::kOff;
-  const bool all_reduce =
-      std::find(o.collectives.begin(), o.collectives.end(), Collective::kAllReduce) != o.collectives.end();
   std::vector<Variant> variants(3);
   variants[0].comm = ctx.make_comm("tune/cuda/a", a, BackendKind::kCuda);
   variants[1].comm = ctx.make_comm("tune/cuda/b", b, BackendKind::kCuda);
-  if (all_reduce) variants[2].comm = ctx.make_comm("tune/cuda/c", c, BackendKind::kCuda);
+  variants[2].comm = ctx.make_comm("tune/cuda/c", c, BackendKind::kCuda);
   for (Variant& v : variants) {
     if (!v.comm) continue;
     v.in = v.comm->alloc(in_max);
@@ -119,6 +122,7 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
       {kPathTwoShot, 0, Algorithm::kTwoShot, SIZE_MAX}, {kPathTwoShotPush, 1, Algorithm::kTwoShot, SIZE_MAX},
       {kPathNccl, 0, Algorithm::kNccl, SIZE_MAX}};
   const std::vector<PathSpec> gather_paths = {{kPathLL, 0, Algorithm::kDirect, ll_cap},
+                                              {kPathLL128, 2, Algorithm::kDirect, ll128_cap},
                                               {kPathDirect, 1, Algorithm::kDirect, SIZE_MAX},
                                               {kPathNccl, 0, Algorithm::kNccl, SIZE_MAX}};
   struct Item {

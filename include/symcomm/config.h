@@ -61,6 +61,21 @@ struct Tuning {
   /// threads each, one SM each at its register use); 0 = one per SM of the ranks' smallest GPU (132 on an
   /// H100/H200; more than 256 SMs would be capped at 256).
   size_t cuda_two_shot_max_blocks = 0;
+  /// CUDA two-shot all-reduce (with barriers): payload bytes per block before another block is added (16 or
+  /// more), up to cuda_two_shot_max_blocks. Measured on 4 x H100 (symcomm-bench --algo two_shot, 4 ranks, bf16
+  /// sum, CUDA graph, LL128 two-shot off, us at 1 / 4 / 16 / 64 MB): 64 KB 14.47 / 29.31 / 92.53 / 324.81;
+  /// 32 KB 14.37 / 30.20 / 92.76 / 324.79; 16 KB 14.67 / 30.62 / 92.56 / 324.99; 64 KB with 256 blocks 14.50 /
+  /// 28.84 / 95.98 / 327.23: within noise, the grid is not what limits it.
+  size_t cuda_two_shot_block_bytes = 64 << 10;
+  /// CUDA direct (staged or zero-copy) all-gather, reduce-scatter and all-to-all: bytes of one rank's block per
+  /// GPU block before another is added (16 or more), and the most blocks (1-256, the signal pad's block slots).
+  /// Measured on 4 x H100 (symcomm-bench, 4 ranks, bf16 sum, CUDA graph, LL off, us at 256 KB / 1 / 4 / 16 /
+  /// 64 MB of all-gather output, reduce-scatter input): all-gather 64 KB x 128 blocks 13.40 / 14.44 / 18.87 /
+  /// 45.42 / 155.32, 16 KB 10.33 / 11.30 / 20.18 / 46.21 / 154.79, 8 KB 9.65 / 11.22 / 18.77 / 45.84 / 155.14;
+  /// reduce-scatter 64 KB 24.57 / 25.53 / 27.12 / 54.02 / 167.15, 16 KB 13.16 / 14.23 / 21.49 / 51.44 / 167.28,
+  /// 8 KB 11.33 / 13.54 / 23.72 / 52.42 / 166.61; 16 KB x 64 blocks lost 8% at 64 MB.
+  size_t cuda_direct_block_bytes = 16 << 10;
+  size_t cuda_direct_max_blocks = 128;
   /// CUDA backend: payloads at least this large go to NCCL when it is available (SIZE_MAX = never: on
   /// 2 x H200, symcomm's all-reduce beat every NCCL mode at every size from 4 KB to 256 MB).
   size_t cuda_nccl_min_bytes = SIZE_MAX;
@@ -118,6 +133,12 @@ struct Tuning {
   /// NOTE [measured CUDA thresholds] in src/algos/select.cc). Its blocks follow cuda_ll128_lines_per_group and
   /// cuda_ll128_max_blocks, counting positions (lines of one shard).
   size_t cuda_ll128_two_shot_max_bytes = 0;
+  /// CUDA all-gather, reduce-scatter and all-to-all blocks above the LL kernels' range (cuda_ll_gather_max_bytes)
+  /// and up to this many bytes (0-4M, the LL128 buffer) use the LL128 kernel (NOTE [LL128 all-gather and
+  /// reduce-scatter] in src/algos/cuda_all_reduce_ll.cu), larger ones the direct kernels; 0 = never (the default;
+  /// the measured tables set it: NOTE [measured CUDA thresholds] in src/algos/select.cc). Broadcast stays on LL or
+  /// the direct kernel.
+  size_t cuda_ll128_gather_max_bytes = 0;
   /// CUDA one-shot all-reduces (LL, LL128, staged): launched with programmatic dependent launch (1) so that
   /// back-to-back kernels overlap their launch with the previous kernel's tail (NOTE [PDL] in
   /// src/algos/cuda_common.cuh); 0 = off (0 or 1).

@@ -12,11 +12,10 @@
 namespace symcomm::detail::cuda {
 namespace {
 
-// Tunables: 128 blocks x 512 threads with the load-once/store-to-all copy reach 357 GB/s bus bandwidth at
-// 256 MB (1.45x NCCL's best); 64 blocks with one copy pass per destination give 298 (measured on 2 x H200
-// (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench)).
-constexpr size_t kBytesPerBlock = 64 << 10;
-constexpr int kMaxBlocks = 128;
+// Grid: Tuning::cuda_direct_block_bytes / cuda_direct_max_blocks. 128 blocks x 512 threads with the
+// load-once/store-to-all copy reach 357 GB/s bus bandwidth at 256 MB (1.45x NCCL's best); 64 blocks with one
+// copy pass per destination give 298 (measured on 2 x H200 (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum,
+// symcomm-bench)).
 
 __global__ void __launch_bounds__(kThreads) exchange_kernel(ExchangeParams p) {
   const DeviceComm& c = p.comm;
@@ -83,13 +82,9 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(ExchangeParams p) {
 
 }  // namespace
 
-int exchange_blocks(size_t bytes) {
-  size_t b = div_up(bytes, kBytesPerBlock);
-  return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
-}
-
 void launch_exchange(const ExchangeParams& p, cudaStream_t stream) {
-  SYMCOMM_CUDA_CHECK(launch_kernel(exchange_kernel, exchange_blocks(p.bytes), kThreads, stream, false, p));
+  SYMCOMM_CUDA_CHECK(
+      launch_kernel(exchange_kernel, grid_blocks(p.bytes, p.block_bytes, p.max_blocks), kThreads, stream, false, p));
 }
 
 }  // namespace symcomm::detail::cuda

@@ -22,9 +22,10 @@ struct ExchangeParams {
   /// Zero-copy: `out` lies in the symmetric heap and peer_out[p] is rank p's copy (push, two barriers).
   char* peer_out[device::kMaxDeviceRanks];
   bool zero_copy;
+  size_t block_bytes = 64 << 10;  ///< bytes of `bytes` per GPU block (Tuning::cuda_direct_block_bytes)
+  size_t max_blocks = 128;        ///< (Tuning::cuda_direct_max_blocks; clamped to 1..device::kMaxBlocks)
 };
 
-int exchange_blocks(size_t bytes_per_peer);
 void launch_exchange(const ExchangeParams& p, cudaStream_t stream);
 
 }  // namespace symcomm::detail::cuda

@@ -560,18 +560,33 @@ __device__ __forceinline__ LL128Lane ll128_lane(const DeviceComm& c, const AllRe
                    sub == kLL128LanesPerLine - 1};
 }
 
-template <class T, int kOp, int kR>
+// NOTE [LL128 all-gather and reduce-scatter] The LL128 one-shot kernel also runs all-gathers, reduce-scatters and
+// all-to-alls whose blocks lie above LL's range (LLKind, as NOTE [LL all-gather and reduce-scatter] does on the LL
+// lines): line i of what rank r sends peer q is line i of its input (all-gather) or of block q of its input
+// (reduce-scatter, all-to-all), in slot r of q's area as the all-reduce's; the receiver stores each peer's line
+// at that peer's block of the output (all-gather, all-to-all) or reduces the lines in rank order with its own
+// block's (reduce-scatter). Every op still sends every peer each of its line positions and waits for each
+// peer's, so the buffer-reuse argument of NOTE [LL lines] holds across any sequence of LL128 ops, and the kind is
+// part of the header in the flags (kMismatch between kinds at one seq). The lanes of a line load every block's
+// chunks of that line before storing any, so in-place use is safe.
+template <class T, int kOp, int kR, LLKind kKind>
 __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL128Params p) {
+  // kScatter: block q of the input goes to peer q; kGather: every rank's block is stored at its place in the
+  // output; otherwise the blocks are reduced (NOTE [LL128 all-gather and reduce-scatter]).
+  constexpr bool kScatter = kKind == LLKind::kReduceScatter || kKind == LLKind::kAllToAll;
+  constexpr bool kGather = kKind == LLKind::kAllGather || kKind == LLKind::kAllToAll;
   const DeviceComm& c = p.comm;
   const Frame f = frame_begin(c, p.header);
   if (f.failed) return;  // NOTE [failed communicator]
   const int n_ranks = c.world_size, me = c.rank;
-  const size_t bytes = p.count * sizeof(T);
+  const size_t bytes = p.count * sizeof(T);  // one rank's block
   const size_t nlines = div_up(bytes, kLL128LineData);
-  const LL128Lane ll = ll128_lane(c, p, f.seq0 + 1);  // NOTE [LL flag zero]
-  const char* in = static_cast<const char*>(p.in);
+  const LL128Lane ll = ll128_lane(c, p, f.seq0 + 1);                              // NOTE [LL flag zero]
+  const char* in = static_cast<const char*>(p.in) + (kScatter ? me * bytes : 0);  // this rank's own block
   char* out = static_cast<char*>(p.out);
   const bool in_al = aligned8(in), out_al = aligned8(out);
+  // The own block needs no store when the input already is it (all-gather or all-to-all in place).
+  const bool own_in_place = kGather && in == out + me * bytes;
   const int group = ll.lane / kLL128LanesPerLine;
   const size_t warp = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32;
   const size_t line_stride = size_t{gridDim.x} * blockDim.x / 32 * kLL128LinesPerWarp;  // lines per batch step
@@ -593,9 +608,23 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
     __syncwarp();  // the 8 lanes of a line store it with one instruction
 #pragma unroll
     for (int u = 0; u < kLL128Batch; ++u) {
-      const uint4 v = ll.pack(own[u]);
-      for (int q = 0; q < n_ranks; ++q) {
-        if (q != me && valid[u]) st_line(ll.slot_at(q, me, base + u * line_stride), v);
+      if constexpr (kScatter) {  // line u of block q goes to peer q; all loads first, then the stores
+        const size_t ci = (base + u * line_stride) * kLL128ChunksPerLine + ll.sub * 2;
+        uint2 block[kR][2];
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          const char* src = static_cast<const char*>(p.in) + q * bytes;
+          if (q < n_ranks && q != me) ll.load_own(block[q], src, ci, bytes, aligned8(src), valid[u]);
+        }
+#pragma unroll
+        for (int q = 0; q < kR; ++q) {
+          if (q < n_ranks && q != me && valid[u]) st_line(ll.slot_at(q, me, base + u * line_stride), ll.pack(block[q]));
+        }
+      } else {
+        const uint4 v = ll.pack(own[u]);
+        for (int q = 0; q < n_ranks; ++q) {
+          if (q != me && valid[u]) st_line(ll.slot_at(q, me, base + u * line_stride), v);
+        }
       }
     }
     uint4 got[kLL128Batch][kR];
@@ -624,10 +653,24 @@ __global__ void __launch_bounds__(kThreads) all_reduce_ll128_kernel(AllReduceLL1
     for (int u = 0; u < kLL128Batch; ++u) {
       if (!valid[u]) continue;
       const size_t ci = (base + u * line_stride) * kLL128ChunksPerLine + ll.sub * 2;
+      if constexpr (kGather) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (h == 1 && ll.flag_lane) break;
-        store8(out, ci + h, bytes, out_al, reduce_line_half<T, kOp, kR>(own[u][h], got[u], h, n_ranks, me, p.op));
+        for (int q = 0; q < kR; ++q) {
+          if (q >= n_ranks || (q == me && own_in_place)) continue;
+          char* dst = out + q * bytes;
+          const bool dst_al = aligned8(dst);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (h == 1 && ll.flag_lane) break;
+            store8(dst, ci + h, bytes, dst_al, q == me ? own[u][h] : LL128Lane::half(got[u][q], h));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (h == 1 && ll.flag_lane) break;
+          store8(out, ci + h, bytes, out_al, reduce_line_half<T, kOp, kR>(own[u][h], got[u], h, n_ranks, me, p.op));
+        }
       }
     }
   }
@@ -811,14 +854,33 @@ void launch_all_reduce_ll128(const AllReduceLL128Params& p, cudaStream_t stream)
   const size_t max_blocks = std::clamp<size_t>(p.max_blocks, 1, 1024);
   const size_t lines_per_block = kThreads / kLL128LanesPerLine * per_group;
   const int blocks = static_cast<int>(std::clamp<size_t>(div_up(work, lines_per_block), 1, max_blocks));
+  if (p.kind == LLKind::kAllGather || p.kind == LLKind::kAllToAll) {
+    AllReduceLL128Params q = p;  // bytes only: count in bytes
+    q.count = p.count * dtype_size(p.dtype);
+    dispatch_ranks_to_four(p.comm.world_size, [&](auto r) {
+      constexpr int kR = decltype(r)::value;
+      if (p.kind == LLKind::kAllGather) {
+        SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllGather>, blocks,
+                                         kThreads, stream, p.pdl, q));
+      } else {
+        SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<uint8_t, kOpRuntime, kR, LLKind::kAllToAll>, blocks,
+                                         kThreads, stream, p.pdl, q));
+      }
+    });
+    return;
+  }
   dispatch_reduce_to_four(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     constexpr int kO = decltype(o)::value, kR = decltype(r)::value;
     if (p.two_shot) {
       SYMCOMM_CUDA_CHECK(
           launch_kernel(all_reduce_ll128_two_shot_kernel<T, kO, kR>, blocks, kThreads, stream, p.pdl, p));
+    } else if (p.kind == LLKind::kReduceScatter) {
+      SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<T, kO, kR, LLKind::kReduceScatter>, blocks, kThreads,
+                                       stream, p.pdl, p));
     } else {
-      SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_ll128_kernel<T, kO, kR>, blocks, kThreads, stream, p.pdl, p));
+      SYMCOMM_CUDA_CHECK(
+          launch_kernel(all_reduce_ll128_kernel<T, kO, kR, LLKind::kAllReduce>, blocks, kThreads, stream, p.pdl, p));
     }
   });
 }

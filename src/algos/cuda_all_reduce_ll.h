@@ -57,6 +57,9 @@ struct AllReduceLL128Params {
   size_t max_blocks = 128;     ///< (Tuning; 1-1024)
   bool pdl = false;            ///< programmatic dependent launch (NOTE [PDL] in cuda_common.cuh)
   bool two_shot = false;       ///< the two-shot kernel (NOTE [LL128 two-shot] in cuda_all_reduce_ll.cu)
+  /// The one-shot kernel's collective (NOTE [LL128 all-gather and reduce-scatter]); `count` as for LLKind.
+  /// Broadcast is not an LL128 kind.
+  LLKind kind = LLKind::kAllReduce;
 };
 
 /// Bytes of LL128 lines that carry `payload_bytes` of payload, and 4 lines more: so that the two-shot's halves

@@ -3,7 +3,6 @@
 // would add a remote read latency after the flag. Staging halves alternate (NOTE [rounds]), so no closing
 // barrier is needed: a rank can only overwrite a half after passing a later barrier, which every peer
 // signals only after finishing the kernel that read that half.
-#include <algorithm>
 
 #include "algos/cuda_all_reduce_one_shot.h"
 #include "algos/cuda_common.cuh"
@@ -56,13 +55,8 @@ __global__ void __launch_bounds__(kThreads) all_reduce_one_shot_kernel(AllReduce
 
 size_t all_reduce_one_shot_round_bytes(const device::DeviceComm& c) { return slot_bytes(c, c.world_size); }
 
-int all_reduce_one_shot_blocks(size_t bytes, size_t block_bytes, size_t max_blocks) {
-  const size_t cap = std::clamp<size_t>(max_blocks, 1, device::kMaxBlocks);
-  return static_cast<int>(std::clamp<size_t>(div_up(bytes, std::max<size_t>(block_bytes, 16)), 1, cap));
-}
-
 void launch_all_reduce_one_shot(const AllReduceOneShotParams& p, cudaStream_t stream) {
-  const int blocks = all_reduce_one_shot_blocks(p.count * dtype_size(p.dtype), p.block_bytes, p.max_blocks);
+  const int blocks = grid_blocks(p.count * dtype_size(p.dtype), p.block_bytes, p.max_blocks);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     SYMCOMM_CUDA_CHECK(launch_kernel(all_reduce_one_shot_kernel<T, decltype(o)::value, decltype(r)::value>, blocks,

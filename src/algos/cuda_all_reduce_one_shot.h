@@ -29,7 +29,6 @@ struct AllReduceOneShotParams {
 /// Bytes one round carries (larger inputs take several rounds, one barrier each).
 size_t all_reduce_one_shot_round_bytes(const device::DeviceComm& c);
 /// Grid size for `bytes` of payload (same on every rank for the same arguments and tuning).
-int all_reduce_one_shot_blocks(size_t bytes, size_t block_bytes, size_t max_blocks);
 void launch_all_reduce_one_shot(const AllReduceOneShotParams& p, cudaStream_t stream);
 
 }  // namespace symcomm::detail::cuda

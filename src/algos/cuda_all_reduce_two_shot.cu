@@ -23,7 +23,6 @@
 // multi-tensor all-reduce (cuda_multi_all_reduce.cu) has the same path; a single tensor does not go through it
 // because that kernel spills more registers (ptxas -v, bf16 sum at 2 ranks: 268 bytes of spill stores per
 // thread against 36 here) and runs 1-3% slower at 16-256 MB (2 x H200, bf16 sum, CUDA graph).
-#include <algorithm>
 
 #include "algos/cuda_all_reduce_two_shot.h"
 #include "algos/cuda_common.cuh"
@@ -32,10 +31,9 @@
 namespace symcomm::detail::cuda {
 namespace {
 
-// Grid: one block per kBytesPerBlock (small inputs use fewer blocks; not tuned), at most
-// Tuning::cuda_two_shot_max_blocks. On H100 (NV18) a copy kernel of 32 blocks x 1024 threads reaches ~360 GB/s
-// over NVLink, one of 8 blocks ~120 (pull).
-constexpr size_t kBytesPerBlock = 64 << 10;
+// Grid: one block per Tuning::cuda_two_shot_block_bytes of payload, at most Tuning::cuda_two_shot_max_blocks.
+// On H100 (NV18) a copy kernel of 32 blocks x 1024 threads reaches ~360 GB/s over NVLink, one of 8 blocks
+// ~120 (pull).
 
 template <class T, int kOp, int kR>
 __device__ void zero_copy(const AllReduceTwoShotParams& p, const Frame& f) {
@@ -169,13 +167,8 @@ __global__ void __launch_bounds__(kThreads) all_reduce_two_shot_kernel(AllReduce
 
 }  // namespace
 
-int all_reduce_two_shot_blocks(size_t bytes, size_t max_blocks) {
-  const size_t cap = std::clamp<size_t>(max_blocks, 1, device::kMaxBlocks);
-  return static_cast<int>(std::clamp<size_t>(div_up(bytes, kBytesPerBlock), 1, cap));
-}
-
 void launch_all_reduce_two_shot(const AllReduceTwoShotParams& p, cudaStream_t stream) {
-  const int blocks = all_reduce_two_shot_blocks(p.count * dtype_size(p.dtype), p.max_blocks);
+  const int blocks = grid_blocks(p.count * dtype_size(p.dtype), p.block_bytes, p.max_blocks);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     constexpr int kO = decltype(o)::value, kR = decltype(r)::value;

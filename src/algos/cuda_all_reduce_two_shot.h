@@ -28,10 +28,10 @@ struct AllReduceTwoShotParams {
   /// Push to output: out lies in the symmetric heap (peer_out set), in may lie anywhere; shards travel
   /// through staging and results go straight into every rank's output (NOTE [two-shot push to output]).
   bool push_out = false;
-  size_t max_blocks = 128;  ///< (Tuning::cuda_two_shot_max_blocks; clamped to 1..device::kMaxBlocks)
+  size_t max_blocks = 128;        ///< (Tuning::cuda_two_shot_max_blocks; clamped to 1..device::kMaxBlocks)
+  size_t block_bytes = 64 << 10;  ///< payload bytes per block (Tuning::cuda_two_shot_block_bytes)
 };
 
-int all_reduce_two_shot_blocks(size_t bytes, size_t max_blocks);
 void launch_all_reduce_two_shot(const AllReduceTwoShotParams& p, cudaStream_t stream);
 
 }  // namespace symcomm::detail::cuda

@@ -192,6 +192,14 @@ __host__ __device__ __forceinline__ size_t div_up(size_t a, size_t b) { return (
 __host__ __device__ __forceinline__ size_t round_up(size_t a, size_t b) { return div_up(a, b) * b; }
 __host__ __device__ __forceinline__ size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
+/// Grid of a kernel that adds a block per `block_bytes` (at least 16) of `bytes`: 1..max_blocks, the cap itself
+/// clamped to the signal pad's block slots (device::kMaxBlocks).
+inline int grid_blocks(size_t bytes, size_t block_bytes, size_t max_blocks) {
+  const size_t cap = max_blocks < 1 ? 1 : (max_blocks > device::kMaxBlocks ? device::kMaxBlocks : max_blocks);
+  const size_t b = div_up(bytes, block_bytes < 16 ? 16 : block_bytes);
+  return static_cast<int>(b < 1 ? 1 : (b > cap ? cap : b));
+}
+
 /// Staging slot bytes when a half is cut into `slots` slots (16-byte multiple).
 __host__ __device__ __forceinline__ size_t slot_bytes(const DeviceComm& c, int slots) {
   return (c.scratch_half_bytes / slots) / 16 * 16;

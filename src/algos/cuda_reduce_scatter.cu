@@ -12,11 +12,9 @@
 namespace symcomm::detail::cuda {
 namespace {
 
-// Tunables: as the two-shot all-reduce (cuda_all_reduce_two_shot.cu); 128 blocks give 328 GB/s bus bandwidth
-// at 256 MB, 1.41x NCCL's best (measured on 2 x H200 (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum,
-// symcomm-bench)).
-constexpr size_t kBytesPerBlock = 64 << 10;
-constexpr int kMaxBlocks = 128;
+// Grid: Tuning::cuda_direct_block_bytes / cuda_direct_max_blocks (of the output's bytes); 128 blocks give
+// 328 GB/s bus bandwidth at 256 MB, 1.41x NCCL's best (measured on 2 x H200 (nvidia-h200-x2),
+// `tools/gpu_check.sh` (bf16 sum, symcomm-bench)).
 
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(ReduceScatterParams p) {
@@ -61,13 +59,8 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(ReduceScatterP
 
 }  // namespace
 
-int reduce_scatter_blocks(size_t bytes) {
-  size_t b = div_up(bytes, kBytesPerBlock);
-  return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
-}
-
 void launch_reduce_scatter(const ReduceScatterParams& p, cudaStream_t stream) {
-  const int blocks = reduce_scatter_blocks(p.count * dtype_size(p.dtype));
+  const int blocks = grid_blocks(p.count * dtype_size(p.dtype), p.block_bytes, p.max_blocks);
   dispatch_reduce(p.dtype, p.op, p.comm.world_size, [&](auto t, auto o, auto r) {
     using T = typename decltype(t)::type;
     SYMCOMM_CUDA_CHECK(launch_kernel(reduce_scatter_kernel<T, decltype(o)::value, decltype(r)::value>, blocks, kThreads,

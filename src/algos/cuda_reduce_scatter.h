@@ -22,9 +22,10 @@ struct ReduceScatterParams {
   /// Zero-copy: `in` lies in the symmetric heap and peer_in[p] is rank p's copy (pull, two barriers).
   const char* peer_in[device::kMaxDeviceRanks];
   bool zero_copy;
+  size_t block_bytes = 64 << 10;  ///< bytes of the output per GPU block (Tuning::cuda_direct_block_bytes)
+  size_t max_blocks = 128;        ///< (Tuning::cuda_direct_max_blocks; clamped to 1..device::kMaxBlocks)
 };
 
-int reduce_scatter_blocks(size_t bytes_per_rank);
 void launch_reduce_scatter(const ReduceScatterParams& p, cudaStream_t stream);
 
 }  // namespace symcomm::detail::cuda

@@ -179,6 +179,12 @@ KernelPath select_cuda_path(Collective kind, size_t bytes, Algorithm algo, const
           bytes <= f.ll_capacity_bytes) {
         return KernelPath::kLL;
       }
+      // NOTE [LL128 all-gather and reduce-scatter]: blocks up to Tuning::cuda_ll128_gather_max_bytes and the
+      // LL128 buffer's capacity; no broadcast.
+      if (algo == Algorithm::kDirect && kind != Collective::kBroadcast && bytes != 0 &&
+          bytes <= t.cuda_ll128_gather_max_bytes && bytes <= f.ll128_capacity_bytes) {
+        return KernelPath::kLL128;
+      }
       // Zero-copy where the side the peers reach is in the heap: reduce-scatter reads their inputs, the others
       // write their outputs. All-to-all in place cannot: a peer would overwrite a block still to be sent.
       bool zero_copy = kind == Collective::kReduceScatter ? f.in_symmetric : f.out_symmetric;

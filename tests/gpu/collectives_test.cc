@@ -379,6 +379,41 @@ TEST(GpuCollectives, MovesAndReduceScatterLLAndDirect) {
   });
 }
 
+// The LL128 kernel's all-gather, reduce-scatter and all-to-all (NOTE [LL128 all-gather and reduce-scatter]) on
+// every case of the matrix, LL off, on a grid of 3 blocks (every 8-lane group runs several batches, and partial
+// ones), plus blocks at the LL128 buffer's capacity (4 MB) and just below; broadcasts of the same cases stay on
+// the direct kernel.
+TEST(GpuCollectives, MovesAndReduceScatterLL128) {
+  const int n = gpus();
+  testing::expect_success(n, [n](RankEnv& env) {
+    std::vector<Case> cases = reduction_cases(Collective::kReduceScatter, {Algorithm::kDirect});
+    for (Collective k : {Collective::kAllGather, Collective::kAllToAll, Collective::kBroadcast}) {
+      const std::vector<Case> moves = move_cases(k, n, Algorithm::kDirect);
+      cases.insert(cases.end(), moves.begin(), moves.end());
+    }
+    for (bool ip : {false, true}) {
+      cases.push_back({Collective::kReduceScatter, DataType::kBFloat16, ReduceOp::kSum, size_t{1} << 21, ip, 0,
+                       Algorithm::kDirect});
+      cases.push_back(
+          {Collective::kReduceScatter, DataType::kFloat32, ReduceOp::kMin, (1 << 20) - 3, ip, 4, Algorithm::kDirect});
+      cases.push_back(
+          {Collective::kAllGather, DataType::kUInt8, ReduceOp::kSum, size_t{1} << 22, ip, 0, Algorithm::kDirect});
+      cases.push_back(
+          {Collective::kAllGather, DataType::kFloat16, ReduceOp::kSum, (1 << 21) - 5, ip, 2, Algorithm::kDirect});
+      cases.push_back(
+          {Collective::kAllToAll, DataType::kInt32, ReduceOp::kSum, (1 << 20) - 2, ip, 4, Algorithm::kDirect});
+    }
+    expect_paths(sweep(env, cases,
+                       [](Config& c) {
+                         c.tuning.cuda_ll_gather_max_bytes = 0;
+                         c.tuning.cuda_ll128_gather_max_bytes = size_t{4} << 20;
+                         c.tuning.cuda_ll128_max_blocks = 3;
+                         c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
+                       }),
+                 {KernelPath::kLL128, KernelPath::kDirectStaged}, {KernelPath::kLL});
+  });
+}
+
 TEST(GpuCollectives, Broadcast) {
   const int n = gpus();
   testing::expect_success(n, [n](RankEnv& env) { sweep(env, move_cases(Collective::kBroadcast, n)); });

@@ -80,8 +80,10 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env) {
   EXPECT_EQ(cudaSetDevice(rank_device(env.info.local_rank)), cudaSuccess);
   CommOptions o = cuda_comm_options_without_nccl(env.config);
   o.config->heap_bytes = size_t{256} << 20;
-  // The two-shot cases pull from or push into the heap: not the LL128 two-shot, which reaches no peer buffer.
+  // The two-shot and direct cases pull from or push into the heap: not the LL128 kernels, which reach no peer
+  // buffer (16 bytes: a value of its own, which measured_cuda_tuning keeps at every world size).
   o.config->tuning.cuda_ll128_two_shot_max_bytes = 16;
+  o.config->tuning.cuda_ll128_gather_max_bytes = 16;
   return env.make_comm(o);
 }
 

@@ -86,16 +86,20 @@ std::vector<Path> paths() {
       ar("all_reduce_two_shot", 16 * kMB),
       ar("all_reduce_two_shot_push", 16 * kMB, true, true),
       ar("all_reduce_two_shot_zero_copy", 6 * kMB, true, true),
-      // Gather-style kernels: LL up to 512 KB blocks, then the staged and the zero-copy exchange.
+      // Gather-style kernels: LL up to 512 KB blocks, then the staged and the zero-copy exchange (2 MB blocks).
       direct("reduce_scatter_ll", C::kReduceScatter, 16 * kKB),
-      direct("reduce_scatter", C::kReduceScatter, 512 * kKB),
-      direct("reduce_scatter_zero_copy", C::kReduceScatter, 512 * kKB, true, false),
+      direct("reduce_scatter", C::kReduceScatter, 2 * kMB),
+      direct("reduce_scatter_zero_copy", C::kReduceScatter, 2 * kMB, true, false),
       direct("all_gather_ll", C::kAllGather, 16 * kKB),
-      direct("all_gather", C::kAllGather, 512 * kKB),
-      direct("all_gather_zero_copy", C::kAllGather, 512 * kKB, false, true),
+      direct("all_gather", C::kAllGather, 2 * kMB),
+      direct("all_gather_zero_copy", C::kAllGather, 2 * kMB, false, true),
       direct("all_to_all_ll", C::kAllToAll, 16 * kKB),
-      direct("all_to_all", C::kAllToAll, 512 * kKB),
-      direct("all_to_all_zero_copy", C::kAllToAll, 512 * kKB, false, true),
+      direct("all_to_all", C::kAllToAll, 2 * kMB),
+      direct("all_to_all_zero_copy", C::kAllToAll, 2 * kMB, false, true),
+      // LL128 above LL's 512 KB blocks, up to 1 MB blocks (kernel_fault_config()).
+      direct("reduce_scatter_ll128", C::kReduceScatter, 768 * kKB),
+      direct("all_gather_ll128", C::kAllGather, 768 * kKB),
+      direct("all_to_all_ll128", C::kAllToAll, 768 * kKB),
       direct("broadcast_ll", C::kBroadcast, 16 * kKB),
       direct("broadcast", C::kBroadcast, 2 * kMB),
       direct("broadcast_zero_copy", C::kBroadcast, 2 * kMB, false, true),
@@ -140,7 +144,8 @@ std::chrono::milliseconds deadline(int world) {
 
 /// The test config with the all-reduce path table pinned as in mismatch_test.cc (LL up to 512 KB, LL128 up to
 /// 2 MB, staged one-shot up to 4 MB, two-shot on the LL128 lines up to 2 MB, pushing to heap outputs from 8 MB),
-/// 16 bytes off the defaults so that measured_cuda_tuning keeps them at every world size.
+/// 16 bytes off the defaults so that measured_cuda_tuning keeps them at every world size; the gathers on LL up to
+/// 512 KB blocks, on LL128 up to 1 MB.
 Config kernel_fault_config(Fault f, int world) {
   Config c = testing::HarnessOptions::default_test_config();
   c.timeout = f == Fault::kMissing ? deadline(world) : std::chrono::seconds(20) * testing::timeout_scale();
@@ -151,6 +156,7 @@ Config kernel_fault_config(Fault f, int world) {
   c.tuning.cuda_one_shot_max_bytes = (size_t{4} << 20) - 16;
   c.tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;
   c.tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
+  c.tuning.cuda_ll128_gather_max_bytes = (size_t{1} << 20) - 16;
   return c;
 }
 

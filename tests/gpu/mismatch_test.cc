@@ -117,6 +117,7 @@ Config mismatch_config(bool debug) {
   c.tuning.cuda_one_shot_max_bytes = (size_t{4} << 20) - 16;
   c.tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;
   c.tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
+  c.tuning.cuda_ll128_gather_max_bytes = (size_t{1} << 20) - 16;  // all-gather blocks above 512 KB: LL128 to 1 MB
   return c;
 }
 
@@ -211,6 +212,10 @@ std::vector<MismatchCase> cases() {
        .field = "collective",
        .output_kept = false},
       {.name = "collective_ll128", .rank0 = {ar(kLL128)}, .rank1 = {ag(kLL128 / 2)}, .field = "collective"},
+      // The all-gather on the LL128 lines (NOTE [LL128 all-gather and reduce-scatter]): the header in every line's
+      // flag, against another count and against an all-reduce on the same lines.
+      {.name = "count_ll128_all_gather", .rank0 = {ag(768 * kKB)}, .rank1 = {ag(768 * kKB + 4)}, .field = "count"},
+      {.name = "collective_ll128_lines", .rank0 = {ar(kLL128)}, .rank1 = {ag(768 * kKB)}, .field = "collective"},
       // An SM all-gather against a copy-engine one: the copy engine's stream announces nothing and the kernel
       // writes nothing the watchdog reads, so both wait for their deadline.
       {.name = "algorithm_sm_vs_copy_engine",

@@ -41,8 +41,11 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env, uint32_t start, uint32_t l
   o.config->heap_bytes = (env.info.world_size + 1) * kCount * sizeof(float);
   o.config->debug_seq_start = start;
   o.config->debug_signal_lag = lag;
-  // Two-shot all-reduces up to 2 MB on the LL128 lines at every world size, larger ones with barriers.
+  // Two-shot all-reduces up to 2 MB on the LL128 lines at every world size, larger ones with barriers; all-gather
+  // blocks above 512 KB on the LL128 lines up to 1 MB, larger ones on the direct kernel.
   o.config->tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
+  o.config->tuning.cuda_ll_gather_max_bytes = (size_t{512} << 10) - 16;
+  o.config->tuning.cuda_ll128_gather_max_bytes = (size_t{1} << 20) - 16;
   return env.make_comm(o);
 }
 
@@ -120,7 +123,8 @@ TEST_P(GpuSequenceWrap, CountersWrapAroundExactly) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     auto* buf = static_cast<float*>(comm->alloc(kCount * sizeof(float) * world));
     run(c.graph, 8, s, [&] { comm->barrier({.stream = s}); });
-    // The op at 0, then a mix across the wrap: LL, LL128 and staged one-shot, two-shot, direct all-gather.
+    // The op at 0, then a mix across the wrap: LL, LL128 and staged one-shot, two-shot, direct, LL128 and LL
+    // all-gather.
     struct Step {
       size_t count;
       Algorithm algo;
@@ -138,6 +142,7 @@ TEST_P(GpuSequenceWrap, CountersWrapAroundExactly) {
                           {kCount, Algorithm::kTwoShot, false},
                           {size_t{1} << 18, Algorithm::kTwoShot, false},
                           {size_t{1} << 18, Algorithm::kDirect, true},
+                          {size_t{3} << 16, Algorithm::kDirect, true},
                           {1024, Algorithm::kDirect, true}};
     uint64_t seed = 10;
     for (const Step& st : steps) {

@@ -13,11 +13,12 @@
 namespace symcomm::detail {
 namespace {
 
-constexpr size_t kLLMax = 1024;       // Tuning::cuda_ll_max_bytes
-constexpr size_t kLL128Max = 8192;    // Tuning::cuda_ll128_max_bytes
-constexpr size_t kGatherMax = 2048;   // Tuning::cuda_ll_gather_max_bytes
-constexpr size_t kPushMin = 65536;    // Tuning::cuda_two_shot_push_min_bytes
-constexpr size_t kLLCapacity = 4096;  // PathFacts::ll_capacity_bytes
+constexpr size_t kLLMax = 1024;          // Tuning::cuda_ll_max_bytes
+constexpr size_t kLL128Max = 8192;       // Tuning::cuda_ll128_max_bytes
+constexpr size_t kGatherMax = 2048;      // Tuning::cuda_ll_gather_max_bytes
+constexpr size_t kGather128Max = 12288;  // Tuning::cuda_ll128_gather_max_bytes
+constexpr size_t kPushMin = 65536;       // Tuning::cuda_two_shot_push_min_bytes
+constexpr size_t kLLCapacity = 4096;     // PathFacts::ll_capacity_bytes
 constexpr size_t kLL128Capacity = 16384;
 constexpr size_t kTwoShotLLMax = 32768;       // Tuning::cuda_ll128_two_shot_max_bytes
 constexpr size_t kTwoShotLLMin = 361;         // PathFacts::ll128_two_shot_min_bytes
@@ -28,6 +29,7 @@ Tuning table_tuning() {
   t.cuda_ll_max_bytes = kLLMax;
   t.cuda_ll128_max_bytes = kLL128Max;
   t.cuda_ll_gather_max_bytes = kGatherMax;
+  t.cuda_ll128_gather_max_bytes = kGather128Max;
   t.cuda_two_shot_push_min_bytes = kPushMin;
   t.cuda_ll128_two_shot_max_bytes = kTwoShotLLMax;
   return t;
@@ -53,7 +55,7 @@ struct Row {
   Sides sides;
   KernelPath want;
   // Tuning changes of the row: -1 keeps the table's value.
-  long long ll_max = -1, ll128_max = -1, gather_max = -1, two_shot_ll_max = -1;
+  long long ll_max = -1, ll128_max = -1, gather_max = -1, two_shot_ll_max = -1, gather128_max = -1;
 };
 
 std::string describe(const Row& r) {
@@ -122,15 +124,24 @@ TEST(Select, CudaPathTable) {
       {C::kAllGather, 0, A::kDirect, kNeither, P::kDirectStaged},
       {C::kAllGather, 0, A::kDirect, kOut, P::kDirectZeroCopy},
       {C::kAllGather, kLLCapacity, A::kDirect, kNeither, P::kLL, -1, -1, 8192},
-      {C::kAllGather, kLLCapacity + 1, A::kDirect, kNeither, P::kDirectStaged, -1, -1, 8192},
-      {C::kReduceScatter, kGatherMax + 1, A::kDirect, kIn, P::kDirectZeroCopy},
-      {C::kReduceScatter, kGatherMax + 1, A::kDirect, kOut, P::kDirectStaged},
-      {C::kReduceScatter, kGatherMax + 1, A::kDirect, kBothInPlace, P::kDirectZeroCopy},
-      {C::kAllGather, kGatherMax + 1, A::kDirect, kOut, P::kDirectZeroCopy},
-      {C::kAllGather, kGatherMax + 1, A::kDirect, kIn, P::kDirectStaged},
-      {C::kAllToAll, kGatherMax + 1, A::kDirect, kBoth, P::kDirectZeroCopy},
-      {C::kAllToAll, kGatherMax + 1, A::kDirect, kBothInPlace, P::kDirectStaged},
-      {C::kAllToAll, kGatherMax + 1, A::kDirect, kIn, P::kDirectStaged},
+      {C::kAllGather, kLLCapacity + 1, A::kDirect, kNeither, P::kLL128, -1, -1, 8192},
+      {C::kAllGather, kLLCapacity + 1, A::kDirect, kNeither, P::kDirectStaged, -1, -1, 8192, -1, 0},
+      // Then LL128 (not for a broadcast) up to the smaller of its gather limit and the LL128 buffer, whichever
+      // side lies in the heap; then the direct kernels, zero-copy where the side the peers reach is in the heap.
+      {C::kReduceScatter, kGatherMax + 1, A::kDirect, kIn, P::kLL128},
+      {C::kAllGather, kGather128Max, A::kDirect, kBoth, P::kLL128},
+      {C::kAllToAll, kGather128Max, A::kDirect, kBothInPlace, P::kLL128},
+      {C::kAllGather, kLL128Capacity, A::kDirect, kNeither, P::kLL128, -1, -1, -1, -1, 1 << 20},
+      {C::kAllGather, kLL128Capacity + 1, A::kDirect, kNeither, P::kDirectStaged, -1, -1, -1, -1, 1 << 20},
+      {C::kBroadcast, kGatherMax + 1, A::kDirect, kNeither, P::kDirectStaged},
+      {C::kReduceScatter, kGather128Max + 1, A::kDirect, kIn, P::kDirectZeroCopy},
+      {C::kReduceScatter, kGather128Max + 1, A::kDirect, kOut, P::kDirectStaged},
+      {C::kReduceScatter, kGather128Max + 1, A::kDirect, kBothInPlace, P::kDirectZeroCopy},
+      {C::kAllGather, kGather128Max + 1, A::kDirect, kOut, P::kDirectZeroCopy},
+      {C::kAllGather, kGather128Max + 1, A::kDirect, kIn, P::kDirectStaged},
+      {C::kAllToAll, kGather128Max + 1, A::kDirect, kBoth, P::kDirectZeroCopy},
+      {C::kAllToAll, kGather128Max + 1, A::kDirect, kBothInPlace, P::kDirectStaged},
+      {C::kAllToAll, kGather128Max + 1, A::kDirect, kIn, P::kDirectStaged},
       {C::kBroadcast, kGatherMax + 1, A::kDirect, kOut, P::kDirectZeroCopy},
       {C::kBroadcast, kGatherMax + 1, A::kDirect, kBothInPlace, P::kDirectZeroCopy},
       {C::kBroadcast, kGatherMax + 1, A::kDirect, kIn, P::kDirectStaged},
@@ -144,6 +155,7 @@ TEST(Select, CudaPathTable) {
     if (row.ll128_max >= 0) t.cuda_ll128_max_bytes = static_cast<size_t>(row.ll128_max);
     if (row.gather_max >= 0) t.cuda_ll_gather_max_bytes = static_cast<size_t>(row.gather_max);
     if (row.two_shot_ll_max >= 0) t.cuda_ll128_two_shot_max_bytes = static_cast<size_t>(row.two_shot_ll_max);
+    if (row.gather128_max >= 0) t.cuda_ll128_gather_max_bytes = static_cast<size_t>(row.gather128_max);
     const KernelPath got = select_cuda_path(row.kind, row.bytes, row.algo, facts(row.sides), t);
     EXPECT_EQ(to_string(got), to_string(row.want)) << describe(row);
   }
@@ -194,6 +206,8 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
                           kLLMax + 1,
                           kGatherMax + 1,
                           kLLCapacity + 1,
+                          kGather128Max + 1,
+                          kLL128Capacity + 1,
                           kLL128Max + 1,
                           kTwoShotLLMin - 1,
                           kTwoShotLLMin,
@@ -215,6 +229,11 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
             EXPECT_NE(algo, Algorithm::kOneShot) << where;
             EXPECT_GE(bytes, kTwoShotLLMin) << where;
             EXPECT_LE(bytes, kTwoShotLLCapacity) << where;
+          }
+          if (p == KernelPath::kLL128 && kind != Collective::kAllReduce) {
+            EXPECT_NE(kind, Collective::kBroadcast) << where;
+            EXPECT_LE(bytes, kLL128Capacity) << where;
+            EXPECT_LE(bytes, kGather128Max) << where;
           }
           if (p == KernelPath::kLL) {
             EXPECT_LE(bytes, kLLCapacity) << where;

@@ -243,7 +243,22 @@ TEST(TuneDerive, CudaGatherChainGivesItsThresholds) {
   const Derived d = derive(BackendKind::kCuda, samples_of("all_gather", g) + samples_of("reduce_scatter", g));
   EXPECT_EQ(fields_of(d), (std::map<std::string, size_t>{{"cuda_direct_nccl_max_bytes", 8 * kKB},
                                                          {"cuda_ll_gather_max_bytes", 128 * kKB},
+                                                         {"cuda_ll128_gather_max_bytes", 0},
                                                          {"cuda_nccl_min_bytes", 32 * kMB + 1}}));
+}
+
+TEST(TuneDerive, CudaGatherChainGivesTheLL128RangeBetweenLLAndDirect) {
+  // LL fastest up to 16 KB, LL128 at 64-256 KB, direct from 1 MB; LL128 is not measured beyond its buffer.
+  Times g;
+  for (size_t b : {4 * kKB, 16 * kKB, 64 * kKB, 256 * kKB, kMB, 16 * kMB}) {
+    std::map<std::string, double> row = {{"direct", b >= kMB ? 10.0 : 20.0}};
+    if (b <= 256 * kKB) row["ll"] = b <= 16 * kKB ? 5.0 : 30.0;
+    if (b <= 4 * kMB) row["ll128"] = b <= 16 * kKB ? 8.0 : b <= 256 * kKB ? 9.0 : 15.0;
+    g.emplace_back(b, row);
+  }
+  const auto f = fields_of(derive(BackendKind::kCuda, samples_of("all_gather", g) + samples_of("reduce_scatter", g)));
+  EXPECT_EQ(f.at("cuda_ll_gather_max_bytes"), 32 * kKB);      // between 16 and 64 KB
+  EXPECT_EQ(f.at("cuda_ll128_gather_max_bytes"), 512 * kKB);  // between 256 KB and 1 MB
 }
 
 TEST(TuneDerive, OneNcclMinimumServesTheAllReduceAndTheGathers) {

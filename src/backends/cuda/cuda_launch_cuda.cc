@@ -43,6 +43,17 @@ uint64_t op_header(const Request& r, int path, bool zero_copy, uint64_t in_place
       .header();
 }
 
+/// The LL and LL128 kernels' name for a collective (LLKind).
+cuda::LLKind ll_kind_of(Collective c) {
+  switch (c) {
+    case Collective::kReduceScatter: return cuda::LLKind::kReduceScatter;
+    case Collective::kAllGather: return cuda::LLKind::kAllGather;
+    case Collective::kAllToAll: return cuda::LLKind::kAllToAll;
+    case Collective::kBroadcast: return cuda::LLKind::kBroadcast;
+    default: return cuda::LLKind::kAllReduce;
+  }
+}
+
 }  // namespace
 
 void CudaBackend::launch_nccl(const Request& r, cudaStream_t s) {
@@ -176,7 +187,8 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
                                      .lines_per_group = t.cuda_ll128_lines_per_group,
                                      .max_blocks = t.cuda_ll128_max_blocks,
                                      .pdl = t.cuda_pdl != 0,
-                                     .two_shot = two},
+                                     .two_shot = two,
+                                     .kind = ll_kind_of(r.kind)},
                                     s);
       return;
     }
@@ -197,20 +209,21 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
     case KernelPath::kTwoShotZeroCopy:
     case KernelPath::kTwoShotPush: {
       const bool push = path == KernelPath::kTwoShotPush;
-      cuda::AllReduceTwoShotParams p{.comm = comm_,
-                                     .in = r.in,
-                                     .out = r.out,
-                                     .count = r.count,
-                                     .dtype = r.dtype,
-                                     .op = r.op,
-                                     .header = push ? op_header(r, 6, true, 0, out_place)
-                                                    : op_header(r, 2, zc, zc ? in_place : 0, zc ? out_place : 0),
-                                     .peer_in = {},
-                                     .peer_out = {},
-                                     .zero_copy = zc,
-                                     .push_out = push,
-                                     .max_blocks = t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks
-                                                                                   : static_cast<size_t>(fewest_sms_)};
+      cuda::AllReduceTwoShotParams p{
+          .comm = comm_,
+          .in = r.in,
+          .out = r.out,
+          .count = r.count,
+          .dtype = r.dtype,
+          .op = r.op,
+          .header =
+              push ? op_header(r, 6, true, 0, out_place) : op_header(r, 2, zc, zc ? in_place : 0, zc ? out_place : 0),
+          .peer_in = {},
+          .peer_out = {},
+          .zero_copy = zc,
+          .push_out = push,
+          .max_blocks = t.cuda_two_shot_max_blocks != 0 ? t.cuda_two_shot_max_blocks : static_cast<size_t>(fewest_sms_),
+          .block_bytes = t.cuda_two_shot_block_bytes};
       for (int q = 0; (zc || push) && q < n; ++q) {
         if (zc) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
         p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
@@ -228,13 +241,7 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
 void CudaBackend::launch_ll_gather(const Request& r, cudaStream_t s) {
   const Tuning& t = ctx_.config.tuning;
   const bool reduce = r.kind == Collective::kReduceScatter;
-  cuda::LLKind kind = cuda::LLKind::kAllToAll;
-  switch (r.kind) {
-    case Collective::kReduceScatter: kind = cuda::LLKind::kReduceScatter; break;
-    case Collective::kAllGather: kind = cuda::LLKind::kAllGather; break;
-    case Collective::kBroadcast: kind = cuda::LLKind::kBroadcast; break;
-    default: break;
-  }
+  const cuda::LLKind kind = ll_kind_of(r.kind);
   cuda::launch_all_reduce_ll({.comm = comm_,
                               .in = r.in,
                               .out = r.out,
@@ -256,6 +263,7 @@ void CudaBackend::launch_ll_gather(const Request& r, cudaStream_t s) {
 void CudaBackend::launch_direct(const Request& r, bool zc, uint64_t in_place, uint64_t out_place, cudaStream_t s) {
   const int n = ctx_.ranks.world_size;
   const size_t bytes = r.count * r.elem_size();
+  const Tuning& t = ctx_.config.tuning;
   switch (r.kind) {
     case Collective::kReduceScatter: {
       cuda::ReduceScatterParams p{.comm = comm_,
@@ -266,7 +274,9 @@ void CudaBackend::launch_direct(const Request& r, bool zc, uint64_t in_place, ui
                                   .op = r.op,
                                   .header = op_header(r, 3, zc, in_place),
                                   .peer_in = {},
-                                  .zero_copy = zc};
+                                  .zero_copy = zc,
+                                  .block_bytes = t.cuda_direct_block_bytes,
+                                  .max_blocks = t.cuda_direct_max_blocks};
       for (int q = 0; zc && q < n; ++q) p.peer_in[q] = static_cast<const char*>(heap_->peer_ptr(r.in, q));
       cuda::launch_reduce_scatter(p, s);
       return;
@@ -281,7 +291,9 @@ void CudaBackend::launch_direct(const Request& r, bool zc, uint64_t in_place, ui
                              .in_block_stride = a2a ? bytes : 0,
                              .header = op_header(r, 4, zc, 0, zc ? out_place : 0),
                              .peer_out = {},
-                             .zero_copy = zc};
+                             .zero_copy = zc,
+                             .block_bytes = t.cuda_direct_block_bytes,
+                             .max_blocks = t.cuda_direct_max_blocks};
       for (int q = 0; zc && q < n; ++q) p.peer_out[q] = static_cast<char*>(heap_->peer_ptr(r.out, q));
       cuda::launch_exchange(p, s);
       return;
