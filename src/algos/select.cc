@@ -40,7 +40,12 @@ bool copy_engine_capable(Collective c) {
 // 256 KB, 10.15 / 9.97 at 512 KB; LL128 two-shot 11.86 / two-shot 14.52 / NCCL 17.93 at 1 MB, 17.60 / 19.29 at
 // 2 MB, 34.59 / 28.70 at 4 MB; two-shot 91.90 / NCCL 99.50 at 16 MB, 177.42 / 172.80 at 32 MB. The 4 x H200 entry
 // (measured before the LL128 two-shot existed) agrees up to 90 KB and on NCCL's start. NCCL takes the all-gather
-// and reduce-scatter from 256 MB (a tie with the direct kernels there). GPUs with an entry of their own use it
+// and reduce-scatter from 256 MB (a tie with the direct kernels there). The gathers' ranges come from symcomm-tune
+// at 4 ranks on 4 x H200 (every pair NV18), the first 4-rank run with the LL128 gathers and the direct kernels'
+// 16 KB grid: LL up to 181 KB blocks (between 128 and 256 KB), LL128 up to 724 KB (between 512 KB and 1 MB),
+// the direct kernels above. Us, all-gather / reduce-scatter blocks: LL 6.25 / 5.99, LL128 6.29 / 6.25 at 128 KB;
+// LL 9.50 / 9.07, LL128 7.59 / 7.66, direct 9.32 / 12.20 at 256 KB; LL128 11.07 / 11.14, direct 11.85 / 13.95
+// at 512 KB; LL128 19.57 / 19.09, direct 16.49 / 19.39 at 1 MB. GPUs with an entry of their own use it
 // instead (NOTE [tuning precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on,
 // nothing is measured: one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256
 // KB at 8 ranks in TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The LL128 two-shot moves 2 (N - 1)
@@ -73,6 +78,8 @@ constexpr MeasuredValue kMeasuredCuda[] = {
     {3, &Tuning::cuda_two_shot_max_bytes, size_t{22} << 20},
     {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
     {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
+    {3, &Tuning::cuda_ll_gather_max_bytes, size_t{181} << 10},
+    {3, &Tuning::cuda_ll128_gather_max_bytes, size_t{724} << 10},
     {3, &Tuning::cuda_ll_block_threads, 256},
     {3, &Tuning::cuda_ll_max_blocks, 256},
     {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},

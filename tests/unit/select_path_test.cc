@@ -161,6 +161,27 @@ TEST(Select, CudaPathTable) {
   }
 }
 
+// NOTE [measured CUDA thresholds]: from 3 ranks on the gathers' blocks go LL up to 181 KB, LL128 up to 724 KB,
+// then the direct kernels; at 2 ranks the defaults (LL up to 512 KB, no LL128) stay.
+TEST(Select, CudaGatherPathsFollowTheWorldSize) {
+  using C = Collective;
+  using P = KernelPath;
+  PathFacts f = facts(kNeither);
+  f.ll_capacity_bytes = (size_t{1} << 20) - 8;
+  f.ll128_capacity_bytes = size_t{4} << 20;
+  const Tuning t4 = measured_cuda_tuning(Tuning{}, 4), t2 = measured_cuda_tuning(Tuning{}, 2);
+  const auto path = [&](C kind, size_t bytes, const Tuning& t) {
+    return std::string(to_string(select_cuda_path(kind, bytes, Algorithm::kDirect, f, t)));
+  };
+  EXPECT_EQ(path(C::kAllGather, size_t{181} << 10, t4), to_string(P::kLL));
+  EXPECT_EQ(path(C::kAllGather, (size_t{181} << 10) + 1, t4), to_string(P::kLL128));
+  EXPECT_EQ(path(C::kReduceScatter, size_t{724} << 10, t4), to_string(P::kLL128));
+  EXPECT_EQ(path(C::kReduceScatter, (size_t{724} << 10) + 1, t4), to_string(P::kDirectStaged));
+  EXPECT_EQ(path(C::kBroadcast, (size_t{181} << 10) + 1, t4), to_string(P::kDirectStaged));
+  EXPECT_EQ(path(C::kAllGather, size_t{512} << 10, t2), to_string(P::kLL));
+  EXPECT_EQ(path(C::kAllGather, (size_t{512} << 10) + 1, t2), to_string(P::kDirectStaged));
+}
+
 TEST(Select, CudaMultiPathTable) {
   using C = Collective;
   using P = KernelPath;
