@@ -1,6 +1,7 @@
 #pragma once
 /// \file communicator.h
-/// A Communicator connects the ranks of one node over symmetric memory and runs collectives on it.
+/// A Communicator connects the ranks of one node over symmetric memory and runs collectives (and, on the host
+/// backend, point-to-point sends and receives) on it.
 ///
 /// Backends: kHost (shared memory between processes; buffers are ordinary host memory) and kCuda (cuMem
 /// allocations mapped on every GPU over NVLink; buffers are device memory, collectives are enqueued on a
@@ -232,6 +233,42 @@ class Communicator {
                                          const CollOptions& o = {});
   std::shared_ptr<Work> barrier_async(const CollOptions& o = {});
 
+  /// Point-to-point, with NCCL's semantics: send() passes `count` elements of `dtype` at `buf` to rank `peer`,
+  /// whose recv() from this rank writes them at its `buf`.
+  /// - Matching: the k-th send from A to B matches the k-th receive on B from A (per ordered pair of ranks, in
+  ///   issue order; there are no tags). The count and dtype of a matched pair must agree: where they differ,
+  ///   both ranks fail with Error(kMismatch) naming both (the receiver in its receive; the sender in its send if
+  ///   it is still waiting, else in its next send or receive, in a collective waiting for that receiver, or in
+  ///   check()). count 0 is a valid, matched, empty message.
+  /// - Only the two ranks of a message take part: other ranks call nothing, and the collectives before, between
+  ///   and after point-to-point operations match across all ranks as if those operations had not been issued.
+  /// - Buffering (host backend): each ordered pair of ranks has two staging chunks of Config::p2p_chunk_bytes
+  ///   (SYMCOMM_P2P_CHUNK_BYTES, rounded up to 4 KiB) in the sender's memory; a message takes one chunk per
+  ///   p2p_chunk_bytes of payload, at least one. A send returns (its Work completes) once its last chunk is staged,
+  ///   so it waits for the receiver only while both chunks of its pair hold data the receiver has not copied out:
+  ///   a message of at most two chunks, sent when the pair holds no earlier message still unreceived, completes
+  ///   without the receiver; a larger one waits for the receiver to drain its chunks. A receive returns once its
+  ///   data is in `buf`.
+  /// - Outside a group each call runs in issue order like a collective, so two ranks that each receive first from
+  ///   the other wait for each other (as with NCCL); exchanges go in a group. In a group (group_start() ..
+  ///   group_end(), CollectiveGroup) sends and receives are recorded, and group_end() runs the group's collectives
+  ///   in issue order, then all its sends and receives together, to and from any peers in any number: a group
+  ///   that sends to B and receives from B completes at any size. Messages to one peer keep their issue order.
+  /// - peer == rank() is a local copy, allowed only inside a group where the k-th send to itself matches the k-th
+  ///   receive from itself (Error(kInvalidArgument) at group_end() when their numbers differ, and for such a call
+  ///   outside a group).
+  /// - Errors: a peer outside [0, world_size()), a null `buf` with count > 0, an invalid dtype or an algorithm
+  ///   other than kAuto or kDirect throw Error(kInvalidArgument) before anything is sent. Waits are bounded like
+  ///   the collectives': Config::timeout without progress (kTimeout naming the peer), abort() (kAborted), a dead
+  ///   peer (kPeerDead naming it); these and kMismatch are sticky, as for collectives.
+  /// - CUDA backend: not available; every call throws Error(kUnsupported).
+  void send(const void* buf, size_t count, DataType dtype, int peer, const CollOptions& o = {});
+  void recv(void* buf, size_t count, DataType dtype, int peer, const CollOptions& o = {});
+  /// Asynchronous send() / recv(): return at once (in issue order with every other operation of this
+  /// communicator); the Work completes when the send is staged or the receive has its data, with its error.
+  std::shared_ptr<Work> send_async(const void* buf, size_t count, DataType dtype, int peer, const CollOptions& o = {});
+  std::shared_ptr<Work> recv_async(void* buf, size_t count, DataType dtype, int peer, const CollOptions& o = {});
+
   /// Coalescing. Collectives issued on this communicator between group_start() and group_end() are
   /// validated at once (argument errors still throw immediately) but only recorded; group_end() runs them
   /// together, in issue order: small all-reduces of one dtype and op are packed into one collective, the
@@ -239,7 +276,8 @@ class Communicator {
   /// The collectives of one group must be independent, as in NCCL's groups: none may read a buffer that
   /// another of the group writes (packing and fusion run them together).
   /// Groups nest: only the outermost end runs them, with everything recorded at inner levels that were
-  /// not cancelled. Every rank must issue the same group.
+  /// not cancelled. Every rank must issue the same collectives in its group; sends and receives (see send()) run
+  /// after the group's collectives and concern their two ranks only.
   /// An `*_async` call inside a group returns a Work that completes with the whole group, whichever way the
   /// outermost level ends (on CUDA it then waits for the group's device work, like any Work).
   void group_start();

@@ -161,6 +161,13 @@ struct Config {
   /// staged kernel ends in a barrier, so larger rounds cost fewer barriers: measured on 2 x H200
   /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]).
   size_t cuda_scratch_bytes = size_t{128} << 20;
+  /// Host backend: bytes of one point-to-point staging chunk (rounded up to 4 KiB). Each ordered pair of ranks has
+  /// two in the sender's memory (committed on touch): what a send may leave staged for its receiver, and the round
+  /// size of larger messages (Communicator::send(); NOTE [point-to-point] in src/backends/host/host_p2p.cc).
+  /// Measured on the 2-core CPU machine (2 ranks, uint8, median of 15 one-way sends, other builds running): 16 MiB
+  /// took 1.4-1.6 ms with 1 MiB chunks, 2.6-2.8 ms with 256 KiB, 2.8-10.8 ms with 64 KiB; 1 MiB took 52 us,
+  /// 104-279 us, 127-672 us.
+  size_t p2p_chunk_bytes = size_t{1} << 20;
   /// Log verbosity (stderr).
   LogLevel log_level = LogLevel::kWarn;
   /// Exchange each collective's arguments through the store before running it and report mismatches

@@ -9,6 +9,7 @@
 namespace symcomm::detail {
 
 size_t Request::in_count(int world_size) const {
+  if (is_p2p()) return p2p == P2pDir::kSend ? count : 0;
   switch (kind) {
     case Collective::kAllReduce:
     case Collective::kBroadcast:
@@ -21,6 +22,7 @@ size_t Request::in_count(int world_size) const {
 }
 
 size_t Request::out_count(int world_size) const {
+  if (is_p2p()) return p2p == P2pDir::kRecv ? count : 0;
   switch (kind) {
     case Collective::kAllReduce:
     case Collective::kBroadcast:
@@ -33,23 +35,53 @@ size_t Request::out_count(int world_size) const {
 }
 
 std::string Request::describe() const {
+  if (is_p2p()) {
+    return fmt::format("{}(count={}, dtype={}, peer={}, buf={})", p2p_dir_name(p2p), count, to_string(dtype), peer,
+                       p2p == P2pDir::kSend ? in : static_cast<const void*>(out));
+  }
   return fmt::format("{}(count={}, dtype={}, op={}, root={}, in={}, out={})", to_string(kind), count, to_string(dtype),
                      to_string(op), root, in, static_cast<const void*>(out));
 }
 
-void validate_request(const Request& r, int world_size) {
-  SYMCOMM_CHECK_ARG(is_valid(r.kind), "invalid collective value {}", static_cast<int>(r.kind));
-  SYMCOMM_CHECK_ARG(is_valid(r.dtype), "invalid dtype value {}", static_cast<int>(r.dtype));
-  SYMCOMM_CHECK_ARG(!r.has_reduction() || is_valid(r.op), "invalid reduce op value {}", static_cast<int>(r.op));
+namespace {
+
+// Byte sizes must fit in size_t and in the signed 64-bit range used by offsets.
+constexpr size_t kMaxBytes = static_cast<size_t>(std::numeric_limits<int64_t>::max());
+
+void validate_options(const Request& r) {
   SYMCOMM_CHECK_ARG(is_valid(r.options.algorithm), "invalid algorithm value {}", static_cast<int>(r.options.algorithm));
   SYMCOMM_CHECK_ARG(is_valid(r.options.contention), "invalid contention value {}",
                     static_cast<int>(r.options.contention));
+}
+
+void validate_p2p(const Request& r, int world_size) {
+  const char* what = p2p_dir_name(r.p2p);
+  SYMCOMM_CHECK_ARG(r.p2p == P2pDir::kSend || r.p2p == P2pDir::kRecv, "invalid point-to-point direction {}",
+                    static_cast<int>(r.p2p));
+  SYMCOMM_CHECK_ARG(is_valid(r.dtype), "{}: invalid dtype value {}", what, static_cast<int>(r.dtype));
+  validate_options(r);
+  SYMCOMM_CHECK_ARG(r.peer >= 0 && r.peer < world_size, "{}: peer {} is outside [0, {})", what, r.peer, world_size);
+  SYMCOMM_CHECK_ARG(r.options.algorithm == Algorithm::kAuto || r.options.algorithm == Algorithm::kDirect,
+                    "{}: algorithm {} cannot run a point-to-point operation (kAuto or kDirect)", what,
+                    to_string(r.options.algorithm));
+  SYMCOMM_CHECK_ARG(r.count <= kMaxBytes / r.elem_size(), "{}: count {} of {} overflows the byte size", what, r.count,
+                    to_string(r.dtype));
+  const void* buf = r.p2p == P2pDir::kSend ? r.in : r.out;
+  SYMCOMM_CHECK_ARG(r.count == 0 || buf != nullptr, "{}: buffer pointer is null", what);
+}
+
+}  // namespace
+
+void validate_request(const Request& r, int world_size) {
+  if (r.is_p2p()) return validate_p2p(r, world_size);
+  SYMCOMM_CHECK_ARG(is_valid(r.kind), "invalid collective value {}", static_cast<int>(r.kind));
+  SYMCOMM_CHECK_ARG(is_valid(r.dtype), "invalid dtype value {}", static_cast<int>(r.dtype));
+  SYMCOMM_CHECK_ARG(!r.has_reduction() || is_valid(r.op), "invalid reduce op value {}", static_cast<int>(r.op));
+  validate_options(r);
   if (r.kind == Collective::kBroadcast) {
     SYMCOMM_CHECK_ARG(r.root >= 0 && r.root < world_size, "broadcast root {} is outside [0, {})", r.root, world_size);
   }
   if (r.kind == Collective::kBarrier) return;
-  // Byte sizes must fit in size_t and in the signed 64-bit range used by offsets.
-  constexpr size_t kMaxBytes = static_cast<size_t>(std::numeric_limits<int64_t>::max());
   size_t per_elem = r.elem_size();
   size_t scale = (r.kind == Collective::kAllReduce || r.kind == Collective::kBroadcast) ? 1 : world_size;
   SYMCOMM_CHECK_ARG(r.count <= kMaxBytes / per_elem / scale, "count {} of {} overflows the byte size", r.count,

@@ -1,11 +1,13 @@
 #pragma once
-// Request: one collective call, as every public entry point builds it. All collectives funnel through
-// CommCore::enqueue(Request) (one path), which validates it, selects an algorithm and hands it to the backend.
+// Request: one collective or point-to-point call, as every public entry point builds it. All of them funnel
+// through CommCore::enqueue(Request) (one path), which validates it, selects an algorithm and hands it to the
+// backend.
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "base/p2p_dir.h"
 #include "symcomm/communicator.h"
 
 namespace symcomm::detail {
@@ -19,18 +21,25 @@ struct Request {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   CollOptions options;
+  /// Point-to-point (Communicator::send / recv): the direction, and the peer the message goes to or comes from.
+  /// A send reads `count` elements at `in`, a receive writes them at `out`; `kind`, `op` and `root` do not apply.
+  P2pDir p2p = P2pDir::kNone;
+  int peer = -1;
 
   size_t elem_size() const { return dtype_size(dtype); }
   /// Elements read from `in` / written to `out` on this rank.
   size_t in_count(int world_size) const;
   size_t out_count(int world_size) const;
-  bool has_reduction() const { return kind == Collective::kAllReduce || kind == Collective::kReduceScatter; }
+  bool has_reduction() const {
+    return p2p == P2pDir::kNone && (kind == Collective::kAllReduce || kind == Collective::kReduceScatter);
+  }
+  bool is_p2p() const { return p2p != P2pDir::kNone; }
   std::string describe() const;
 };
 
-/// Backend-independent argument checks: enums valid, root in range, element and byte counts do not
-/// overflow, non-null buffers where count > 0, reductions only for reducing collectives. Throws
-/// Error(kInvalidArgument) naming the field.
+/// Backend-independent argument checks: enums valid, root or peer in range, element and byte counts do not
+/// overflow, non-null buffers where count > 0, reductions only for reducing collectives, no algorithm forced on a
+/// point-to-point operation other than kDirect. Throws Error(kInvalidArgument) naming the field.
 void validate_request(const Request& r, int world_size);
 
 }  // namespace symcomm::detail

@@ -80,6 +80,9 @@ class Backend {
 
   /// Backend-specific argument checks (pointer kinds, devices, alignment rules). Throws kInvalidArgument.
   virtual void check_buffers(const Request& r) = 0;
+  /// Whether this backend runs the point-to-point request r (Communicator::send / recv), called before r is run
+  /// or recorded in a group. The default throws Error(kUnsupported): the backend has no point-to-point path.
+  virtual void check_p2p(const Request& r);
   /// Runs a validated request with the selected algorithm. Host: returns when done. CUDA: returns when
   /// enqueued on r.options.stream.
   virtual void run(const Request& r, Algorithm algo) = 0;

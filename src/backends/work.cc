@@ -120,6 +120,12 @@ void Backend::reduce_scatter_gathered(const GatheredReduceScatter& /*g*/) {
   SYMCOMM_THROW(kUnsupported, "this backend has no gathered reduce-scatter");
 }
 
+void Backend::check_p2p(const Request& r) {
+  SYMCOMM_THROW(kUnsupported,
+                "{}: the {} backend does not run point-to-point operations (send, recv); the host backend does",
+                r.describe(), to_string(kind()));
+}
+
 bool is_fatal(ErrorCode code) { return code != ErrorCode::kInvalidArgument && code != ErrorCode::kUnsupported; }
 
 std::shared_ptr<Work> Backend::run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops) {

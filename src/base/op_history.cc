@@ -18,6 +18,10 @@ const char* op_state_name(OpState s) {
 }
 
 std::string format_op(const OpRecord& r) {
+  if (r.p2p != P2pDir::kNone) {
+    return fmt::format("op {} {} peer={} dtype={} count={} {}", r.seq, p2p_dir_name(r.p2p), r.peer, to_string(r.dtype),
+                       r.count, op_state_name(r.state));
+  }
   return fmt::format("op {} {} dtype={} op={} count={} algo={} {}", r.seq, to_string(r.kind), to_string(r.dtype),
                      to_string(r.op), r.count, to_string(r.algo), op_state_name(r.state));
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/p2p_dir.h"
 #include "symcomm/config.h"
 #include "symcomm/types.h"
 
@@ -24,6 +25,8 @@ struct OpRecord {
   size_t count = 0;
   Algorithm algo = Algorithm::kAuto;
   OpState state = OpState::kIssued;
+  P2pDir p2p = P2pDir::kNone;  ///< a send or receive (then `kind`, `op` and `algo` do not apply)
+  int peer = -1;               ///< the rank a send goes to or a receive comes from
 };
 
 /// Copies are handles on the same records: a Work of an asynchronous collective keeps one, so it can mark its
@@ -49,7 +52,8 @@ class OpHistory {
 };
 
 const char* op_state_name(OpState s);
-/// Every field of a record on one line: "op 12 all_reduce dtype=float32 op=sum count=1024 algo=one_shot done".
+/// Every field of a record on one line: "op 12 all_reduce dtype=float32 op=sum count=1024 algo=one_shot done";
+/// point-to-point: "op 13 send peer=2 dtype=int8 count=7 done".
 std::string format_op(const OpRecord& r);
 
 /// The short form of a history (`ops` in seq order) logged with a fatal error, without indentation: the first

@@ -65,6 +65,7 @@ CommCore::~CommCore() {
 }
 
 Algorithm CommCore::select(const Request& r) const {
+  if (r.is_p2p()) return Algorithm::kDirect;  // one path: NOTE [point-to-point] in src/backends/host/host_p2p.cc
   SelectRequest s{.kind = r.kind,
                   .dtype = r.dtype,
                   .op = r.op,
@@ -76,6 +77,13 @@ Algorithm CommCore::select(const Request& r) const {
 
 void CommCore::check_arguments(const Request& r) {
   validate_request(r, ctx_->ranks.world_size);
+  if (r.is_p2p()) {
+    SYMCOMM_CHECK_ARG(r.peer != ctx_->ranks.rank || in_group(),
+                      "rank {}: {} with this rank as its peer outside a group: its match can only come from the same "
+                      "group",
+                      ctx_->ranks.rank, r.describe());
+    return backend_->check_p2p(r);
+  }
   // What only this rank's place decides: a broadcast reads its input on the root alone.
   SYMCOMM_CHECK_ARG(r.kind != Collective::kBroadcast || r.root != ctx_->ranks.rank || r.count == 0 || r.in != nullptr,
                     "broadcast: the root's input pointer is null");
@@ -93,14 +101,21 @@ std::shared_ptr<Work> CommCore::enqueue(const Request& r, bool async) {
     if (async) backend_->check_async(r);
     algo = select(r);
   } catch (const Error&) {
-    if (!ctx_->config.debug_checks) throw;
+    // Point-to-point operations are not cross-checked: their peers check count and dtype as the data arrives.
+    if (!ctx_->config.debug_checks || r.is_p2p()) throw;
     refused = std::current_exception();
   }
-  uint64_t seq = ctx_->history.record(OpRecord{
-      .kind = r.kind, .dtype = r.dtype, .op = r.op, .count = r.count, .algo = algo, .state = OpState::kIssued});
-  if (!refused) last_algo_.store(algo, std::memory_order_relaxed);
+  uint64_t seq = ctx_->history.record(OpRecord{.kind = r.kind,
+                                               .dtype = r.dtype,
+                                               .op = r.op,
+                                               .count = r.count,
+                                               .algo = algo,
+                                               .state = OpState::kIssued,
+                                               .p2p = r.p2p,
+                                               .peer = r.peer});
+  if (!refused && !r.is_p2p()) last_algo_.store(algo, std::memory_order_relaxed);
   try {
-    if (ctx_->config.debug_checks) debug_cross_check(r, algo, seq, refused);
+    if (ctx_->config.debug_checks && !r.is_p2p()) debug_cross_check(r, algo, seq, refused);
     if (in_group()) {  // recorded now, run by group_end()
       std::lock_guard lock(group_mu_);
       group_.ops.emplace_back(r, algo);
@@ -193,7 +208,8 @@ void CommCore::debug_cross_check(const Request& r, Algorithm algo, uint64_t seq,
   Bytes bytes(sizeof(Fields) + reason.size());
   std::memcpy(bytes.data(), &mine, sizeof(Fields));
   std::memcpy(bytes.data() + sizeof(Fields), reason.data(), reason.size());
-  std::string base = fmt::format("{}/dbg/{}/", ctx_->prefix, seq);
+  // Keyed by the collectives' own count: `seq` also counts point-to-point operations, which only some ranks issue.
+  std::string base = fmt::format("{}/dbg/{}/", ctx_->prefix, checked_collectives_.fetch_add(1) + 1);
   ctx_->store->set(base + std::to_string(ctx_->ranks.rank), bytes);
   std::string report, refusals;
   std::vector<int> bad, refusing;

@@ -25,7 +25,8 @@ class CommCore {
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
 
-  /// Validate, select, record, run (async: return a Work). The one entry of every collective.
+  /// Validate, select, record, run (async: return a Work). The one entry of every collective and point-to-point
+  /// operation.
   std::shared_ptr<Work> enqueue(const Request& r, bool async);
   /// enqueue()'s argument checks (the request's fields, then the backend's: pointer kinds, devices,
   /// alignment). Throws kInvalidArgument.
@@ -74,6 +75,9 @@ class CommCore {
   Group group_;
   std::unique_ptr<Backend> backend_;
   std::atomic<Algorithm> last_algo_{Algorithm::kAuto};
+  /// Collectives that debug_cross_check() compared so far: the same on every rank, which the op history's seq is
+  /// not once some ranks issue point-to-point operations (it names each rank's store keys).
+  std::atomic<uint64_t> checked_collectives_{0};
 };
 
 }  // namespace symcomm::detail

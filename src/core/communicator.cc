@@ -28,6 +28,7 @@ namespace symcomm {
 
 using detail::CommContext;
 using detail::CommCore;
+using detail::P2pDir;
 using detail::Request;
 
 namespace {
@@ -426,6 +427,9 @@ Request make_request(Collective kind, const void* in, void* out, size_t count, D
   return Request{
       .kind = kind, .in = in, .out = out, .count = count, .dtype = dtype, .op = op, .root = root, .options = o};
 }
+Request make_p2p(P2pDir dir, const void* in, void* out, size_t count, DataType dtype, int peer, const CollOptions& o) {
+  return Request{.in = in, .out = out, .count = count, .dtype = dtype, .options = o, .p2p = dir, .peer = peer};
+}
 }  // namespace
 
 void Communicator::all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
@@ -473,6 +477,21 @@ std::shared_ptr<Work> Communicator::all_to_all_async(const void* in, void* out, 
 std::shared_ptr<Work> Communicator::barrier_async(const CollOptions& o) {
   return core_->enqueue(make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0, o),
                         true);
+}
+
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer, const CollOptions& o) {
+  core_->enqueue(make_p2p(P2pDir::kSend, buf, nullptr, count, dtype, peer, o), false);
+}
+void Communicator::recv(void* buf, size_t count, DataType dtype, int peer, const CollOptions& o) {
+  core_->enqueue(make_p2p(P2pDir::kRecv, nullptr, buf, count, dtype, peer, o), false);
+}
+std::shared_ptr<Work> Communicator::send_async(const void* buf, size_t count, DataType dtype, int peer,
+                                               const CollOptions& o) {
+  return core_->enqueue(make_p2p(P2pDir::kSend, buf, nullptr, count, dtype, peer, o), true);
+}
+std::shared_ptr<Work> Communicator::recv_async(void* buf, size_t count, DataType dtype, int peer,
+                                               const CollOptions& o) {
+  return core_->enqueue(make_p2p(P2pDir::kRecv, nullptr, buf, count, dtype, peer, o), true);
 }
 
 void Communicator::group_start() { core_->group_start(); }

@@ -313,6 +313,10 @@ std::vector<EnvVar> make_env_table() {
                &Config::scratch_bytes, 64 << 10, uint64_t{1} << 40),
       size_var("SYMCOMM_CUDA_SCRATCH_BYTES", "CUDA backend: staging memory per rank (device memory)",
                &Config::cuda_scratch_bytes, 64 << 10, uint64_t{1} << 40),
+      size_var("SYMCOMM_P2P_CHUNK_BYTES",
+               "host backend: point-to-point staging chunk; each ordered pair of ranks has two (a send of up to two "
+               "chunks completes without its receiver)",
+               &Config::p2p_chunk_bytes, 4 << 10, uint64_t{1} << 30),
       {"SYMCOMM_LOG", "log level: off|error|warn|info|debug",
        [](Config& c, std::string_view v) { c.log_level = parse_log_level("SYMCOMM_LOG", v); },
        [](const Config& c) { return std::string(log_level_name(c.log_level)); }},

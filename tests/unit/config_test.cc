@@ -42,6 +42,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_HEAP_BYTES",
     "SYMCOMM_SCRATCH_BYTES",
     "SYMCOMM_CUDA_SCRATCH_BYTES",
+    "SYMCOMM_P2P_CHUNK_BYTES",
     "SYMCOMM_LOG",
     "SYMCOMM_DEBUG_CHECKS",
     "SYMCOMM_NCCL",
@@ -199,6 +200,7 @@ TEST(ConfigFromEnv, SizesWithSuffixes) {
   auto heap = [](const Config& c) { return c.heap_bytes; };
   auto scratch = [](const Config& c) { return c.scratch_bytes; };
   auto cuda_scratch = [](const Config& c) { return c.cuda_scratch_bytes; };
+  auto p2p_chunk = [](const Config& c) { return c.p2p_chunk_bytes; };
   auto host1 = [](const Config& c) { return c.tuning.host_one_shot_max_bytes; };
   auto cuda1 = [](const Config& c) { return c.tuning.cuda_one_shot_max_bytes; };
   auto cuda2 = [](const Config& c) { return c.tuning.cuda_two_shot_max_bytes; };
@@ -216,6 +218,8 @@ TEST(ConfigFromEnv, SizesWithSuffixes) {
       {"SYMCOMM_SCRATCH_BYTES", "64K", size_t{64} << 10, scratch},  // the minimum
       {"SYMCOMM_SCRATCH_BYTES", "100000", 100000, scratch},
       {"SYMCOMM_CUDA_SCRATCH_BYTES", "256M", size_t{256} << 20, cuda_scratch},
+      {"SYMCOMM_P2P_CHUNK_BYTES", "4K", size_t{4} << 10, p2p_chunk},  // the minimum
+      {"SYMCOMM_P2P_CHUNK_BYTES", "1M", size_t{1} << 20, p2p_chunk},
       {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "0", 0, host1},
       {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "1K", 1024, host1},
       {"SYMCOMM_HOST_ONE_SHOT_MAX_BYTES", "12345", 12345, host1},
@@ -306,6 +310,7 @@ TEST(ConfigFromEnv, MalformedValuesNameTheVariable) {
   const char* kSizeVars[] = {"SYMCOMM_HEAP_BYTES",
                              "SYMCOMM_SCRATCH_BYTES",
                              "SYMCOMM_CUDA_SCRATCH_BYTES",
+                             "SYMCOMM_P2P_CHUNK_BYTES",
                              "SYMCOMM_OP_HISTORY",
                              "SYMCOMM_TIMEOUT_MS",
                              "SYMCOMM_HOST_ONE_SHOT_MAX_BYTES",
@@ -331,6 +336,7 @@ TEST(ConfigFromEnv, ValuesBelowTheMinimumNameTheVariable) {
   expect_rejected("SYMCOMM_HEAP_BYTES", "1048575");
   expect_rejected("SYMCOMM_HEAP_BYTES", "1023K");
   expect_rejected("SYMCOMM_SCRATCH_BYTES", "65535");
+  expect_rejected("SYMCOMM_P2P_CHUNK_BYTES", "4095");
   expect_rejected("SYMCOMM_OP_HISTORY", "0");
 }
 

@@ -12,6 +12,7 @@
 #include "backends/backend.h"
 #include "backends/host/host_algos.h"
 #include "backends/host/host_heap.h"
+#include "backends/host/host_p2p.h"
 #include "base/check.h"
 #include "base/deadline.h"
 #include "base/logging.h"
@@ -60,7 +61,7 @@ class HostBackend final : public Backend {
   using Ops = std::vector<std::pair<Request, Algorithm>>;
 
   explicit HostBackend(CommContext& ctx)
-      : ctx_(ctx), segments_(ctx), engine_(ctx, segments_), allocator_(segments_.heap_bytes()) {
+      : ctx_(ctx), segments_(ctx), engine_(ctx, segments_), p2p_(ctx, segments_), allocator_(segments_.heap_bytes()) {
     caps_.backend = BackendKind::kHost;
     caps_.world_size = ctx.ranks.world_size;
   }
@@ -99,6 +100,8 @@ class HostBackend final : public Backend {
   void check_buffers(const Request& r) override {
     if (r.kind == Collective::kAllReduce) (void)topology_schedule();
   }
+
+  void check_p2p(const Request& /*r*/) override {}  // NOTE [point-to-point] in host_p2p.cc
 
   void run(const Request& r, Algorithm algo) override {
     wait_idle();
@@ -139,6 +142,13 @@ class HostBackend final : public Backend {
     ctx_.throw_if_failed();
     engine_.begin_op(host_gathered_variant(g));
     host_reduce_scatter_gathered(engine_, g);
+  }
+
+  // A refusal of a message this rank sent (NOTE [point-to-point]) becomes its sticky error.
+  void poll_errors() override {
+    if (std::optional<Error> refusal = p2p_refusal(segments_, ctx_.ranks.rank, ctx_.ranks.world_size)) {
+      ctx_.set_sticky(*refusal);
+    }
   }
 
   void abort() override {
@@ -189,8 +199,19 @@ class HostBackend final : public Backend {
            r.count * r.elem_size() <= kPackTensorMaxBytes;
   }
 
+  // One submission at a time per communicator: its collectives, then its sends and receives (NOTE
+  // [point-to-point] in host_p2p.cc).
   void execute(const Ops& ops) {
-    std::lock_guard lock(exec_mu_);  // one submission at a time per communicator
+    std::lock_guard lock(exec_mu_);
+    if (!has_p2p(ops)) return execute_collectives(ops);
+    const P2pPlan plan = plan_p2p(ops, ctx_.ranks.rank);  // refuses unmatched messages to itself before anything runs
+    Ops collectives;
+    for (size_t i : plan.collectives) collectives.push_back(ops[i]);
+    execute_collectives(collectives);
+    p2p_.run(ops, plan);
+  }
+
+  void execute_collectives(const Ops& ops) {
     for (size_t i = 0; i < ops.size();) {
       size_t j = i, bytes = 0;
       while (j < ops.size() && packable(ops[j].first) && ops[j].first.dtype == ops[i].first.dtype &&
@@ -307,6 +328,7 @@ class HostBackend final : public Backend {
   std::optional<Schedule> schedule_;  ///< topology_schedule()'s, built at its first call
   HostSegments segments_;
   HostEngine engine_;
+  HostP2p p2p_;
   std::mutex alloc_mu_;
   HeapAllocator allocator_;
   std::mutex exec_mu_;

@@ -1,27 +1,15 @@
 #include "backends/host/host_engine.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 
 #include <cstring>
 
+#include "backends/host/host_p2p.h"
+#include "backends/host/host_poll.h"
 #include "base/check.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define SYMCOMM_CPU_RELAX() _mm_pause()
-#else
-#define SYMCOMM_CPU_RELAX() ((void)0)
-#endif
 
 namespace symcomm::detail {
 namespace {
-
-// Spin this many polls before yielding the core; measured to keep the 2-rank latency low on the 2-core CI
-// machine while letting 8 ranks share 2 cores without starving the rank that must publish.
-constexpr int kSpinsBeforeYield = 2048;
-// Check abort / peer death / deadline once per this many polls (a steady_clock read costs ~20 ns).
-constexpr int kPollsPerCheck = 64;
 
 bool reached(uint64_t ready, uint64_t step) { return static_cast<int64_t>(ready - step) >= 0; }
 
@@ -125,16 +113,14 @@ void HostEngine::wait_and_validate(const Request& r, uint64_t round) {
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
     const std::atomic<uint64_t>& ready = seg_.pad(p)->ready;
-    for (uint64_t polls = 0; !reached(ready.load(std::memory_order_acquire), s); ++polls) {
-      if (polls < kSpinsBeforeYield) {
-        SYMCOMM_CPU_RELAX();
-      } else {
-        sched_yield();
-      }
-      if (polls % kPollsPerCheck == kPollsPerCheck - 1) {
-        // Any dead peer breaks the communicator; a peer that left cleanly matters only if we wait for it.
+    for (HostPoll poll; !reached(ready.load(std::memory_order_acquire), s);) {
+      poll.pause();
+      if (poll.check_due()) {
+        // Any dead peer breaks the communicator; a peer that left cleanly matters only if we wait for it. A peer
+        // that refused one of this rank's messages (NOTE [point-to-point]) failed and will not arrive.
         if (ctx_.aborted.load(std::memory_order_relaxed) || ctx_.mesh->dead_mask() ||
-            (ctx_.mesh->left_mask() & (uint64_t{1} << p)) || Clock::now() >= deadline_at_) {
+            (ctx_.mesh->left_mask() & (uint64_t{1} << p)) || Clock::now() >= deadline_at_ ||
+            p2p_refused(seg_, me_, n_)) {
           if (reached(ready.load(std::memory_order_acquire), s)) break;
           fail_wait(r, s, p);
         }
@@ -176,6 +162,8 @@ void HostEngine::wait_and_validate(const Request& r, uint64_t round) {
 
 void HostEngine::fail_wait(const Request& r, uint64_t s, int peer) {
   if (ctx_.aborted.load()) SYMCOMM_THROW(kAborted, "rank {}: {} aborted at step {}", me_, r.describe(), s);
+  // A peer that refused this rank's message (NOTE [point-to-point]) failed for that reason, even if it left since.
+  if (std::optional<Error> refusal = p2p_refusal(seg_, me_, n_)) throw *refusal;
   uint64_t dead = ctx_.mesh->dead_mask(), left = ctx_.mesh->left_mask() & (uint64_t{1} << peer);
   if (dead | left) throw ctx_.peer_lost_error(dead, left, __FILE__, __LINE__);
   std::vector<int> missing;

@@ -19,13 +19,18 @@ struct SegmentInfo {
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
+static_assert(sizeof(HostPad) <= HostSegments::kP2pPadOffset, "the collectives' pad overlaps the mailboxes");
+static_assert(HostSegments::kP2pPadOffset + sizeof(P2pPad) <= HostSegments::kPadBytes, "mailboxes exceed the pad");
+
 }  // namespace
 
 HostSegments::HostSegments(CommContext& ctx) : me_(ctx.ranks.rank), bases_(ctx.ranks.world_size, nullptr) {
   const int n = ctx.ranks.world_size;
   scratch_half_ = round_up(ctx.config.scratch_bytes / 2, 4096);
+  p2p_chunk_ = round_up(ctx.config.p2p_chunk_bytes, 4096);
+  p2p_bytes_ = static_cast<size_t>(n) * kP2pSlots * p2p_chunk_;
   heap_bytes_ = round_up(ctx.config.heap_bytes, 4096);
-  total_ = kPadBytes + 2 * scratch_half_ + heap_bytes_;
+  total_ = kPadBytes + 2 * scratch_half_ + p2p_bytes_ + heap_bytes_;
 
   int fd = ::memfd_create("symcomm-host-segment", MFD_CLOEXEC);
   SYMCOMM_CHECK_SYS(fd, "memfd_create");
@@ -38,7 +43,8 @@ HostSegments::HostSegments(CommContext& ctx) : me_(ctx.ranks.rank), bases_(ctx.r
     void* mine = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     SYMCOMM_CHECK(mine != MAP_FAILED, kSystem, "mmap of {} bytes failed: {}", total_, std::strerror(errno));
     bases_[me_] = static_cast<uint8_t*>(mine);
-    new (pad(me_)) HostPad{};  // ready = 0: no step published yet
+    new (pad(me_)) HostPad{};     // ready = 0: no step published yet
+    new (p2p_pad(me_)) P2pPad{};  // nothing posted, consumed or refused
 
     SegmentInfo info{total_, scratch_half_};
     std::vector<uint8_t> payload(sizeof(info));
