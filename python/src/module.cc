@@ -363,6 +363,25 @@ class PyCommunicator {
     });
   }
 
+  /// send / recv (include/symcomm/communicator.h): x's elements to rank `peer`, or from it into `out` (returned).
+  py::object send(const py::handle& x, int peer, bool async, const std::string& as_dtype) {
+    Buffer in = checked(x, "x", false, as_dtype);
+    return submit({in.array}, py::none(), async, [&](Communicator& c, bool a) {
+      if (a) return c.send_async(in.data(), in.count, in.dtype, peer);
+      c.send(in.data(), in.count, in.dtype, peer);
+      return std::shared_ptr<Work>();
+    });
+  }
+
+  py::object recv(const py::handle& out, int peer, bool async, const std::string& as_dtype) {
+    Buffer o = checked(out, "out", true, as_dtype);
+    return submit({o.array}, o.array, async, [&](Communicator& c, bool a) {
+      if (a) return c.recv_async(o.data(), o.count, o.dtype, peer);
+      c.recv(o.data(), o.count, o.dtype, peer);
+      return std::shared_ptr<Work>();
+    });
+  }
+
   py::object barrier(bool async) {
     return submit({}, py::none(), async, [&](Communicator& c, bool a) {
       if (a) return c.barrier_async();
@@ -541,6 +560,8 @@ PYBIND11_MODULE(_core, m) {
            py::arg("dtype") = "")
       .def("all_to_all", &PyCommunicator::all_to_all, py::arg("x"), py::arg("out"), py::arg("async_op"),
            py::arg("dtype") = "")
+      .def("send", &PyCommunicator::send, py::arg("x"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
+      .def("recv", &PyCommunicator::recv, py::arg("out"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
       .def("barrier", &PyCommunicator::barrier, py::arg("async_op"))
       .def("all_gather_matmul", &PyCommunicator::all_gather_matmul, py::arg("a_shard"), py::arg("bs"),
            py::arg("gather_dim"), py::arg("outs"), py::arg("a_gathered") = py::none(), py::arg("dtype") = "")

@@ -154,6 +154,30 @@ class Communicator:
         """Returns once every rank has arrived."""
         return self._impl.barrier(async_op)
 
+    # Point-to-point (host backend), with NCCL's semantics: the k-th send from A to B matches the k-th receive on
+    # B from A, whose count and dtype must agree. Exchanges (each rank sends to and receives from the same peer)
+    # go in a group: a send larger than its pair's two staging chunks waits for the receive to run.
+
+    def send(self, x, peer, async_op=False):
+        """Sends x's elements to rank `peer`."""
+        return self._impl.send(_array(x), self._peer(peer), async_op)
+
+    def recv(self, out, peer, async_op=False):
+        """Receives rank `peer`'s message into `out` (same element count and dtype as the send); returns out."""
+        return self._impl.recv(_array(out, "out"), self._peer(peer), async_op)
+
+    def _peer(self, peer):
+        peer = int(peer)
+        if not 0 <= peer < self.world_size:
+            raise ValueError(f"peer {peer} is not a rank of this communicator (0-{self.world_size - 1})")
+        return peer
+
+    def send_async(self, x, peer):
+        return self.send(x, peer, async_op=True)
+
+    def recv_async(self, out, peer):
+        return self.recv(out, peer, async_op=True)
+
     def all_reduce_async(self, x, op="sum", out=None):
         return self.all_reduce(x, op, out, async_op=True)
 
@@ -187,7 +211,8 @@ class Communicator:
     def group(self):
         """Collectives issued in the block are recorded and run together when it ends (group_start() ...
         group_end()); their outputs hold the results only after the block. If the block raises, the group is
-        cancelled (group_cancel()): nothing recorded in it runs. Every rank must issue the same group."""
+        cancelled (group_cancel()): nothing recorded in it runs. Every rank must issue the same collectives in
+        the group; sends and receives in it run after them, all together, and concern their two ranks only."""
         self._impl.group_start()
         try:
             yield self

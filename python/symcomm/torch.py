@@ -10,7 +10,7 @@ backend.
 Importing this module registers the backend with torch.distributed.Backend.register_backend(). The process
 group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it implements allreduce, allgather,
 _allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (equal splits), reduce,
-gather, scatter, allreduce_coalesced and barrier, on
+gather, scatter, allreduce_coalesced, barrier, send and recv (isend, irecv, batch_isend_irecv), on
 contiguous CPU tensors of float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
 
 Coalescing: the process group implements _start_coalescing() and _end_coalescing(reqs), which torch 1.13's
@@ -121,6 +121,16 @@ class Work(_TorchWork):
         self._error = None
         self._future = None
         self._in_group = in_group  # recorded in a coalescing block that has not ended
+        self._held_by = None  # the process group holding this send or receive until it issues them (_flush_p2p)
+
+    def _issue_held(self):
+        """Runs the held sends and receives (this one among them); a failure of theirs is kept in self._error."""
+        if self._held_by is not None:
+            try:
+                self._held_by._flush_p2p()  # noqa: SLF001 - the process group of this module
+            except BaseException:
+                if self._error is None:
+                    raise
 
     def _group_ended(self, error=None):
         """Called by the process group when the outermost coalescing block ends: completes the Work, or fails
@@ -148,6 +158,7 @@ class Work(_TorchWork):
             finish()
 
     def wait(self, timeout=None):
+        self._issue_held()
         if self._error is not None:
             raise self._error
         if self._in_group:
@@ -160,6 +171,7 @@ class Work(_TorchWork):
         return True
 
     def is_completed(self):
+        self._issue_held()
         if self._in_group:
             return False
         return self._core is None or self._core.is_completed()
@@ -223,6 +235,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
         # Coalescing blocks open on this group, innermost last: for each, the Works recorded in it and the
         # exception being handled when it started.
         self._coalescing = []
+        # Sends and receives issued outside a coalescing block and not yet run: (Work, call) in issue order.
+        self._p2p_held = []
 
     def getBackendName(self):  # noqa: N802 - torch's name
         return BACKEND
@@ -237,6 +251,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
 
     def _submit(self, call, outputs, finish=None):
         """Runs `call(async_op=True)` and returns its Work (recorded in the innermost coalescing block, if any)."""
+        self._flush_p2p()
         work = Work(call(True), outputs, finish, in_group=bool(self._coalescing))
         if self._coalescing:
             self._coalescing[-1][0].append(work)
@@ -248,6 +263,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def _start_coalescing(self):
         """Opens a coalescing block: collectives issued on this group until _end_coalescing() are recorded in a
         symcomm group (group_start()) and run together at the end of the outermost block. Blocks nest."""
+        self._flush_p2p()
         self._comm.group_start()
         self._coalescing.append(([], sys.exc_info()[1]))
 
@@ -294,9 +310,12 @@ class ProcessGroupSymcomm(_ProcessGroup):
         self._comm.group_cancel()
 
     def close(self):
-        """Waits for pending collectives and destroys the communicator (destroy_process_group() drops the
-        process group; this frees it at once)."""
-        self._comm.close()
+        """Runs the sends and receives still held, waits for pending collectives and destroys the communicator
+        (destroy_process_group() drops the process group; this frees it at once)."""
+        try:
+            self._flush_p2p()
+        finally:
+            self._comm.close()
 
     def __del__(self):
         comm = getattr(self, "_comm", None)
@@ -305,6 +324,69 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 comm.close()
             except Exception:  # noqa: BLE001 - nothing to report to in a destructor
                 pass
+
+    # Point-to-point. torch.distributed's isend / irecv, and batch_isend_irecv on CPU tensors, call send() and
+    # recv() one at a time, outside any group, and expect an exchange (both ranks send first, then receive) to
+    # complete at any size, as gloo's does; symcomm runs a send larger than two staging chunks only as far as
+    # the receiver drains it (NCCL's semantics). So sends and receives issued outside a coalescing block are
+    # held and run together, in issue order, as one symcomm group, when one of their Works is waited for or
+    # queried, or before the next collective or coalescing block of this process group, or at close(); inside a
+    # coalescing block they join its group. Tags are ignored (as NCCL does); the k-th send from A to B matches the
+    # k-th receive on B from A, with the same element count and dtype.
+
+    def _p2p(self, call, outputs):
+        if self._coalescing:
+            return self._submit(call, outputs)
+        work = Work(None, outputs)
+        work._held_by = self  # noqa: SLF001
+        self._p2p_held.append((work, call))
+        return work
+
+    def _flush_p2p(self):
+        """Runs the held sends and receives as one symcomm group; their Works complete (or fail) with it."""
+        held, self._p2p_held = self._p2p_held, []
+        if not held:
+            return
+        for w, _ in held:
+            w._held_by = None  # noqa: SLF001
+        self._comm.group_start()
+        try:
+            for w, call in held:
+                w._core = call(True)  # noqa: SLF001
+        except BaseException as e:
+            self._comm.group_cancel()
+            for w, _ in held:
+                w._group_ended(e)  # noqa: SLF001
+            raise
+        try:
+            self._comm.group_end()
+        except BaseException as e:
+            for w, _ in held:
+                w._group_ended(e)  # noqa: SLF001
+            raise
+        for w, _ in held:
+            w._group_ended()  # noqa: SLF001
+
+    def send(self, tensors, dstRank, tag=0):  # noqa: N803 - torch's names
+        del tag
+        t = _single(tensors, "send")
+        x, peer = _array(t, "send"), self._peer(dstRank, "send")
+        return self._p2p(lambda a: self._comm.send(x, peer, a, _dtype(t)), [t])
+
+    def recv(self, tensors, srcRank, tag=0):  # noqa: N803
+        del tag
+        t = _single(tensors, "recv")
+        x, peer = _array(t, "recv"), self._peer(srcRank, "recv")
+        return self._p2p(lambda a: self._comm.recv(x, peer, a, _dtype(t)), [t])
+
+    def _peer(self, rank, what):
+        rank = int(rank)
+        if not 0 <= rank < self._size:
+            raise ValueError(f"symcomm: {what}: rank {rank} is not in this group (0-{self._size - 1})")
+        return rank
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("symcomm: a receive from any source is not supported (recv needs the source rank)")
 
     # Collectives, with the signatures torch 1.13's torch.distributed calls them with.
 

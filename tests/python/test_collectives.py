@@ -164,3 +164,54 @@ def test_barrier(comm):
     assert comm.barrier() is None
     assert comm.rank in range(comm.world_size)
     assert comm.backend == "host"
+
+
+@pytest.mark.parametrize("n,dtype", SIZE_DTYPES + [(3 * 2**20 // 4 + 5, np.float32)],
+                         ids=SIZE_IDS + ["3MiB+_float32"])
+def test_send_recv_exchange_in_a_group(comm, n, dtype):
+    """Every rank sends to rank + 1 and receives from rank - 1 in one group (an exchange at any size: the largest
+    case is more than two staging chunks), then sends to itself."""
+    ws, me = comm.world_size, comm.rank
+    seed = case_seed("send_recv", n, np.dtype(dtype).name)
+    nxt, prv = (me + 1) % ws, (me - 1) % ws
+    x = values(seed, me, n, dtype)
+    out, mine = Guarded(n, dtype), Guarded(n, dtype)
+    with comm.group():
+        comm.send(x, nxt)
+        comm.recv(out.array, prv)
+        comm.send(x, me)
+        comm.recv(mine.array, me)
+    assert_same(out.array, values(seed, prv, n, dtype), f"from rank {prv}")
+    assert_same(mine.array, x, "from itself")
+    assert out.guards_intact() and mine.guards_intact()
+
+
+def test_send_recv_between_two_ranks_leaves_the_others_alone(comm):
+    """Rank 0 sends rank 1 two messages (blocking send, async receives, order kept); the other ranks only run the
+    collectives around them, which still match on every rank."""
+    ws, me = comm.world_size, comm.rank
+    seed = case_seed("send_recv_pair")
+    a, b = values(seed, 0, 1031, np.int32), values(seed + 1, 0, 17, np.float64)
+    if me == 0:
+        comm.send(a, 1)
+        comm.send_async(b, 1).wait()
+    elif me == 1:
+        ra, rb = np.zeros(1031, np.int32), np.zeros(17, np.float64)
+        wa, wb = comm.recv_async(ra, 0), comm.recv_async(rb, 0)
+        assert_same(wb.wait(), b, "second message")
+        assert_same(wa.wait(), a, "first message")
+        assert_same(ra, a, "first message, in the array passed")
+        assert_same(rb, b, "second message, in the array passed")
+    got = comm.all_reduce(np.full(5, me, np.int64))
+    assert_same(got, np.full(5, ws * (ws - 1) // 2, np.int64), "all_reduce after the messages")
+
+
+def test_send_recv_bad_arguments(comm):
+    ws = comm.world_size
+    with pytest.raises(ValueError):
+        comm.send(np.zeros(4, np.float32), ws)
+    with pytest.raises(ValueError):
+        comm.recv(np.zeros(4, np.float32), -1)
+    with pytest.raises(TypeError):
+        comm.recv([0.0] * 4, 0)
+    comm.barrier()

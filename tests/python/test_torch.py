@@ -453,8 +453,8 @@ def test_object_collectives(gloo):
 
 def test_unsupported_collectives(gloo):
     pg = dist.distributed_c10d._get_default_group()
-    with pytest.raises(RuntimeError, match="does not support send"):
-        pg.send([torch.ones(2)], (dist.get_rank() + 1) % dist.get_world_size(), 0)
+    with pytest.raises(RuntimeError, match="does not support monitoredBarrier"):
+        pg.monitored_barrier(datetime.timedelta(seconds=5), False)
     check_usable(gloo)
 
 
@@ -816,4 +816,87 @@ def test_fused_ops_errors(gloo):
     if dist.get_world_size() > 1:
         with pytest.raises(ValueError, match="not divisible by the world size"):
             symcomm_torch.fused_matmul_reduce_scatter(torch.ones(1, 1, 8), torch.ones(8, 2), "sum", 0, name)
+    check_usable(gloo)
+
+
+# Point-to-point: isend / irecv outside any group (as torch.distributed calls them) are held and run together, so
+# an exchange completes at any size; the largest size is more than two of symcomm's 1 MiB staging chunks.
+P2P_SIZES = [1, 1000, 3 * 2**20 // 4 + 5]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8], ids=dname)
+@pytest.mark.parametrize("n", P2P_SIZES)
+def test_isend_irecv_ring(gloo, dtype, n):
+    w, me = dist.get_world_size(), dist.get_rank()
+    nxt, prv = (me + 1) % w, (me - 1) % w
+    seed = seed_of("ring", dname(dtype), n)
+    x = inp(seed, n, dtype)
+    out = poisoned((n,), dtype)
+    for req in [dist.isend(x, nxt), dist.irecv(out, prv)]:
+        req.wait()
+    same(out, inp(seed, n, dtype, rank=prv), "irecv from the previous rank")
+    if dtype != torch.bfloat16:  # gloo has no bfloat16
+        ref = poisoned((n,), dtype)
+        for req in [dist.isend(x, nxt, group=gloo), dist.irecv(ref, prv, group=gloo)]:
+            req.wait()
+        same(out, ref, "irecv against gloo")
+
+
+def test_batch_isend_irecv_every_pair(gloo):
+    w, me = dist.get_world_size(), dist.get_rank()
+    n = 300007
+    ops, outs = [], {}
+    for p in range(w):
+        if p != me:
+            ops.append(dist.P2POp(dist.isend, inp(seed_of("batch", me, p), n, torch.float32), p))
+            outs[p] = poisoned((n,), torch.float32)
+            ops.append(dist.P2POp(dist.irecv, outs[p], p))
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    for p, got in outs.items():
+        same(got, inp(seed_of("batch", p, me), n, torch.float32, rank=p), f"from rank {p}")
+
+
+def test_send_recv_between_two_ranks(gloo):
+    """Blocking send and recv between ranks 0 and 1, two messages in order; every rank then runs a collective."""
+    me = dist.get_rank()
+    a, b = inp(seed_of("pair-a"), 1031, torch.int32, rank=0), inp(seed_of("pair-b"), 17, torch.float64, rank=0)
+    if me == 0:
+        dist.send(a, 1)
+        dist.send(b, 1)
+    elif me == 1:
+        ra, rb = poisoned((1031,), torch.int32), poisoned((17,), torch.float64)
+        assert dist.recv(ra, 0) == 0
+        dist.recv(rb, 0)
+        same(ra, a, "first message")
+        same(rb, b, "second message")
+    check_usable(gloo)
+
+
+@pytest.mark.parametrize("async_ops", [False, True])
+def test_send_recv_in_a_coalescing_block(gloo, async_ops):
+    w, me = dist.get_world_size(), dist.get_rank()
+    n = 5000
+    x = inp(seed_of("coalesced-p2p"), n, torch.float32)
+    out = poisoned((n,), torch.float32)
+    with symcomm_torch.coalescing_manager(async_ops=async_ops) as cm:
+        dist.isend(x, (me + 1) % w)
+        dist.irecv(out, (me - 1) % w)
+    if async_ops:
+        cm.wait()
+    same(out, inp(seed_of("coalesced-p2p"), n, torch.float32, rank=(me - 1) % w), "coalesced irecv")
+
+
+def test_send_recv_errors(gloo):
+    w = dist.get_world_size()
+    t = torch.zeros(4)
+    pg = dist.distributed_c10d._get_default_group()
+    with pytest.raises(ValueError, match="not in this group"):
+        pg.send([t], w, 0)
+    with pytest.raises(ValueError, match="not in this group"):
+        pg.recv([t], -1, 0)
+    with pytest.raises(RuntimeError, match="any source"):
+        dist.recv(t)
+    with pytest.raises(ValueError, match="not contiguous"):
+        pg.send([torch.zeros(4, 2).t()], 0, 0)
     check_usable(gloo)
