@@ -43,10 +43,10 @@ bool copy_engine_capable(Collective c) {
 // and reduce-scatter from 256 MB (a tie with the direct kernels there). The gathers' ranges come from symcomm-tune
 // at 4 ranks on 4 x H200 (every pair NV18), the first 4-rank run with the LL128 gathers and the direct kernels'
 // 16 KB grid: LL up to 181 KB blocks (between 128 and 256 KB), LL128 up to 724 KB (between 512 KB and 1 MB),
-// the direct kernels above. Us, all-gather / reduce-scatter blocks: LL 6.25 / 5.99, LL128 6.29 / 6.25 at 128 KB;
-// LL 9.50 / 9.07, LL128 7.59 / 7.66, direct 9.32 / 12.20 at 256 KB; LL128 11.07 / 11.14, direct 11.85 / 13.95
-// at 512 KB; LL128 19.57 / 19.09, direct 16.49 / 19.39 at 1 MB. GPUs with an entry of their own use it
-// instead (NOTE [tuning precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on,
+// the direct kernels above (the same on 4 x H100). Us on 4 x H200, all-gather / reduce-scatter blocks: LL 6.25 / 5.99,
+// LL128 6.29 / 6.25 at 128 KB; LL 9.50 / 9.07, LL128 7.59 / 7.66, direct 9.32 / 12.20 at 256 KB; LL128 11.07 / 11.14,
+// direct 11.85 / 13.95 at 512 KB; LL128 19.57 / 19.09, direct 16.49 / 19.39 at 1 MB. GPUs with an entry of their own
+// use it instead (NOTE [tuning precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on,
 // nothing is measured: one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256
 // KB at 8 ranks in TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The LL128 two-shot moves 2 (N - 1)
 // / N of the payload out of every rank where the one-shot moves N - 1 times it, for a second NVLink latency: at

@@ -332,6 +332,17 @@ TEST(GpuCollectives, AllGather) {
   testing::expect_success(n, [n](RankEnv& env) { sweep(env, move_cases(Collective::kAllGather, n)); });
 }
 
+/// The matrix of the direct algorithm: reduce-scatter's reduction cases, all-gather's, all-to-all's and
+/// broadcast's move cases.
+std::vector<Case> direct_cases(int world) {
+  std::vector<Case> cases = reduction_cases(Collective::kReduceScatter, {Algorithm::kDirect});
+  for (Collective k : {Collective::kAllGather, Collective::kAllToAll, Collective::kBroadcast}) {
+    const std::vector<Case> moves = move_cases(k, world, Algorithm::kDirect);
+    cases.insert(cases.end(), moves.begin(), moves.end());
+  }
+  return cases;
+}
+
 // The two kernels behind a direct all-gather, reduce-scatter, all-to-all and broadcast, each on every case of
 // the matrix: the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL broadcast]) up to the LL
 // buffer's capacity on a grid of 3 blocks (every thread runs several batches, and partial ones), plus blocks
@@ -340,11 +351,7 @@ TEST(GpuCollectives, AllGather) {
 TEST(GpuCollectives, MovesAndReduceScatterLLAndDirect) {
   const int n = gpus();
   testing::expect_success(n, [n](RankEnv& env) {
-    std::vector<Case> cases = reduction_cases(Collective::kReduceScatter, {Algorithm::kDirect});
-    for (Collective k : {Collective::kAllGather, Collective::kAllToAll, Collective::kBroadcast}) {
-      const std::vector<Case> moves = move_cases(k, n, Algorithm::kDirect);
-      cases.insert(cases.end(), moves.begin(), moves.end());
-    }
+    std::vector<Case> cases = direct_cases(n);
     std::vector<Case> edge;  // the LL buffer holds 1 MB - 8 bytes per block (cuda::all_reduce_ll_max_bytes)
     for (bool ip : {false, true}) {
       edge.push_back(
@@ -386,11 +393,7 @@ TEST(GpuCollectives, MovesAndReduceScatterLLAndDirect) {
 TEST(GpuCollectives, MovesAndReduceScatterLL128) {
   const int n = gpus();
   testing::expect_success(n, [n](RankEnv& env) {
-    std::vector<Case> cases = reduction_cases(Collective::kReduceScatter, {Algorithm::kDirect});
-    for (Collective k : {Collective::kAllGather, Collective::kAllToAll, Collective::kBroadcast}) {
-      const std::vector<Case> moves = move_cases(k, n, Algorithm::kDirect);
-      cases.insert(cases.end(), moves.begin(), moves.end());
-    }
+    std::vector<Case> cases = direct_cases(n);
     for (bool ip : {false, true}) {
       cases.push_back({Collective::kReduceScatter, DataType::kBFloat16, ReduceOp::kSum, size_t{1} << 21, ip, 0,
                        Algorithm::kDirect});
