@@ -49,8 +49,8 @@ case ${CASES:-host} in
   *) echo "sabotage: CASES must be host, gpu or all" >&2; exit 2 ;;
 esac
 case_def host host-deadline src/backends/host/host_engine.cc \
-  "(ctx_.mesh->left_mask() & (uint64_t{1} << p)) || Clock::now() >= deadline_at_)" \
-  "(ctx_.mesh->left_mask() & (uint64_t{1} << p)))" \
+  "(ctx_.mesh->left_mask() & (uint64_t{1} << p)) || Clock::now() >= deadline_at_ ||" \
+  "(ctx_.mesh->left_mask() & (uint64_t{1} << p)) ||" \
   symcomm_rank_tests Faults.RankThatNeverArrivesTimesOutNamingIt 90
 # Ranks must agree on the links of their topology files at creation (NOTE [configuration agreement]): without the
 # topology in the compared settings, ranks with different links create the communicator and run different schedules.
