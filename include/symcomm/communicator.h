@@ -180,6 +180,10 @@ class Communicator {
   int world_size() const;
   const RankInfo& rank_info() const;
   BackendKind backend() const;
+  /// Whether this build of symcomm has `backend` (the CUDA backend needs nvcc at build time). Creating a
+  /// communicator of a backend it lacks throws Error(kUnsupported) on every rank before meeting the others.
+  static bool backend_built(BackendKind backend);
+
   /// CUDA backend: the device in use; host backend: -1.
   int device() const;
   /// The configuration in effect, its Tuning resolved at creation for this world size and GPU (explicit

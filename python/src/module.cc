@@ -1,11 +1,18 @@
-// symcomm._core: symcomm::Communicator for NumPy arrays on the host backend (the package symcomm in
-// python/symcomm wraps it; docs/python.md).
+// symcomm._core: symcomm::Communicator for NumPy arrays on the host backend and CUDA arrays on the CUDA backend
+// (the package symcomm in python/symcomm wraps it; docs/python.md).
 //
 // NOTE [python buffers]
-// - Every array is checked before the library is called: a numpy.ndarray (else TypeError) of a supported
-//   dtype in native byte order (else TypeError), C-contiguous (else ValueError); outputs also writeable and of
-//   the input's dtype and the element count the collective needs (else ValueError / TypeError). A failed check
-//   runs nothing and leaves the communicator usable, like the library's own Error(kInvalidArgument).
+// - Every array is checked before the library is called. Host backend: a numpy.ndarray (else TypeError).
+//   CUDA backend: an object with __cuda_array_interface__ (a torch CUDA tensor, a CuPy or Numba array; else
+//   TypeError), or the pair (pointer, count) or (pointer, shape) of ints for wrappers that checked their
+//   tensors themselves, with `dtype` naming the element type. Either way of a supported dtype in native byte
+//   order (else TypeError), C-contiguous (else ValueError); outputs also writeable and of the input's dtype and
+//   the element count the collective needs (else ValueError / TypeError). A failed check runs nothing and
+//   leaves the communicator usable, like the library's own Error(kInvalidArgument).
+// - CUDA backend: a call is enqueued on `stream` (an int: a cudaStream_t, 0 the legacy default stream; None:
+//   the input's interface stream if it names one, else 0) and returns without waiting, like NCCL; the caller
+//   keeps the buffers alive until the stream has passed the call (stream-ordered allocators such as torch's
+//   and CuPy's do). Work.wait() of an `*_async` call waits for the device work.
 // - The GIL is released while the library runs (creation, collectives, waits, close); one mutex per
 //   communicator serialises its calls from several Python threads. abort() does not take it, so that another
 //   thread can abort a collective that blocks.
@@ -79,11 +86,15 @@ DataType data_type(const py::dtype& d, const char* what) {
 
 /// One checked array argument.
 struct Buffer {
-  py::array array;
-  DataType dtype;
-  size_t count;  ///< elements
+  py::object owner;  ///< the array object (kept referenced by `*_async` calls)
+  void* ptr = nullptr;
+  DataType dtype = DataType::kFloat32;
+  size_t count = 0;  ///< elements
+  std::vector<int64_t> shape;
+  std::string type_label;          ///< the dtype as errors name it
+  std::optional<intptr_t> stream;  ///< a CUDA array's interface stream, if it names one
 
-  void* data() const { return const_cast<void*>(array.data()); }
+  void* data() const { return ptr; }
 };
 
 /// The DataType of `a`: its dtype's, or bfloat16 where `as_dtype` is "bfloat16" (then the array holds the
@@ -100,8 +111,8 @@ DataType array_type(const py::array& a, const char* what, const std::string& as_
   return DataType::kBFloat16;
 }
 
-/// Checks `o` as an input (`writeable` false) or output array of a collective.
-Buffer checked(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype) {
+/// A NumPy array argument (host backend).
+Buffer checked_numpy(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype) {
   if (!py::isinstance<py::array>(o)) {
     throw py::type_error(std::string(what) + ": expected a numpy.ndarray, got " + type_name(o));
   }
@@ -109,17 +120,121 @@ Buffer checked(const py::handle& o, const char* what, bool writeable, const std:
   DataType dtype = array_type(a, what, as_dtype);
   if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(what) + ": the array is not C-contiguous");
   if (writeable && !a.writeable()) throw py::value_error(std::string(what) + ": the array is read-only");
-  return Buffer{a, dtype, static_cast<size_t>(a.size())};
+  Buffer b{.owner = a,
+           .ptr = const_cast<void*>(a.data()),
+           .dtype = dtype,
+           .count = static_cast<size_t>(a.size()),
+           .shape = {},
+           .type_label = dtype_name(a.dtype()),
+           .stream = std::nullopt};
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) b.shape.push_back(static_cast<int64_t>(a.shape(i)));
+  return b;
+}
+
+/// The DataType of an array-interface type string ("<f4", "|i1", ...); nullopt for one symcomm has no type for.
+/// The machines symcomm runs on are little-endian: '<', '|' and '=' are the native byte order.
+std::optional<DataType> typestr_type(const std::string& t) {
+  if (t.size() < 3 || (t[0] != '<' && t[0] != '|' && t[0] != '=')) return std::nullopt;
+  const std::string kind_size = t.substr(1);
+  for (auto [name, dtype] : {std::pair{"f2", DataType::kFloat16}, std::pair{"f4", DataType::kFloat32},
+                             std::pair{"f8", DataType::kFloat64}, std::pair{"i1", DataType::kInt8},
+                             std::pair{"u1", DataType::kUInt8}, std::pair{"i4", DataType::kInt32},
+                             std::pair{"i8", DataType::kInt64}}) {
+    if (kind_size == name) return dtype;
+  }
+  return std::nullopt;
+}
+
+/// A __cuda_array_interface__ argument (CUDA backend): data pointer, shape, type, C-contiguity, stream.
+Buffer checked_cuda_interface(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype) {
+  py::dict cai = o.attr("__cuda_array_interface__");
+  const std::string typestr = py::str(cai["typestr"]);
+  const auto shape = cai["shape"].cast<std::vector<int64_t>>();
+  const auto data = cai["data"].cast<std::pair<uintptr_t, bool>>();
+  Buffer b{.owner = py::reinterpret_borrow<py::object>(o),
+           .ptr = reinterpret_cast<void*>(data.first),
+           .dtype = DataType::kFloat32,
+           .count = 1,
+           .shape = shape,
+           .type_label = typestr,
+           .stream = std::nullopt};
+  if (as_dtype.empty()) {
+    std::optional<DataType> dtype = typestr_type(typestr);
+    if (!dtype) {
+      throw py::type_error(std::string(what) + ": type '" + typestr +
+                           "' is not supported (float16, float32, float64, int8, uint8, int32, int64 in native byte "
+                           "order)");
+    }
+    b.dtype = *dtype;
+  } else if (as_dtype != "bfloat16") {
+    throw py::value_error("dtype '" + as_dtype + "' is unknown ('bfloat16', or '' for the array's)");
+  } else if (typestr.size() != 3 || typestr[0] == '>' || (typestr[1] != 'i' && typestr[1] != 'u') || typestr[2] != '2') {
+    throw py::type_error(std::string(what) + ": dtype bfloat16 needs an int16 or uint16 array, got '" + typestr + "'");
+  } else {
+    b.dtype = DataType::kBFloat16;
+  }
+  for (int64_t extent : shape) b.count *= static_cast<size_t>(extent);
+  if (cai.contains("strides") && !cai["strides"].is_none() && b.count > 0) {
+    const auto strides = cai["strides"].cast<std::vector<int64_t>>();
+    int64_t expected = static_cast<int64_t>(dtype_size(b.dtype));
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (shape[i] != 1 && (i >= strides.size() || strides[i] != expected)) {
+        throw py::value_error(std::string(what) + ": the array is not C-contiguous");
+      }
+      expected *= shape[i];
+    }
+  }
+  if (writeable && data.second) throw py::value_error(std::string(what) + ": the array is read-only");
+  if (cai.contains("stream") && !cai["stream"].is_none()) b.stream = cai["stream"].cast<intptr_t>();
+  return b;
+}
+
+/// A (pointer, count) or (pointer, shape) pair of ints (CUDA backend) with `as_dtype` naming its type.
+Buffer checked_pointer(const py::tuple& t, const char* what, const std::string& as_dtype) {
+  std::optional<DataType> dtype = parse_dtype(as_dtype);
+  if (as_dtype.empty() || !dtype) {
+    throw py::value_error(std::string(what) + ": a (pointer, count) pair needs dtype, one of float16, bfloat16, "
+                          "float32, float64, int8, uint8, int32, int64 (got '" + as_dtype + "')");
+  }
+  Buffer b{.owner = t,
+           .ptr = reinterpret_cast<void*>(t[0].cast<uintptr_t>()),
+           .dtype = *dtype,
+           .count = 1,
+           .shape = {},
+           .type_label = std::string(to_string(*dtype)),
+           .stream = std::nullopt};
+  if (py::isinstance<py::int_>(t[1])) {
+    b.shape.push_back(t[1].cast<int64_t>());
+  } else {
+    b.shape = t[1].cast<std::vector<int64_t>>();
+  }
+  for (int64_t extent : b.shape) {
+    if (extent < 0) throw py::value_error(std::string(what) + ": negative extent " + std::to_string(extent));
+    b.count *= static_cast<size_t>(extent);
+  }
+  if (b.ptr == nullptr && b.count > 0) throw py::value_error(std::string(what) + ": null pointer");
+  return b;
+}
+
+/// Checks `o` as an input (`writeable` false) or output array of a collective on a communicator of the host
+/// (`cuda` false) or the CUDA backend.
+Buffer checked(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype, bool cuda) {
+  if (!cuda) return checked_numpy(o, what, writeable, as_dtype);
+  if (py::isinstance<py::tuple>(o) && py::len(o) == 2) {
+    return checked_pointer(py::reinterpret_borrow<py::tuple>(o), what, as_dtype);
+  }
+  if (!py::hasattr(o, "__cuda_array_interface__")) {
+    throw py::type_error(std::string(what) + ": expected a CUDA array (an object with __cuda_array_interface__, "
+                         "such as a torch CUDA tensor or a CuPy array) on the CUDA backend, got " + type_name(o));
+  }
+  return checked_cuda_interface(o, what, writeable, as_dtype);
 }
 
 /// Checks the output `out` against the input: same dtype, `count` elements.
 Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, const char* rule,
-                      const std::string& as_dtype) {
-  Buffer b = checked(out, "out", true, as_dtype);
-  if (b.dtype != in.dtype) {
-    throw py::type_error("out: dtype " + dtype_name(b.array.dtype()) + " differs from the input's " +
-                         dtype_name(in.array.dtype()));
-  }
+                      const std::string& as_dtype, bool cuda) {
+  Buffer b = checked(out, "out", true, as_dtype, cuda);
+  if (b.dtype != in.dtype) throw py::type_error("out: dtype " + b.type_label + " differs from the input's " + in.type_label);
   if (b.count != count) {
     throw py::value_error("out: " + std::to_string(b.count) + " elements, expected " + std::to_string(count) + " (" +
                           rule + ")");
@@ -128,11 +243,7 @@ Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, con
 }
 
 /// The TensorRef (include/symcomm/fused.h) of a checked array: its data, dtype and shape.
-TensorRef tensor_ref(const Buffer& b) {
-  TensorRef t{.data = b.data(), .dtype = b.dtype, .shape = {}};
-  for (py::ssize_t i = 0; i < b.array.ndim(); ++i) t.shape.push_back(static_cast<int64_t>(b.array.shape(i)));
-  return t;
-}
+TensorRef tensor_ref(const Buffer& b) { return TensorRef{.data = b.data(), .dtype = b.dtype, .shape = b.shape}; }
 
 /// A call of `*_async` not yet known to be complete, with the arrays it uses.
 struct Pending {
@@ -181,20 +292,25 @@ class PyWork {
   py::object result_;
 };
 
+/// The options of a communicator of `backend` ("host" or "cuda") on `device` (CUDA: -1 for the local rank).
+CommOptions comm_options(const std::string& backend, int device) {
+  std::optional<BackendKind> kind = parse_backend(backend);
+  if (!kind) throw py::value_error("backend '" + backend + "' is unknown (host, cuda)");
+  if (device < -1) throw py::value_error("device " + std::to_string(device) + " is negative (-1: the local rank)");
+  CommOptions options;
+  options.backend = *kind;
+  options.device = device;
+  return options;
+}
+
 /// symcomm._core.Communicator: owns a symcomm::Communicator until close().
 class PyCommunicator {
  public:
-  static std::unique_ptr<PyCommunicator> from_env(const std::string& backend) {
-    std::optional<BackendKind> kind = parse_backend(backend);
-    if (!kind) throw py::value_error("backend '" + backend + "' is unknown (host)");
-    if (*kind != BackendKind::kHost) {
-      throw py::value_error("backend '" + backend + "': only the host backend is available from Python");
-    }
+  static std::unique_ptr<PyCommunicator> from_env(const std::string& backend, int device) {
+    CommOptions options = comm_options(backend, device);
     std::shared_ptr<Communicator> comm;
     {
       py::gil_scoped_release release;
-      CommOptions options;
-      options.backend = *kind;
       comm = Communicator::create_from_env(options);
     }
     return std::make_unique<PyCommunicator>(std::move(comm));
@@ -203,12 +319,14 @@ class PyCommunicator {
   /// Rendezvous at host:port with `token` (rank 0 serves the store there; port 0: a free port, passed to
   /// `on_store_started` on rank 0 once the store is up, with the GIL held).
   static std::unique_ptr<PyCommunicator> create(int rank, int world_size, const std::string& token,
-                                                const std::string& host, int port, py::object on_store_started) {
+                                                const std::string& host, int port, py::object on_store_started,
+                                                const std::string& backend, int device) {
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       throw py::value_error("rank " + std::to_string(rank) + " is outside [0, world_size " +
                             std::to_string(world_size) + ")");
     }
     if (port < 0 || port > 65535) throw py::value_error("port " + std::to_string(port) + " is outside [0, 65535]");
+    CommOptions options = comm_options(backend, device);
     Rendezvous rv;
     rv.ranks = RankInfo{rank, world_size, rank, world_size};
     rv.store_host = host;
@@ -223,8 +341,6 @@ class PyCommunicator {
     std::shared_ptr<Communicator> comm;
     {
       py::gil_scoped_release release;
-      CommOptions options;
-      options.backend = BackendKind::kHost;
       comm = Communicator::create(rv, options);
     }
     return std::make_unique<PyCommunicator>(std::move(comm));
@@ -234,6 +350,8 @@ class PyCommunicator {
       : comm_(std::move(comm)),
         rank_(comm_->rank()),
         world_size_(comm_->world_size()),
+        device_(comm_->device()),
+        cuda_(comm_->backend() == BackendKind::kCuda),
         backend_(to_string(comm_->backend())) {}
 
   ~PyCommunicator() {
@@ -249,6 +367,7 @@ class PyCommunicator {
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  int device() const { return device_; }
   const std::string& backend() const { return backend_; }
   bool closed() const {
     std::lock_guard lock(ptr_mu_);
@@ -256,117 +375,133 @@ class PyCommunicator {
   }
 
   py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
-                        const std::string& as_dtype) {
-    Buffer in = checked(x, "x", false, as_dtype);
-    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype);
-    return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
-      if (a) return c.all_reduce_async(in.data(), o.data(), in.count, in.dtype, op);
-      c.all_reduce(in.data(), o.data(), in.count, in.dtype, op);
+                        const std::string& as_dtype, const py::object& stream) {
+    Buffer in = input(x, "x", as_dtype);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
+    const CollOptions opts = coll_options(stream, in);
+    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+      if (a) return c.all_reduce_async(in.data(), o.data(), in.count, in.dtype, op, opts);
+      c.all_reduce(in.data(), o.data(), in.count, in.dtype, op, opts);
       return std::shared_ptr<Work>();
     });
   }
 
-  py::object all_gather(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype) {
-    Buffer in = checked(x, "x", false, as_dtype);
-    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype);
-    return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
-      if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype);
-      c.all_gather(in.data(), o.data(), in.count, in.dtype);
+  py::object all_gather(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
+                        const py::object& stream) {
+    Buffer in = input(x, "x", as_dtype);
+    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype, cuda_);
+    const CollOptions opts = coll_options(stream, in);
+    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+      if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype, opts);
+      c.all_gather(in.data(), o.data(), in.count, in.dtype, opts);
       return std::shared_ptr<Work>();
     });
   }
 
   py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
-                            const std::string& as_dtype) {
-    Buffer in = checked(x, "x", false, as_dtype);
-    if (in.count % world_size_ != 0) {
-      throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
-                            std::to_string(world_size_));
-    }
-    Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", as_dtype);
-    return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
-      if (a) return c.reduce_scatter_async(in.data(), o.data(), o.count, in.dtype, op);
-      c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op);
+                            const std::string& as_dtype, const py::object& stream) {
+    Buffer in = input(x, "x", as_dtype);
+    divisible(in);
+    Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", as_dtype,
+                              cuda_);
+    const CollOptions opts = coll_options(stream, in);
+    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+      if (a) return c.reduce_scatter_async(in.data(), o.data(), o.count, in.dtype, op, opts);
+      c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op, opts);
       return std::shared_ptr<Work>();
     });
   }
 
-  py::object broadcast(const py::handle& x, const py::handle& out, int root, bool async, const std::string& as_dtype) {
-    Buffer in = checked(x, "x", false, as_dtype);
-    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype);
-    return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
-      if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root);
-      c.broadcast(in.data(), o.data(), in.count, in.dtype, root);
+  py::object broadcast(const py::handle& x, const py::handle& out, int root, bool async, const std::string& as_dtype,
+                       const py::object& stream) {
+    Buffer in = input(x, "x", as_dtype);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
+    const CollOptions opts = coll_options(stream, in);
+    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+      if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root, opts);
+      c.broadcast(in.data(), o.data(), in.count, in.dtype, root, opts);
       return std::shared_ptr<Work>();
     });
   }
 
   /// all_gather_matmul (include/symcomm/fused.h): outs[i] = (a_shard gathered along gather_dim) · bs[i];
-  /// a_gathered, if not None, receives the gathered A. Synchronous; shapes and dtypes are checked by the
-  /// library (Error with code invalid_argument, nothing run).
+  /// a_gathered, if not None, receives the gathered A. Shapes and dtypes are checked by the library (Error with
+  /// code invalid_argument, nothing run). Host backend: synchronous. CUDA backend: enqueued on `stream`, on the
+  /// pipelined path with this communicator's fused workspace (NOTE [python fused workspace]).
   void all_gather_matmul(const py::handle& a_shard, const py::sequence& bs, int gather_dim, const py::sequence& outs,
-                         const py::object& a_gathered, const std::string& as_dtype) {
+                         const py::object& a_gathered, const std::string& as_dtype, const py::object& stream) {
     if (py::len(bs) != py::len(outs)) {
       throw py::value_error("bs and outs: " + std::to_string(py::len(bs)) + " weights but " +
                             std::to_string(py::len(outs)) + " outputs");
     }
-    Buffer a = checked(a_shard, "a_shard", false, as_dtype);
-    std::vector<py::object> keep{a.array};
+    Buffer a = input(a_shard, "a_shard", as_dtype);
+    std::vector<py::object> keep{a.owner};
     std::vector<TensorRef> b_refs, out_refs;
     for (size_t i = 0; i < py::len(bs); ++i) {
       const std::string b_what = "bs[" + std::to_string(i) + "]", out_what = "outs[" + std::to_string(i) + "]";
-      Buffer b = checked(bs[i], b_what.c_str(), false, as_dtype);
-      Buffer o = checked(outs[i], out_what.c_str(), true, as_dtype);
+      Buffer b = input(bs[i], b_what.c_str(), as_dtype);
+      Buffer o = checked(outs[i], out_what.c_str(), true, as_dtype, cuda_);
       b_refs.push_back(tensor_ref(b));
       out_refs.push_back(tensor_ref(o));
-      keep.push_back(b.array);
-      keep.push_back(o.array);
+      keep.push_back(b.owner);
+      keep.push_back(o.owner);
     }
     std::optional<TensorRef> gathered;
     if (!a_gathered.is_none()) {
-      Buffer g = checked(a_gathered, "a_gathered", true, as_dtype);
+      Buffer g = checked(a_gathered, "a_gathered", true, as_dtype, cuda_);
       gathered = tensor_ref(g);
-      keep.push_back(g.array);
+      keep.push_back(g.owner);
     }
     const TensorRef a_ref = tensor_ref(a);
+    const CollOptions opts = coll_options(stream, a);
     submit(std::move(keep), py::none(), false, [&](Communicator& c, bool) {
-      symcomm::all_gather_matmul(c, a_ref, b_refs, gather_dim, out_refs, gathered ? &*gathered : nullptr);
+      FusedOptions fused;
+      if (cuda_) {
+        fused.workspace = workspace(c, all_gather_matmul_workspace_bytes(world_size_, a_ref, gather_dim,
+                                                                          gathered.has_value()));
+      }
+      symcomm::all_gather_matmul(c, a_ref, b_refs, gather_dim, out_refs, gathered ? &*gathered : nullptr, opts, fused);
       return std::shared_ptr<Work>();
     });
   }
 
   /// matmul_reduce_scatter (include/symcomm/fused.h): out = block `rank` of the reduction (op over ranks) of
-  /// a · b along scatter_dim. Synchronous.
+  /// a · b along scatter_dim. Host backend: synchronous; CUDA backend: enqueued on `stream` like
+  /// all_gather_matmul.
   void matmul_reduce_scatter(const py::handle& a, const py::handle& b, ReduceOp op, int scatter_dim,
-                             const py::handle& out, const std::string& as_dtype) {
-    Buffer ab = checked(a, "a", false, as_dtype);
-    Buffer bb = checked(b, "b", false, as_dtype);
-    Buffer ob = checked(out, "out", true, as_dtype);
+                             const py::handle& out, const std::string& as_dtype, const py::object& stream) {
+    Buffer ab = input(a, "a", as_dtype);
+    Buffer bb = input(b, "b", as_dtype);
+    Buffer ob = checked(out, "out", true, as_dtype, cuda_);
     const TensorRef a_ref = tensor_ref(ab), b_ref = tensor_ref(bb), out_ref = tensor_ref(ob);
-    submit({ab.array, bb.array, ob.array}, py::none(), false, [&](Communicator& c, bool) {
-      symcomm::matmul_reduce_scatter(c, a_ref, b_ref, op, scatter_dim, out_ref);
+    const CollOptions opts = coll_options(stream, ab);
+    submit({ab.owner, bb.owner, ob.owner}, py::none(), false, [&](Communicator& c, bool) {
+      FusedOptions fused;
+      if (cuda_) {
+        fused.workspace = workspace(c, matmul_reduce_scatter_workspace_bytes(world_size_, a_ref, b_ref, scatter_dim));
+      }
+      symcomm::matmul_reduce_scatter(c, a_ref, b_ref, op, scatter_dim, out_ref, opts, fused);
       return std::shared_ptr<Work>();
     });
   }
 
-  py::object all_to_all(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype) {
-    Buffer in = checked(x, "x", false, as_dtype);
-    if (in.count % world_size_ != 0) {
-      throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
-                            std::to_string(world_size_));
-    }
-    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype);
-    return submit({in.array, o.array}, o.array, async, [&](Communicator& c, bool a) {
-      if (a) return c.all_to_all_async(in.data(), o.data(), in.count / world_size_, in.dtype);
-      c.all_to_all(in.data(), o.data(), in.count / world_size_, in.dtype);
+  py::object all_to_all(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
+                        const py::object& stream) {
+    Buffer in = input(x, "x", as_dtype);
+    divisible(in);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
+    const CollOptions opts = coll_options(stream, in);
+    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+      if (a) return c.all_to_all_async(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
+      c.all_to_all(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
       return std::shared_ptr<Work>();
     });
   }
 
   /// send / recv (include/symcomm/communicator.h): x's elements to rank `peer`, or from it into `out` (returned).
   py::object send(const py::handle& x, int peer, bool async, const std::string& as_dtype) {
-    Buffer in = checked(x, "x", false, as_dtype);
-    return submit({in.array}, py::none(), async, [&](Communicator& c, bool a) {
+    Buffer in = input(x, "x", as_dtype);
+    return submit({in.owner}, py::none(), async, [&](Communicator& c, bool a) {
       if (a) return c.send_async(in.data(), in.count, in.dtype, peer);
       c.send(in.data(), in.count, in.dtype, peer);
       return std::shared_ptr<Work>();
@@ -374,20 +509,32 @@ class PyCommunicator {
   }
 
   py::object recv(const py::handle& out, int peer, bool async, const std::string& as_dtype) {
-    Buffer o = checked(out, "out", true, as_dtype);
-    return submit({o.array}, o.array, async, [&](Communicator& c, bool a) {
+    Buffer o = checked(out, "out", true, as_dtype, cuda_);
+    return submit({o.owner}, o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.recv_async(o.data(), o.count, o.dtype, peer);
       c.recv(o.data(), o.count, o.dtype, peer);
       return std::shared_ptr<Work>();
     });
   }
 
-  py::object barrier(bool async) {
+  py::object barrier(bool async, const py::object& stream) {
+    const CollOptions opts = coll_options(stream, Buffer{});
     return submit({}, py::none(), async, [&](Communicator& c, bool a) {
-      if (a) return c.barrier_async();
-      c.barrier();
+      if (a) return c.barrier_async(opts);
+      c.barrier(opts);
       return std::shared_ptr<Work>();
     });
+  }
+
+  /// Raises the communicator's sticky error (a dead peer, a timeout, abort), if any.
+  void check() {
+    std::shared_ptr<Communicator> comm;
+    {
+      std::lock_guard lock(ptr_mu_);
+      comm = comm_;
+    }
+    if (comm == nullptr) throw py::value_error("the communicator is closed");
+    comm->check();
   }
 
   void group_start() {
@@ -426,6 +573,7 @@ class PyCommunicator {
         } catch (const std::exception&) {  // the error belongs to the Work's owner; the call is over
         }
       }
+      workspace_.reset();
       {
         std::lock_guard lock(ptr_mu_);
         comm = std::move(comm_);
@@ -438,6 +586,45 @@ class PyCommunicator {
   }
 
  private:
+  Buffer input(const py::handle& o, const char* what, const std::string& as_dtype) const {
+    return checked(o, what, false, as_dtype, cuda_);
+  }
+
+  void divisible(const Buffer& in) const {
+    if (in.count % world_size_ != 0) {
+      throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
+                            std::to_string(world_size_));
+    }
+  }
+
+  /// The options of a call: its stream (NOTE [python buffers]); ignored by the host backend.
+  CollOptions coll_options(const py::object& stream, const Buffer& first) const {
+    CollOptions opts;
+    intptr_t handle = 0;
+    if (!stream.is_none()) {
+      handle = stream.cast<intptr_t>();
+    } else if (first.stream) {
+      handle = *first.stream;
+    }
+    opts.stream = reinterpret_cast<Stream>(handle);
+    return opts;
+  }
+
+  // NOTE [python fused workspace]
+  // The fused operations of a CUDA communicator run on the pipelined path with one workspace of this
+  // communicator, made at the first fused call and made again, larger, by a call that needs more. Making and
+  // freeing it is collective (symmetric heap); every rank passes the same shapes to a fused operation, so every
+  // rank does it at the same call. Like any workspace it serves one operation at a time in stream order:
+  // consecutive fused calls on one communicator go on one stream (or are ordered by the caller). close() frees
+  // it before the communicator.
+  FusedWorkspace* workspace(Communicator& c, size_t bytes) {
+    if (!workspace_ || workspace_->bytes() < bytes) {
+      workspace_.reset();
+      workspace_ = FusedWorkspace::create(c, bytes);
+    }
+    return workspace_.get();
+  }
+
   template <class F>
   std::invoke_result_t<F&, Communicator&> locked(F&& f) {
     py::gil_scoped_release release;
@@ -490,8 +677,10 @@ class PyCommunicator {
   mutable std::mutex ptr_mu_;  ///< guards comm_ (abort() reads it while a collective runs)
   std::mutex op_mu_;           ///< one library call at a time
   std::shared_ptr<Communicator> comm_;
-  int rank_, world_size_;
+  int rank_, world_size_, device_;
+  bool cuda_;
   std::string backend_;
+  std::unique_ptr<FusedWorkspace> workspace_;  ///< guarded by op_mu_ (NOTE [python fused workspace])
   // The members below are used with the GIL held.
   std::vector<std::shared_ptr<Pending>> pending_;
   std::vector<py::object> group_keep_;
@@ -504,7 +693,7 @@ class PyCommunicator {
 PYBIND11_MODULE(_core, m) {
   using namespace symcomm;          // NOLINT(google-build-using-namespace)
   using namespace symcomm::python;  // NOLINT(google-build-using-namespace)
-  m.doc() = "symcomm collectives for NumPy arrays on the host backend (use the package symcomm)";
+  m.doc() = "symcomm collectives for NumPy arrays (host backend) and CUDA arrays (CUDA backend); use the package symcomm";
 
   auto error = py::exception<Error>(m, "Error", PyExc_RuntimeError);
   error.attr("__module__") = "symcomm";
@@ -536,6 +725,17 @@ PYBIND11_MODULE(_core, m) {
       .value("MAX", ReduceOp::kMax)
       .value("AVG", ReduceOp::kAvg);
 
+  m.def(
+      "backends",
+      [] {
+        std::vector<std::string> built;
+        for (BackendKind kind : {BackendKind::kHost, BackendKind::kCuda}) {
+          if (Communicator::backend_built(kind)) built.emplace_back(to_string(kind));
+        }
+        return built;
+      },
+      "The backends this build of symcomm has ('host', and 'cuda' where nvcc was found at build time).");
+
   py::class_<PyWork>(m, "Work")
       .def("is_completed", &PyWork::is_completed)
       .def("wait", &PyWork::wait)
@@ -543,30 +743,35 @@ PYBIND11_MODULE(_core, m) {
       .def("result", &PyWork::result);
 
   py::class_<PyCommunicator>(m, "Communicator")
-      .def_static("from_env", &PyCommunicator::from_env, py::arg("backend") = "host")
+      .def_static("from_env", &PyCommunicator::from_env, py::arg("backend") = "host", py::arg("device") = -1)
       .def_static("create", &PyCommunicator::create, py::arg("rank"), py::arg("world_size"), py::arg("token"),
-                  py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::arg("on_store_started") = py::none())
+                  py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::arg("on_store_started") = py::none(),
+                  py::arg("backend") = "host", py::arg("device") = -1)
       .def_property_readonly("rank", &PyCommunicator::rank)
       .def_property_readonly("world_size", &PyCommunicator::world_size)
       .def_property_readonly("backend", &PyCommunicator::backend)
+      .def_property_readonly("device", &PyCommunicator::device)
       .def_property_readonly("closed", &PyCommunicator::closed)
       .def("all_reduce", &PyCommunicator::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("async_op"),
-           py::arg("dtype") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none())
       .def("all_gather", &PyCommunicator::all_gather, py::arg("x"), py::arg("out"), py::arg("async_op"),
-           py::arg("dtype") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none())
       .def("reduce_scatter", &PyCommunicator::reduce_scatter, py::arg("x"), py::arg("out"), py::arg("op"),
-           py::arg("async_op"), py::arg("dtype") = "")
+           py::arg("async_op"), py::arg("dtype") = "", py::arg("stream") = py::none())
       .def("broadcast", &PyCommunicator::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("async_op"),
-           py::arg("dtype") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none())
       .def("all_to_all", &PyCommunicator::all_to_all, py::arg("x"), py::arg("out"), py::arg("async_op"),
-           py::arg("dtype") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none())
       .def("send", &PyCommunicator::send, py::arg("x"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
       .def("recv", &PyCommunicator::recv, py::arg("out"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
-      .def("barrier", &PyCommunicator::barrier, py::arg("async_op"))
+      .def("barrier", &PyCommunicator::barrier, py::arg("async_op"), py::arg("stream") = py::none())
+      .def("check", &PyCommunicator::check)
       .def("all_gather_matmul", &PyCommunicator::all_gather_matmul, py::arg("a_shard"), py::arg("bs"),
-           py::arg("gather_dim"), py::arg("outs"), py::arg("a_gathered") = py::none(), py::arg("dtype") = "")
+           py::arg("gather_dim"), py::arg("outs"), py::arg("a_gathered") = py::none(), py::arg("dtype") = "",
+           py::arg("stream") = py::none())
       .def("matmul_reduce_scatter", &PyCommunicator::matmul_reduce_scatter, py::arg("a"), py::arg("b"),
-           py::arg("op"), py::arg("scatter_dim"), py::arg("out"), py::arg("dtype") = "")
+           py::arg("op"), py::arg("scatter_dim"), py::arg("out"), py::arg("dtype") = "",
+           py::arg("stream") = py::none())
       .def("group_start", &PyCommunicator::group_start)
       .def("group_end", &PyCommunicator::group_end)
       .def("group_cancel", &PyCommunicator::group_cancel)

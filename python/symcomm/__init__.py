@@ -1,9 +1,14 @@
-"""symcomm: collectives between the processes of one node, for NumPy arrays on the host backend.
+"""symcomm: collectives between the processes of one node, for NumPy arrays on the host backend and CUDA arrays
+(torch CUDA tensors, CuPy arrays: anything with __cuda_array_interface__) on the CUDA backend.
 
     import numpy as np, symcomm
     with symcomm.Communicator.from_env() as comm:      # RANK, WORLD_SIZE, ... from symcomm-run or torchrun
         x = np.full(4, comm.rank, dtype=np.float32)
         comm.all_reduce(x, out=x)                       # in place: every rank holds the sum
+
+    with symcomm.Communicator.from_env("cuda") as comm:  # the GPU of LOCAL_RANK
+        x = cupy.full(4, comm.rank, dtype=cupy.float32)
+        comm.all_reduce(x, out=x, stream=cupy.cuda.get_current_stream().ptr)
 
 docs/python.md lists the API. Every collective must be called by every rank in the same order with matching
 arguments; each returns its output array (the `*_async` forms return a Work whose wait() returns it).
@@ -17,10 +22,10 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 import numpy as _np  # noqa: E402
 
-from ._core import Error, ReduceOp, Work  # noqa: E402
+from ._core import Error, ReduceOp, Work, backends  # noqa: E402
 from . import _core  # noqa: E402
 
-__all__ = ["Communicator", "Error", "ReduceOp", "Work", "DTYPES", "OPS"]
+__all__ = ["Communicator", "Error", "ReduceOp", "Work", "DTYPES", "OPS", "backends"]
 
 #: NumPy dtypes the collectives accept (symcomm's bfloat16 has no NumPy dtype).
 DTYPES = (_np.float16, _np.float32, _np.float64, _np.int8, _np.uint8, _np.int32, _np.int64)
@@ -45,9 +50,22 @@ def _reduce_op(op):
 
 
 def _array(x, name="x"):
-    if not isinstance(x, _np.ndarray):
-        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+    if not isinstance(x, _np.ndarray) and not hasattr(x, "__cuda_array_interface__"):
+        raise TypeError(f"{name}: expected a numpy.ndarray or a CUDA array, got {type(x).__name__}")
     return x
+
+
+def _empty(x, shape):
+    """A new array of x's kind (NumPy, torch, or the module of x's type, e.g. CuPy), dtype and device."""
+    if isinstance(x, _np.ndarray):
+        return _np.empty(shape, dtype=x.dtype)
+    if hasattr(x, "new_empty"):  # torch
+        return x.new_empty(shape)
+    import sys  # noqa: PLC0415 - only for CUDA arrays of other libraries
+    module = sys.modules.get(type(x).__module__.split(".")[0])
+    if module is None or not hasattr(module, "empty"):
+        raise TypeError(f"cannot allocate an output like {type(x).__name__}: pass out=")
+    return module.empty(shape, dtype=x.dtype)
 
 
 def _blocks(x, world_size, what):
@@ -65,16 +83,22 @@ class Communicator:
     checked before anything runs: TypeError for a non-array or a dtype outside DTYPES, ValueError for a
     non-C-contiguous array, a read-only `out`, or an `out` of the wrong size; TypeError for an `out` of another
     dtype. Failures of the library raise symcomm.Error.
+
+    CUDA backend: arrays are CUDA arrays on the communicator's device; each call is enqueued on `stream` (an int
+    cudaStream_t, 0 the legacy default stream; None: the input's __cuda_array_interface__ stream, else 0) and
+    returns without waiting, like NCCL; Work.wait() waits for the device work. Sends and receives are not
+    available there (symcomm.Error, code 'unsupported').
     """
 
     def __init__(self, impl):
         self._impl = impl
 
     @classmethod
-    def from_env(cls, backend="host"):
+    def from_env(cls, backend="host", device=-1):
         """Collective: creates the communicator from torchrun / symcomm-run variables (RANK, WORLD_SIZE,
-        LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, SYMCOMM_TOKEN) and SYMCOMM_* settings."""
-        return cls(_core.Communicator.from_env(backend))
+        LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, SYMCOMM_TOKEN) and SYMCOMM_* settings. backend
+        "cuda" uses GPU `device` (-1: LOCAL_RANK), which becomes the calling thread's current device."""
+        return cls(_core.Communicator.from_env(backend, int(device)))
 
     @property
     def rank(self):
@@ -89,8 +113,17 @@ class Communicator:
         return self._impl.backend
 
     @property
+    def device(self):
+        """The CUDA device of a CUDA communicator; -1 on the host backend."""
+        return self._impl.device
+
+    @property
     def closed(self):
         return self._impl.closed
+
+    def check(self):
+        """Raises the communicator's sticky error (a dead peer, a timeout, abort), if any; never waits."""
+        self._impl.check()
 
     def close(self):
         """Waits for pending *_async calls and destroys the communicator; idempotent."""
@@ -108,51 +141,51 @@ class Communicator:
         return False
 
     # Collectives. `out` None allocates the output; `out is x` runs in place (all_reduce, broadcast,
-    # all_to_all). async_op=True (or the *_async methods) returns a Work.
+    # all_to_all). async_op=True (or the *_async methods) returns a Work. `stream`: CUDA backend only.
 
-    def all_reduce(self, x, op="sum", out=None, async_op=False):
+    def all_reduce(self, x, op="sum", out=None, async_op=False, stream=None):
         """out = op over the ranks of x, element by element; out has x's shape."""
         x = _array(x)
         op = _reduce_op(op)
         if out is None:
-            out = _np.empty_like(x, order="C")
-        return self._impl.all_reduce(x, out, op, async_op)
+            out = _empty(x, x.shape)
+        return self._impl.all_reduce(x, out, op, async_op, stream=stream)
 
-    def all_gather(self, x, out=None, async_op=False):
+    def all_gather(self, x, out=None, async_op=False, stream=None):
         """out[r] = x of rank r: shape (world_size, *x.shape), or any array of world_size * x.size elements."""
         x = _array(x)
         if out is None:
-            out = _np.empty((self.world_size,) + x.shape, dtype=x.dtype)
-        return self._impl.all_gather(x, out, async_op)
+            out = _empty(x, (self.world_size,) + tuple(x.shape))
+        return self._impl.all_gather(x, out, async_op, stream=stream)
 
-    def reduce_scatter(self, x, op="sum", out=None, async_op=False):
+    def reduce_scatter(self, x, op="sum", out=None, async_op=False, stream=None):
         """out = block `rank` (along the leading dimension) of op over the ranks of x; out has shape
         (x.shape[0] // world_size, *x.shape[1:]). In place: out = that block of x (a view)."""
         x = _array(x)
         op = _reduce_op(op)
         if out is None:
             rows = _blocks(x, self.world_size, "reduce_scatter")
-            out = _np.empty((rows,) + x.shape[1:], dtype=x.dtype)
-        return self._impl.reduce_scatter(x, out, op, async_op)
+            out = _empty(x, (rows,) + tuple(x.shape[1:]))
+        return self._impl.reduce_scatter(x, out, op, async_op, stream=stream)
 
-    def broadcast(self, x, root, out=None, async_op=False):
+    def broadcast(self, x, root, out=None, async_op=False, stream=None):
         """out = x of rank `root`. Without out, x itself receives the result (in place)."""
         x = _array(x)
         if out is None:
             out = x
-        return self._impl.broadcast(x, out, int(root), async_op)
+        return self._impl.broadcast(x, out, int(root), async_op, stream=stream)
 
-    def all_to_all(self, x, out=None, async_op=False):
+    def all_to_all(self, x, out=None, async_op=False, stream=None):
         """Block p of out (along the leading dimension) is block `rank` of rank p's x; out has x's shape."""
         x = _array(x)
         if out is None:
             _blocks(x, self.world_size, "all_to_all")
-            out = _np.empty_like(x, order="C")
-        return self._impl.all_to_all(x, out, async_op)
+            out = _empty(x, x.shape)
+        return self._impl.all_to_all(x, out, async_op, stream=stream)
 
-    def barrier(self, async_op=False):
-        """Returns once every rank has arrived."""
-        return self._impl.barrier(async_op)
+    def barrier(self, async_op=False, stream=None):
+        """Returns (host) or completes on `stream` (CUDA) once every rank has arrived."""
+        return self._impl.barrier(async_op, stream=stream)
 
     # Point-to-point (host backend), with NCCL's semantics: the k-th send from A to B matches the k-th receive on
     # B from A, whose count and dtype must agree. Exchanges (each rank sends to and receives from the same peer)

@@ -1,27 +1,37 @@
-"""symcomm.torch: a torch.distributed backend named "symcomm" for CPU tensors (torch 1.13), on symcomm's host
-backend.
+"""symcomm.torch: a torch.distributed backend named "symcomm" (torch 1.13 and 2.x): CPU tensors on symcomm's host
+backend, CUDA tensors on its CUDA backend.
 
     import torch, torch.distributed as dist
     import symcomm.torch  # registers the backend
     dist.init_process_group(backend="symcomm")          # env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
     x = torch.full((4,), float(dist.get_rank()))
     dist.all_reduce(x)
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    y = torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16)
+    dist.all_reduce(y)                                  # on the current stream, like NCCL
 
 Importing this module registers the backend with torch.distributed.Backend.register_backend(). The process
 group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it implements allreduce, allgather,
-_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (equal splits), reduce,
-gather, scatter, allreduce_coalesced, barrier, send and recv (isend, irecv, batch_isend_irecv), on
-contiguous CPU tensors of float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
+_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (equal splits; CUDA
+tensors with other splits go to NCCL), reduce, gather, scatter, allreduce_coalesced, allgather_into_tensor_coalesced,
+reduce_scatter_tensor_coalesced, barrier, send and recv (isend, irecv, batch_isend_irecv), on contiguous tensors of
+float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
 
-Coalescing: the process group implements _start_coalescing() and _end_coalescing(reqs), which torch 1.13's
-torch.distributed.distributed_c10d._coalescing_manager(group, reqs) calls: the collectives issued on the group in
-the block are recorded in one symcomm group (group_start() ... group_end()) and run together when it ends.
+CUDA tensors: the group's first collective on a CUDA tensor makes a symcomm communicator on that tensor's device
+(every later CUDA tensor of the group must be on it). Each collective is enqueued on the current stream of that
+device and returns; its Work's wait() returns at once (the results are ordered on the stream) and raises the
+communicator's error (a dead peer, a timeout), if any. CUDA-graph capture records the collectives. Sends and
+receives of CUDA tensors run on torch's NCCL, in one NCCL group per batch.
+
+Coalescing: the process group implements _start_coalescing() and _end_coalescing(), which torch's
+torch.distributed.distributed_c10d._coalescing_manager calls: the collectives issued on the group in the block are
+recorded in one symcomm group (group_start() ... group_end()) and run together when it ends.
 coalescing_manager(group=None, async_ops=False) is the same block with torch 2.x's usage. ReduceScatterBucketer
 packs many small reduce-scatters into few large ones, with fairscale's API.
 
-Every rank of a symcomm process group makes its own symcomm communicator: rank 0 serves its store on a free
-port of MASTER_ADDR's loopback (127.0.0.1) and passes the port and a fresh token to the other ranks through the
-store torch.distributed gives the backend. All ranks must be on one node.
+Every rank of a symcomm process group makes its own symcomm communicators: rank 0 serves each one's store on a free
+port of the loopback (127.0.0.1) and passes the port and a fresh token to the other ranks through the store
+torch.distributed gives the backend. All ranks must be on one node.
 """
 
 import contextlib
@@ -50,10 +60,33 @@ DTYPES = (_torch.float16, _torch.bfloat16, _torch.float32, _torch.float64, _torc
 FUSED_DTYPES = (_torch.bfloat16, _torch.float16, _torch.float32)
 
 
+def _op_by_hash():
+    """symcomm's ReduceOp for the hash of each of torch's ReduceOps that symcomm runs (torch hashes a ReduceOp as
+    its operator's number); None where torch's ops do not hash to distinct values."""
+    ops = [_TorchReduceOp.SUM, _TorchReduceOp.PRODUCT, _TorchReduceOp.MIN, _TorchReduceOp.MAX, _TorchReduceOp.AVG]
+    others = [getattr(_TorchReduceOp, name) for name in ("BAND", "BOR", "BXOR", "PREMUL_SUM") if hasattr(_TorchReduceOp, name)]
+    try:
+        hashes = [hash(o) for o in ops + others]
+    except TypeError:
+        return None
+    if len(set(hashes)) != len(hashes):
+        return None
+    return dict(zip(hashes, (_core.ReduceOp.SUM, _core.ReduceOp.PROD, _core.ReduceOp.MIN, _core.ReduceOp.MAX,
+                             _core.ReduceOp.AVG)))
+
+
+_OP_BY_HASH = _op_by_hash()
+_OP_TYPES = (_TorchReduceOp, type(_TorchReduceOp.SUM))  # a ReduceOp, and the operator type of its constants (2.x)
+
+
 def _reduce_op(op):
     """symcomm's ReduceOp for torch's op (a ReduceOp or an AllreduceOptions / ReduceScatterOptions)."""
     if hasattr(op, "reduceOp"):
         op = op.reduceOp
+    if _OP_BY_HASH is not None and isinstance(op, _OP_TYPES):
+        ours = _OP_BY_HASH.get(hash(op))
+        if ours is not None:
+            return ours
     for theirs, ours in ((_TorchReduceOp.SUM, _core.ReduceOp.SUM), (_TorchReduceOp.PRODUCT, _core.ReduceOp.PROD),
                          (_TorchReduceOp.MIN, _core.ReduceOp.MIN), (_TorchReduceOp.MAX, _core.ReduceOp.MAX),
                          (_TorchReduceOp.AVG, _core.ReduceOp.AVG)):
@@ -62,12 +95,19 @@ def _reduce_op(op):
     raise ValueError(f"symcomm: reduce op {op} is not supported (SUM, PRODUCT, MIN, MAX, AVG)")
 
 
+#: symcomm's name of each of DTYPES (what symcomm._core takes with a CUDA tensor's (pointer, count)).
+_DTYPE_NAMES = {_torch.float16: "float16", _torch.bfloat16: "bfloat16", _torch.float32: "float32",
+                _torch.float64: "float64", _torch.int8: "int8", _torch.uint8: "uint8", _torch.int32: "int32",
+                _torch.int64: "int64"}
+
+
 def _array(t, what):
-    """The NumPy view of a CPU tensor (sharing its memory); checks device, dtype and layout."""
+    """The argument of symcomm._core for tensor t (CPU: its NumPy view; CUDA: (data pointer, element count));
+    checks device, dtype and layout."""
     if not isinstance(t, _torch.Tensor):
         raise TypeError(f"symcomm: {what}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise ValueError(f"symcomm: {what}: tensors on {t.device} are not supported (CPU tensors only)")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"symcomm: {what}: tensors on {t.device} are not supported (CPU and CUDA tensors)")
     if t.layout != _torch.strided:
         raise ValueError(f"symcomm: {what}: layout {t.layout} is not supported (strided tensors only)")
     if t.dtype not in DTYPES:
@@ -79,14 +119,46 @@ def _array(t, what):
 
 
 def _numpy(t):
-    """The NumPy view of a contiguous CPU tensor; bfloat16 as int16."""
+    """The argument of symcomm._core for a contiguous tensor: the NumPy view of a CPU tensor (bfloat16 as
+    int16), the (data pointer, element count) of a CUDA tensor."""
+    if t.is_cuda:
+        return (t.data_ptr(), t.numel())
     t = t.detach()
     return t.view(_torch.int16).numpy() if t.dtype == _torch.bfloat16 else t.numpy()
 
 
 def _dtype(t):
     """The `dtype` argument of symcomm._core's collectives for tensor t."""
+    if t.is_cuda:
+        return _DTYPE_NAMES[t.dtype]
     return "bfloat16" if t.dtype == _torch.bfloat16 else ""
+
+
+def _shaped(t):
+    """Like _numpy(t), with t's shape: a CUDA tensor as (data pointer, shape)."""
+    return (t.data_ptr(), tuple(t.shape)) if t.is_cuda else _numpy(t)
+
+
+# torch's cheapest query of a device's current stream (a cudaStream_t as an int), where it has one.
+_RAW_STREAM = getattr(_torch._C, "_cuda_getCurrentRawStream", None)  # noqa: SLF001
+
+
+def _stream(t):
+    """The `stream` argument of symcomm._core for tensor t: the current stream of its device (None for CPU)."""
+    if not t.is_cuda:
+        return None
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(t.get_device())
+    return _torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _tensors(outputs):
+    """The tensors of a Work's outputs (a list of tensors and lists of tensors)."""
+    for o in outputs:
+        if isinstance(o, _torch.Tensor):
+            yield o
+        elif isinstance(o, (list, tuple)):
+            yield from _tensors(o)
 
 
 def _single(tensors, what):
@@ -113,15 +185,18 @@ class Work(_TorchWork):
     returns True at once without waiting (torch.distributed's synchronous calls wait() inside the block) and
     is_completed() is False; the block's end completes it."""
 
-    def __init__(self, core_work, outputs, finish=None, in_group=False):
+    # Defaults of the attributes that __init__ leaves to most Works (one assignment less per call).
+    _error = None
+    _future = None
+    _held_by = None  # the process group holding this send or receive until it issues them (_flush_p2p)
+
+    def __init__(self, core_work, outputs, finish=None, in_group=False, device_comm=None):
         super().__init__()
-        self._core = core_work  # None: completed already
+        self._core = core_work  # None: completed already (or, on CUDA, enqueued on the stream)
         self._outputs = outputs
         self._finish = finish
-        self._error = None
-        self._future = None
         self._in_group = in_group  # recorded in a coalescing block that has not ended
-        self._held_by = None  # the process group holding this send or receive until it issues them (_flush_p2p)
+        self._device_comm = device_comm  # a CUDA collective's communicator: wait() raises its sticky error
 
     def _issue_held(self):
         """Runs the held sends and receives (this one among them); a failure of theirs is kept in self._error."""
@@ -168,6 +243,8 @@ class Work(_TorchWork):
             if seconds > 0 and not self._core.wait_for(seconds):
                 raise RuntimeError(f"symcomm: the collective did not complete within {seconds} s")
         self._complete()
+        if self._device_comm is not None:
+            self._device_comm.check()
         return True
 
     def is_completed(self):
@@ -206,7 +283,8 @@ class Work(_TorchWork):
         if self._in_group:
             raise RuntimeError("symcomm: get_future() of a collective whose coalescing block has not ended")
         if self._future is None:
-            self._future = _torch.futures.Future()
+            devices = sorted({t.device for t in _tensors(self._outputs) if t.is_cuda}, key=str)
+            self._future = _torch.futures.Future(devices=devices) if devices else _torch.futures.Future()
             try:
                 self.wait()
             except Exception as e:  # noqa: BLE001
@@ -216,27 +294,107 @@ class Work(_TorchWork):
         return self._future
 
 
+class _ForwardedWork:
+    """The symcomm._core.Work interface over a torch Work of the NCCL process group (CUDA sends and receives):
+    wait() orders the current stream after it, as NCCL's Work does."""
+
+    def __init__(self, work):
+        self._work = work
+
+    def wait(self):
+        self._work.wait()
+
+    def wait_for(self, seconds):
+        del seconds
+        self._work.wait()
+        return True
+
+    def is_completed(self):
+        return self._work.is_completed()
+
+
 class ProcessGroupSymcomm(_ProcessGroup):
-    """torch.distributed process group over a symcomm communicator (host backend, CPU tensors)."""
+    """torch.distributed process group over symcomm communicators: CPU tensors on a host-backend communicator
+    made with the group, CUDA tensors on a CUDA-backend communicator made at the group's first collective on a
+    CUDA tensor (on that tensor's device; every later CUDA tensor must be on it), and CUDA sends and receives on
+    an NCCL process group made beside it."""
 
     def __init__(self, store, rank, size, timeout=None):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
-        key_port, key_token = "symcomm/port", "symcomm/token"
-        if rank == 0:
-            token = secrets.token_hex(16)
-            store.set(key_token, token)
-            self._comm = _core.Communicator.create(rank, size, token, "127.0.0.1", 0,
-                                                   lambda port: store.set(key_port, str(port)))
-        else:
-            token = store.get(key_token).decode()
-            port = int(store.get(key_port).decode())
-            self._comm = _core.Communicator.create(rank, size, token, "127.0.0.1", port)
+        self._store = store
+        self._comm = self._make_comm("symcomm", "host", -1)
+        self._cuda = None  # the CUDA communicator, made by the first CUDA collective (_cuda_comm)
+        self._cuda_device = -1  # its device
+        self._nccl_pg = None  # the NCCL process group of CUDA sends and receives, made by the first (_nccl)
         # Coalescing blocks open on this group, innermost last: for each, the Works recorded in it and the
         # exception being handled when it started.
         self._coalescing = []
-        # Sends and receives issued outside a coalescing block and not yet run: (Work, call) in issue order.
+        # Sends and receives issued outside a coalescing block and not yet run: (Work, call, tensor, peer, is_send)
+        # in issue order.
         self._p2p_held = []
+
+    def _make_comm(self, prefix, backend, device):
+        """A symcomm communicator of this group's ranks: rank 0 serves its store on a free loopback port and
+        passes the port and a fresh token to the others through torch's store, under keys `prefix`/..."""
+        key_port, key_token = f"{prefix}/port", f"{prefix}/token"
+        if self._rank == 0:
+            token = secrets.token_hex(16)
+            self._store.set(key_token, token)
+            return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", 0,
+                                             lambda port: self._store.set(key_port, str(port)), backend, device)
+        token = self._store.get(key_token).decode()
+        port = int(self._store.get(key_port).decode())
+        return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", port, None, backend, device)
+
+    def _cuda_comm(self, index):
+        """The CUDA communicator, on device `index`: made at the first CUDA collective (every rank issues it),
+        then entered into the coalescing blocks open on this group."""
+        if self._cuda is not None and index == self._cuda_device:
+            return self._cuda
+        if self._cuda is None:
+            self._cuda = self._make_comm("symcomm/cuda", "cuda", index)
+            self._cuda_device = index
+            for _ in self._coalescing:
+                self._cuda.group_start()
+            return self._cuda
+        raise ValueError(f"symcomm: this process group runs on cuda:{self._cuda_device}; a tensor is on cuda:{index}")
+
+    def _comms(self):
+        return [self._comm] if self._cuda is None else [self._comm, self._cuda]
+
+    def _each(self, method):
+        """Calls `method` (a name) on every communicator of this group; raises the first error after all."""
+        error = None
+        for comm in self._comms():
+            try:
+                getattr(comm, method)()
+            except BaseException as e:  # noqa: BLE001 - raised below, after the other communicators
+                if error is None:
+                    error = e
+        if error is not None:
+            raise error
+
+    def _nccl(self):
+        """The NCCL process group of CUDA sends and receives (torch's own, on a prefix of this group's store)."""
+        if self._nccl_pg is None:
+            nccl = getattr(_dist, "ProcessGroupNCCL", None)
+            if nccl is None:
+                raise RuntimeError("symcomm: sends and receives of CUDA tensors need torch with NCCL")
+            store = _dist.PrefixStore("symcomm/nccl/", self._store)
+            backend = nccl(store, self._rank, self._size)
+            pg = _ProcessGroup(store, self._rank, self._size)
+            pg._set_default_backend(_ProcessGroup.BackendType.NCCL)  # noqa: SLF001 - as torch builds its groups
+            pg._register_backend(_torch.device("cuda"), _ProcessGroup.BackendType.NCCL, backend)  # noqa: SLF001
+            self._nccl_pg = pg
+        return self._nccl_pg
+
+    def _fused_comm(self, t):
+        """The communicator of a fused operation on tensor t (coalescing blocks do not take fused operations)."""
+        if self._coalescing:
+            raise RuntimeError("symcomm: fused operations cannot run inside a coalescing block")
+        self._flush_p2p()
+        return self._cuda_comm(t.get_device()) if t.is_cuda else self._comm
 
     def getBackendName(self):  # noqa: N802 - torch's name
         return BACKEND
@@ -249,57 +407,62 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 return name
         raise ValueError("symcomm: this process group is not registered with torch.distributed")
 
-    def _submit(self, call, outputs, finish=None):
-        """Runs `call(async_op=True)` and returns its Work (recorded in the innermost coalescing block, if any)."""
-        self._flush_p2p()
-        work = Work(call(True), outputs, finish, in_group=bool(self._coalescing))
+    def _submit(self, call, outputs, like, finish=None):
+        """Runs `call(comm, async_op, stream)` on the communicator of tensor `like` (None: the host one) and
+        returns its Work (recorded in the innermost coalescing block, if any). CPU: the call runs asynchronously
+        and wait() waits for it. CUDA: the call is enqueued on the current stream of the tensor's device, like
+        NCCL's on its stream, and wait() only raises the communicator's error, if any."""
+        if self._p2p_held:
+            self._flush_p2p()
+        if like is not None and like.is_cuda:
+            comm = self._cuda_comm(like.get_device())
+            call(comm, False, _stream(like))
+            work = Work(None, outputs, finish, in_group=bool(self._coalescing), device_comm=comm)
+        else:
+            work = Work(call(self._comm, True, None), outputs, finish, in_group=bool(self._coalescing))
         if self._coalescing:
             self._coalescing[-1][0].append(work)
         return work
 
-    # Coalescing, as torch 1.13's torch.distributed.distributed_c10d._coalescing_manager(group, reqs) calls it:
-    # group._start_coalescing(), the block, then group._end_coalescing(reqs) in a `finally`.
+    # Coalescing, as torch 1.13's torch.distributed.distributed_c10d._coalescing_manager(group, reqs) calls it
+    # (group._start_coalescing(), the block, then group._end_coalescing(reqs) in a `finally`), and torch 2.x's
+    # with a device (_start_coalescing(device), the block, _end_coalescing(device), whose Work it waits for).
 
-    def _start_coalescing(self):
+    def _start_coalescing(self, device=None):
         """Opens a coalescing block: collectives issued on this group until _end_coalescing() are recorded in a
         symcomm group (group_start()) and run together at the end of the outermost block. Blocks nest."""
+        del device  # every communicator of the group takes part
         self._flush_p2p()
-        self._comm.group_start()
+        self._each("group_start")
         self._coalescing.append(([], sys.exc_info()[1]))
 
     def _end_coalescing(self, reqs=None):
-        """Closes the innermost coalescing block. The outermost one runs every collective recorded (group_end(),
-        which returns once they are done) and completes their Works, `reqs` among them: wait() on them then
-        returns at once. If an exception raised in the block is propagating (it is called from a `finally`),
-        the block is cancelled instead (group_cancel()): nothing recorded in it runs, and its Works raise.
-        Returns the Works recorded in the block."""
-        del reqs  # the Works of the block are known here; reqs holds some of them
+        """Closes the innermost coalescing block. The outermost one runs every collective recorded (group_end():
+        CPU collectives are done when it returns, CUDA ones enqueued) and completes their Works, `reqs` among
+        them: wait() on them then returns at once. If an exception raised in the block is propagating (it is
+        called from a `finally`), the block is cancelled instead (group_cancel()): nothing recorded in it runs,
+        and its Works raise. Returns a Work whose wait() waits for the block's Works."""
+        del reqs  # the Works of the block are known here; reqs holds some of them (torch 2.x passes a device)
         if not self._coalescing:
             raise RuntimeError("symcomm: _end_coalescing() without _start_coalescing()")
         works, before = self._coalescing[-1]
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:
             self._cancel_coalescing()
-            return works
+            return _BlockWork(works)
         self._coalescing.pop()
-        if self._coalescing:
-            try:
-                self._comm.group_end()  # an inner level: the outermost runs it
-            except BaseException as e:
-                for w in works:
-                    w._group_ended(e)  # noqa: SLF001 - the Works of this module
-                raise
-            self._coalescing[-1][0].extend(works)
-            return works
         try:
-            self._comm.group_end()
+            self._each("group_end")  # at an inner level the outermost runs it
         except BaseException as e:
             for w in works:
-                w._group_ended(e)  # noqa: SLF001
+                w._group_ended(e)  # noqa: SLF001 - the Works of this module
             raise
-        for w in works:
-            w._group_ended()  # noqa: SLF001
-        return works
+        if self._coalescing:
+            self._coalescing[-1][0].extend(works)
+        else:
+            for w in works:
+                w._group_ended()  # noqa: SLF001
+        return _BlockWork(works)
 
     def _cancel_coalescing(self):
         """Closes the innermost coalescing block without running it (group_cancel()); its Works raise."""
@@ -307,77 +470,109 @@ class ProcessGroupSymcomm(_ProcessGroup):
         error = RuntimeError("symcomm: the coalescing block raised; its collectives were cancelled")
         for w in works:
             w._group_ended(error)  # noqa: SLF001
-        self._comm.group_cancel()
+        self._each("group_cancel")
 
     def close(self):
-        """Runs the sends and receives still held, waits for pending collectives and destroys the communicator
+        """Runs the sends and receives still held, waits for pending collectives and destroys the communicators
         (destroy_process_group() drops the process group; this frees it at once)."""
         try:
             self._flush_p2p()
         finally:
-            self._comm.close()
+            try:
+                if self._cuda is not None:
+                    self._cuda.close()
+            finally:
+                self._comm.close()
 
     def __del__(self):
-        comm = getattr(self, "_comm", None)
-        if comm is not None:
-            try:
-                comm.close()
-            except Exception:  # noqa: BLE001 - nothing to report to in a destructor
-                pass
+        for name in ("_cuda", "_comm"):
+            comm = getattr(self, name, None)
+            if comm is not None:
+                try:
+                    comm.close()
+                except Exception:  # noqa: BLE001 - nothing to report to in a destructor
+                    pass
 
-    # Point-to-point. torch.distributed's isend / irecv, and batch_isend_irecv on CPU tensors, call send() and
-    # recv() one at a time, outside any group, and expect an exchange (both ranks send first, then receive) to
-    # complete at any size, as gloo's does; symcomm runs a send larger than two staging chunks only as far as
-    # the receiver drains it (NCCL's semantics). So sends and receives issued outside a coalescing block are
-    # held and run together, in issue order, as one symcomm group, when one of their Works is waited for or
-    # queried, or before the next collective or coalescing block of this process group, or at close(); inside a
-    # coalescing block they join its group. Tags are ignored (as NCCL does); the k-th send from A to B matches the
-    # k-th receive on B from A, with the same element count and dtype.
+    # Point-to-point. torch.distributed's isend / irecv, and batch_isend_irecv on a process group of a Python
+    # class, call send() and recv() one at a time, outside any group, and expect an exchange (both ranks send
+    # first, then receive) to complete at any size, as gloo's does; symcomm runs a send larger than two staging
+    # chunks only as far as the receiver drains it (NCCL's semantics). So sends and receives issued outside a
+    # coalescing block are held and run together, in issue order, as one group, when one of their Works is
+    # waited for or queried, or before the next collective or coalescing block of this process group, or at
+    # close(): CPU tensors in one symcomm group, CUDA tensors in one NCCL coalescing block of the NCCL process
+    # group. Inside a coalescing block CPU sends and receives join its group. Tags are ignored (as NCCL does); the
+    # k-th send from A to B matches the k-th receive on B from A, with the same element count and dtype.
 
-    def _p2p(self, call, outputs):
-        if self._coalescing:
-            return self._submit(call, outputs)
+    def _p2p(self, call, outputs, t, peer, is_send):
+        if self._coalescing and not t.is_cuda:
+            return self._submit(call, outputs, t)
         work = Work(None, outputs)
         work._held_by = self  # noqa: SLF001
-        self._p2p_held.append((work, call))
+        self._p2p_held.append((work, call, t, peer, is_send))
         return work
 
     def _flush_p2p(self):
-        """Runs the held sends and receives as one symcomm group; their Works complete (or fail) with it."""
+        """Runs the held sends and receives; their Works complete (or fail) with their group."""
         held, self._p2p_held = self._p2p_held, []
         if not held:
             return
-        for w, _ in held:
-            w._held_by = None  # noqa: SLF001
+        for entry in held:
+            entry[0]._held_by = None  # noqa: SLF001
+        cuda = [e for e in held if e[2].is_cuda]
+        host = [e for e in held if not e[2].is_cuda]
+        try:
+            if host:
+                self._flush_host_p2p(host)
+        finally:
+            if cuda:
+                self._flush_cuda_p2p(cuda)
+
+    def _flush_host_p2p(self, held):
         self._comm.group_start()
         try:
-            for w, call in held:
-                w._core = call(True)  # noqa: SLF001
+            for w, call, *_ in held:
+                w._core = call(self._comm, True, None)  # noqa: SLF001
         except BaseException as e:
             self._comm.group_cancel()
-            for w, _ in held:
+            for w, *_ in held:
                 w._group_ended(e)  # noqa: SLF001
             raise
         try:
             self._comm.group_end()
         except BaseException as e:
-            for w, _ in held:
+            for w, *_ in held:
                 w._group_ended(e)  # noqa: SLF001
             raise
-        for w, _ in held:
+        for w, *_ in held:
+            w._group_ended()  # noqa: SLF001
+
+    def _flush_cuda_p2p(self, held):
+        pg = self._nccl()
+        device = held[0][2].device
+        try:
+            pg._start_coalescing(device)  # noqa: SLF001 - torch's NCCL coalescing
+            for _, _, t, peer, is_send in held:
+                (pg.send if is_send else pg.recv)([t], peer, 0)
+            work = _ForwardedWork(pg._end_coalescing(device))  # noqa: SLF001
+        except BaseException as e:
+            for w, *_ in held:
+                w._group_ended(e)  # noqa: SLF001
+            raise
+        for w, *_ in held:
+            w._core = work  # noqa: SLF001
             w._group_ended()  # noqa: SLF001
 
     def send(self, tensors, dstRank, tag=0):  # noqa: N803 - torch's names
         del tag
         t = _single(tensors, "send")
         x, peer = _array(t, "send"), self._peer(dstRank, "send")
-        return self._p2p(lambda a: self._comm.send(x, peer, a, _dtype(t)), [t])
+        return self._p2p(lambda c, a, s: c.send(x, peer, a, _dtype(t)), [t], t, peer, True)
 
     def recv(self, tensors, srcRank, tag=0):  # noqa: N803
         del tag
         t = _single(tensors, "recv")
         x, peer = _array(t, "recv"), self._peer(srcRank, "recv")
-        return self._p2p(lambda a: self._comm.recv(x, peer, a, _dtype(t)), [t])
+        return self._p2p(lambda c, a, s: c.recv(x, peer, a, _dtype(t)), [t], t, peer, False)
 
     def _peer(self, rank, what):
         rank = int(rank)
@@ -396,7 +591,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         t = _single(tensors, "allreduce")
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
         x = _array(t, "allreduce")
-        return self._submit(lambda a: self._comm.all_reduce(x, x, op, a, _dtype(t)), [t])
+        return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(t), s), [t], t)
 
     def allgather(self, output_lists, input_tensors, opts=None):
         if isinstance(input_tensors, _torch.Tensor):
@@ -408,19 +603,21 @@ class ProcessGroupSymcomm(_ProcessGroup):
         for i, o in enumerate(outs):
             _same(o, t, f"allgather output {i}", t.numel())
         x = _array(t, "allgather input")
-        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype)
+        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
 
         def finish():
             for i, o in enumerate(outs):
                 o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
 
-        return self._submit(lambda a: self._comm.all_gather(x, _numpy(flat), a, _dtype(t)), [list(outs)], finish)
+        return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [list(outs)], t,
+                            finish)
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
         _same(output, input, "_allgather_base output", self._size * input.numel())
         x = _array(input, "_allgather_base input")
         out = _array(output, "_allgather_base output")
-        return self._submit(lambda a: self._comm.all_gather(x, out, a, _dtype(input)), [output])
+        return self._submit(lambda c, a, s: c.all_gather(x, out, a, _dtype(input), s), [output],
+                            input)
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         t = _single(output_tensors, "reduce_scatter output")
@@ -432,8 +629,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
             _same(x, t, f"reduce_scatter input {i}", t.numel())
             _array(x, f"reduce_scatter input {i}")
         out = _array(t, "reduce_scatter output")
-        flat = _torch.cat([x.reshape(-1) for x in ins]) if t.numel() else _torch.empty(0, dtype=t.dtype)
-        return self._submit(lambda a: self._comm.reduce_scatter(_numpy(flat), out, op, a, _dtype(t)), [t])
+        flat = _torch.cat([x.reshape(-1) for x in ins]) if t.numel() else t.new_empty(0)
+        return self._submit(lambda c, a, s: c.reduce_scatter(_numpy(flat), out, op, a, _dtype(t), s), [t], t)
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
@@ -443,7 +640,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
                              f"by the world size {self._size}")
         x = _array(input, "_reduce_scatter_base input")
         out = _array(output, "_reduce_scatter_base output")
-        return self._submit(lambda a: self._comm.reduce_scatter(x, out, op, a, _dtype(input)), [output])
+        return self._submit(lambda c, a, s: c.reduce_scatter(x, out, op, a, _dtype(input), s),
+                            [output], input)
 
     def broadcast(self, tensors, opts=None):
         if isinstance(tensors, _torch.Tensor):  # broadcast(tensor, root)
@@ -454,23 +652,55 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 raise ValueError("symcomm: broadcast: rootTensor must be 0")
         t = _single(tensors, "broadcast")
         x = _array(t, "broadcast")
-        return self._submit(lambda a: self._comm.broadcast(x, x, root, a, _dtype(t)), [t])
+        return self._submit(lambda c, a, s: c.broadcast(x, x, root, a, _dtype(t), s), [t], t)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
-        _same(output, input, "alltoall_base output", input.numel())
         rows = input.shape[0] if input.dim() else 1
-        if rows % self._size:
+        even = [rows // self._size] * self._size if rows % self._size == 0 else None
+        splits = (("output_split_sizes", output_split_sizes), ("input_split_sizes", input_split_sizes))
+        if input.is_cuda and any(s and list(s) != even for _, s in splits):  # NCCL's all-to-all takes any splits
+            self._flush_p2p()
+            return self._nccl().alltoall_base(output, input, output_split_sizes, input_split_sizes,
+                                              _dist.AllToAllOptions())
+        _same(output, input, "alltoall_base output", input.numel())
+        if even is None:
             raise ValueError(f"symcomm: alltoall_base: the leading dimension {rows} is not divisible by the "
                              f"world size {self._size}")
-        for name, splits in (("output_split_sizes", output_split_sizes), ("input_split_sizes", input_split_sizes)):
-            if splits and list(splits) != [rows // self._size] * self._size:
-                raise ValueError(f"symcomm: alltoall_base: {name} {list(splits)}: only equal splits are supported")
+        for name, s in splits:
+            if s and list(s) != even:
+                raise ValueError(f"symcomm: alltoall_base: {name} {list(s)}: only equal splits are supported")
         x = _array(input, "alltoall_base input")
         out = _array(output, "alltoall_base output")
-        return self._submit(lambda a: self._comm.all_to_all(x, out, a, _dtype(input)), [output])
+        return self._submit(lambda c, a, s: c.all_to_all(x, out, a, _dtype(input), s), [output],
+                            input)
 
     def barrier(self, opts=None):
-        return self._submit(lambda a: self._comm.barrier(a), [])
+        """Every rank's host waits for the others, after the CUDA work issued so far on this group's device has
+        completed (as NCCL's barrier waits for its device work)."""
+        if self._cuda is not None:
+            _torch.cuda.current_stream(self._cuda.device).synchronize()
+        return self._submit(lambda c, a, s: c.barrier(a), [], None)
+
+    # torch 2.x's _coalescing_manager(group, async_ops) without a device issues nothing inside its block and
+    # calls one of these at its end with the tensors of the block's collectives.
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """_allgather_base of each (output, input) pair, run together as one coalescing block."""
+        return self._coalesced(lambda: [self._allgather_base(o, i) for o, i in zip(outputs, inputs, strict=True)])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """_reduce_scatter_base of each (output, input) pair, run together as one coalescing block."""
+        return self._coalesced(lambda: [self._reduce_scatter_base(o, i, opts)
+                                        for o, i in zip(outputs, inputs, strict=True)])
+
+    def _coalesced(self, issue):
+        self._start_coalescing()
+        try:
+            issue()
+        except BaseException:
+            self._cancel_coalescing()
+            raise
+        return self._end_coalescing()
 
     def allreduce_coalesced(self, tensors, opts=None):
         """The all-reduce of every tensor of the list (one dtype) as one: concatenated into a temporary tensor,
@@ -491,8 +721,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 off += t.numel()
 
         x = _numpy(flat)
-        return self._submit(lambda a: self._comm.all_reduce(x, x, op, a, _dtype(tensors[0])), [list(tensors)],
-                            finish)
+        return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(tensors[0]), s),
+                            [list(tensors)], tensors[0], finish)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         """all_to_all with tensor lists: input tensor q goes to rank q, whose output tensor r receives it from
@@ -513,8 +743,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
             for i, o in enumerate(output_tensors):
                 o.copy_(flat_out[i * n:(i + 1) * n].view(o.shape))
 
-        return self._submit(lambda a: self._comm.all_to_all(_numpy(flat_in), _numpy(flat_out), a, _dtype(ref)),
-                            [list(output_tensors)], finish)
+        return self._submit(lambda c, a, s: c.all_to_all(_numpy(flat_in), _numpy(flat_out), a, _dtype(ref),
+                                                          s), [list(output_tensors)], ref, finish)
 
     def _root(self, opts, what):
         """The root rank of `opts` (ReduceOptions, GatherOptions, ScatterOptions); 0 without options."""
@@ -553,8 +783,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
             if self._rank == root:
                 t.copy_(tmp)
 
-        return self._submit(lambda a: self._comm.all_reduce(_numpy(tmp), _numpy(tmp), op, a, _dtype(t)), [t],
-                            finish)
+        return self._submit(lambda c, a, s: c.all_reduce(_numpy(tmp), _numpy(tmp), op, a, _dtype(t), s), [t],
+                            t, finish)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         """Every rank's tensor into the root's list (output_tensors: [list of world-size tensors] on the root,
@@ -564,13 +794,14 @@ class ProcessGroupSymcomm(_ProcessGroup):
         root = self._root(opts, "gather")
         x = _array(t, "gather input")
         outs = self._root_list(output_tensors, root, t, "gather output")
-        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype)
+        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
 
         def finish():
             for i, o in enumerate(outs):
                 o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
 
-        return self._submit(lambda a: self._comm.all_gather(x, _numpy(flat), a, _dtype(t)), [list(outs)], finish)
+        return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [list(outs)], t,
+                            finish)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         """Block r of the root's list into rank r's tensor (input_tensors: [list of world-size tensors] on the
@@ -580,14 +811,30 @@ class ProcessGroupSymcomm(_ProcessGroup):
         root = self._root(opts, "scatter")
         _array(t, "scatter output")
         ins = self._root_list(input_tensors, root, t, "scatter input")
-        flat = _torch.cat([x.reshape(-1) for x in ins]) if ins else _torch.empty(self._size * t.numel(), dtype=t.dtype)
+        flat = _torch.cat([x.reshape(-1) for x in ins]) if ins else t.new_empty(self._size * t.numel())
         n, me = t.numel(), self._rank
 
         def finish():
             t.copy_(flat[me * n:(me + 1) * n].view(t.shape))
 
-        return self._submit(lambda a: self._comm.broadcast(_numpy(flat), _numpy(flat), root, a, _dtype(t)), [t],
-                            finish)
+        return self._submit(lambda c, a, s: c.broadcast(_numpy(flat), _numpy(flat), root, a, _dtype(t), s),
+                            [t], t, finish)
+
+
+class _BlockWork(Work):
+    """The Work of a coalescing block: wait() waits for each Work recorded in it."""
+
+    def __init__(self, works):
+        super().__init__(None, [w._outputs for w in works])  # noqa: SLF001
+        self._works = works
+
+    def wait(self, timeout=None):
+        for w in self._works:
+            w.wait(timeout)
+        return True
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self._works)
 
 
 class _CoalescingManager:
@@ -635,7 +882,7 @@ def coalescing_manager(group=None, async_ops=False):
     except BaseException:
         pg._cancel_coalescing()  # noqa: SLF001
         raise
-    cm.works.extend(pg._end_coalescing())  # noqa: SLF001
+    cm.works.extend(pg._end_coalescing()._works)  # noqa: SLF001
     if not async_ops:
         cm.wait()
 
@@ -767,15 +1014,18 @@ def _group_by_name(group_name, what):
     raise ValueError(f"symcomm: {what}: no process group is named {group_name!r}")
 
 
-def _fused_input(t, what, dtype=None):
-    """The contiguous CPU tensor of a fused operation's input `t` (a copy if `t` is not contiguous)."""
+def _fused_input(t, what, first=None):
+    """The contiguous tensor of a fused operation's input `t` (a copy if `t` is not contiguous); `first`: the
+    first input, whose dtype and device `t` must have."""
     if not isinstance(t, _torch.Tensor):
         raise TypeError(f"symcomm: {what}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in FUSED_DTYPES:
         raise TypeError(f"symcomm: {what}: dtype {t.dtype} is not supported by the fused operations "
                         f"({', '.join(str(d).replace('torch.', '') for d in FUSED_DTYPES)})")
-    if dtype is not None and t.dtype != dtype:
-        raise TypeError(f"symcomm: {what}: dtype {t.dtype} differs from the first input's {dtype}")
+    if first is not None and t.dtype != first.dtype:
+        raise TypeError(f"symcomm: {what}: dtype {t.dtype} differs from the first input's {first.dtype}")
+    if first is not None and t.device != first.device:
+        raise ValueError(f"symcomm: {what}: on {t.device}, the first input on {first.device}")
     t = t.detach().contiguous()
     _array(t, what)  # device and layout
     return t
@@ -795,14 +1045,14 @@ def _dim(dim, ndim, what):
 def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=True):  # noqa: N803 - torch's names
     """All-gather of A_shard along gather_dim, then a matmul with each of Bs, as
     torch.distributed._symmetric_memory.fused_all_gather_matmul: returns (A, [A @ B for B in Bs]), A being None
-    when return_A is False. A_shard is [..., M, K] (CPU; bfloat16, float16 or float32), each B is [K, N_i];
+    when return_A is False. A_shard is [..., M, K] (CPU or CUDA; bfloat16, float16 or float32), each B is [K, N_i];
     gather_dim is any dim of A_shard but the last. Collective over the group named group_name (every rank calls
     it with the same shapes). The GEMMs accumulate in float32 (symcomm's fused.h)."""
     pg = _group_by_name(group_name, "fused_all_gather_matmul")
     a = _fused_input(A_shard, "A_shard")
     if not isinstance(Bs, (list, tuple)):
         raise TypeError(f"symcomm: fused_all_gather_matmul: Bs must be a list of tensors, got {type(Bs).__name__}")
-    bs = [_fused_input(b, f"Bs[{i}]", a.dtype) for i, b in enumerate(Bs)]
+    bs = [_fused_input(b, f"Bs[{i}]", a) for i, b in enumerate(Bs)]
     d = _dim(gather_dim, a.dim(), "gather_dim")
     shape = list(a.shape)
     shape[d] *= pg.size()
@@ -810,23 +1060,24 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=Tru
         if b.dim() != 2 or b.shape[0] != a.shape[-1]:
             raise ValueError(f"symcomm: fused_all_gather_matmul: Bs[{i}] has shape {tuple(b.shape)}, expected "
                              f"[{a.shape[-1]}, N] (A_shard's last extent first)")
-    outs = [_torch.empty(shape[:-1] + [b.shape[1]], dtype=a.dtype) for b in bs]
-    gathered = _torch.empty(shape, dtype=a.dtype) if return_A else None
-    pg._comm.all_gather_matmul(_numpy(a), [_numpy(b) for b in bs], d, [_numpy(o) for o in outs],  # noqa: SLF001
-                               None if gathered is None else _numpy(gathered), _dtype(a))
+    outs = [a.new_empty(shape[:-1] + [b.shape[1]]) for b in bs]
+    gathered = a.new_empty(shape) if return_A else None
+    pg._fused_comm(a).all_gather_matmul(_shaped(a), [_shaped(b) for b in bs], d,  # noqa: SLF001
+                                        [_shaped(o) for o in outs], None if gathered is None else _shaped(gathered),
+                                        _dtype(a), stream=_stream(a))
     return gathered, outs
 
 
 @_torch.no_grad()
 def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):  # noqa: N803 - torch's names
     """A matmul, then a reduce-scatter of the product along scatter_dim, as
-    torch.distributed._symmetric_memory.fused_matmul_reduce_scatter: A is [..., M, K_local] (CPU; bfloat16,
+    torch.distributed._symmetric_memory.fused_matmul_reduce_scatter: A is [..., M, K_local] (CPU or CUDA; bfloat16,
     float16 or float32), B is [K_local, N]; reduce_op is "sum" or "avg"; the product's extent along scatter_dim
     (any dim of A but the last) must be divisible by the world size. Returns this rank's block of the reduced
     product. Each rank's partial product is rounded to the dtype once and the partials are summed in float32."""
     pg = _group_by_name(group_name, "fused_matmul_reduce_scatter")
     a = _fused_input(A, "A")
-    b = _fused_input(B, "B", a.dtype)
+    b = _fused_input(B, "B", a)
     ops = {"sum": _core.ReduceOp.SUM, "avg": _core.ReduceOp.AVG}
     if reduce_op not in ops:
         raise ValueError(f"symcomm: fused_matmul_reduce_scatter: reduce_op {reduce_op!r} is not 'sum' or 'avg'")
@@ -839,8 +1090,9 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):  # no
         raise ValueError(f"symcomm: fused_matmul_reduce_scatter: extent {shape[d]} of dim {scatter_dim} is not "
                          f"divisible by the world size {pg.size()}")
     shape[d] //= pg.size()
-    out = _torch.empty(shape, dtype=a.dtype)
-    pg._comm.matmul_reduce_scatter(_numpy(a), _numpy(b), ops[reduce_op], d, _numpy(out), _dtype(a))  # noqa: SLF001
+    out = a.new_empty(shape)
+    pg._fused_comm(a).matmul_reduce_scatter(_shaped(a), _shaped(b), ops[reduce_op], d, _shaped(out),  # noqa: SLF001
+                                            _dtype(a), stream=_stream(a))
     return out
 
 
@@ -849,4 +1101,7 @@ def _create(store, rank, size, timeout):
 
 
 if BACKEND.upper() not in _dist.Backend._plugins:  # noqa: SLF001 - torch keeps its plugins there
-    _dist.Backend.register_backend(BACKEND, _create)
+    try:  # torch 2.x: the devices the backend serves
+        _dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+    except TypeError:  # torch 1.13
+        _dist.Backend.register_backend(BACKEND, _create)

@@ -146,6 +146,8 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, CommContext& ctx, int de
 std::unique_ptr<Backend> make_host_backend(CommContext& ctx);
 /// Without the CUDA backend compiled in, throws Error(kUnsupported).
 std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device);
+/// Whether this build has the CUDA backend (nvcc found at build time).
+bool cuda_backend_built();
 /// The name of the GPU that make_cuda_backend(ctx, device) would use, as CUDA reports it (cudaDeviceProp::name,
 /// "NVIDIA H100 80GB HBM3"): what a tuning file's CUDA entries are keyed by. Without the CUDA backend compiled
 /// in, throws Error(kUnsupported).

@@ -4,6 +4,8 @@
 
 namespace symcomm::detail {
 
+bool cuda_backend_built() { return false; }
+
 std::unique_ptr<Backend> make_cuda_backend(CommContext&, int) {
   SYMCOMM_THROW(kUnsupported, "this build of symcomm has no CUDA backend (nvcc was not found at build time)");
 }

@@ -308,7 +308,10 @@ std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const C
   uint64_t generation = 0;
   const std::string token = rendezvous_token(rv.token, &generation);  // NOTE [rendezvous generations]
   Config config = options.config ? *options.config : Config::from_env();
-  config.tuning.validate();  // before a store server is started for a communicator that would be refused
+  config.tuning.validate();               // before a store server is started for a communicator that would be refused
+  if (!backend_built(options.backend)) {  // every rank's build is the same: every rank throws here
+    SYMCOMM_THROW(kUnsupported, "this build of symcomm has no CUDA backend (nvcc was not found at build time)");
+  }
   std::unique_ptr<StoreServer> server;
   if (rv.ranks.rank == 0) {
     server = StoreServer::start(
@@ -330,6 +333,10 @@ std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const C
   auto comm = create(std::move(store), rv.ranks, opts);
   comm->core_->ctx().server = std::move(server);
   return comm;
+}
+
+bool Communicator::backend_built(BackendKind backend) {
+  return backend == BackendKind::kHost || (backend == BackendKind::kCuda && detail::cuda_backend_built());
 }
 
 std::unique_ptr<Communicator> Communicator::create_from_env(const CommOptions& options) {

@@ -215,3 +215,14 @@ def test_send_recv_bad_arguments(comm):
     with pytest.raises(TypeError):
         comm.recv([0.0] * 4, 0)
     comm.barrier()
+
+
+def test_host_backend_ignores_streams(comm):
+    """`stream` concerns the CUDA backend; the host backend runs the call as without it."""
+    assert comm.device == -1 and comm.backend == "host" and "host" in symcomm.backends()
+    seed = 2718
+    x = values(seed, comm.rank, 100, np.float32, "sum")
+    out = comm.all_reduce(x, stream=12345)
+    assert_same(out, reduce_expected(seed, comm.world_size, 100, np.float32, "sum"), "all_reduce with a stream")
+    comm.barrier(stream=1)
+    comm.check()

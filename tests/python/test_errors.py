@@ -17,8 +17,21 @@ def readonly(a):
     return a
 
 
+class FakeCudaArray:
+    """An object that describes itself as a CUDA array (the host backend must refuse it without reading it)."""
+
+    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3}
+    shape, ndim = (4,), 1
+
+
 # (name, exception, call(comm)); every call would run a collective if its arguments were accepted.
 BAD_CALLS = [
+    ("CUDA array on the host backend", TypeError, lambda c: c.all_reduce(f32(4), out=FakeCudaArray())),
+    ("CUDA array input on the host backend", TypeError,
+     lambda c: c._impl.all_gather(FakeCudaArray(), f32(4 * c.world_size), False)),
+    ("(pointer, count) on the host backend", TypeError,
+     lambda c: c._impl.all_reduce((f32(4).ctypes.data, 4), f32(4), symcomm.ReduceOp.SUM, False, "float32")),
+    ("CUDA array without out", TypeError, lambda c: c.all_reduce(FakeCudaArray())),
     ("list input", TypeError, lambda c: c.all_reduce([1.0, 2.0])),
     ("scalar input", TypeError, lambda c: c.all_reduce(np.float32(1))),
     ("int16", TypeError, lambda c: c.all_reduce(np.zeros(4, np.int16))),
@@ -83,8 +96,12 @@ def test_group_end_without_start(comm):
 
 
 def test_backend_from_python(comm):
+    if "cuda" not in symcomm.backends():  # refused on every rank before the rendezvous
+        with pytest.raises(symcomm.Error) as info:
+            symcomm.Communicator.from_env(backend="cuda")
+        assert info.value.code == "unsupported"
     with pytest.raises(ValueError):
-        symcomm.Communicator.from_env(backend="cuda")
+        symcomm.Communicator.from_env(backend="cuda", device=-2)
     with pytest.raises(ValueError):
         symcomm.Communicator.from_env(backend="carrier-pigeon")
     check_usable(comm)

@@ -547,6 +547,8 @@ int device_to_use(const CommContext& ctx, int device) {
 
 }  // namespace
 
+bool cuda_backend_built() { return true; }
+
 std::unique_ptr<Backend> make_cuda_backend(CommContext& ctx, int device) {
   return std::make_unique<CudaBackend>(ctx, device_to_use(ctx, device));
 }

@@ -1,0 +1,357 @@
+"""symcomm.torch on CUDA tensors (torch 2.x with NCCL, one GPU per rank), compared bit for bit with NCCL.
+
+The default process group is symcomm's (init_process_group(backend="symcomm")); an NCCL group over the same ranks
+runs every collective on the same inputs (small integers: every result is exact, so both must agree bit for bit
+at any world size), and outputs start poisoned. Covers the collectives at sizes that reach each of symcomm's
+kernel paths and its NCCL fallback, the coalescing manager in torch 2.x's styles, sends and receives, CUDA-graph
+capture with 1000 replays, functional collectives under torch.compile(fullgraph=True), the reduce-scatter
+bucketer, a DDP training step and the fused operations (against a float64 reference).
+
+run_ranks.py runs this file in a job of its own; it skips itself (reported as skipped) without torch's CUDA and
+NCCL, without symcomm's CUDA backend, or with fewer GPUs than ranks.
+"""
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from conftest import values
+
+import symcomm
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+if not dist.is_available() or not dist.is_nccl_available() or not torch.cuda.is_available():
+    pytest.skip("torch has no CUDA or NCCL here", allow_module_level=True)
+if "cuda" not in symcomm.backends():
+    pytest.skip("this build of symcomm has no CUDA backend", allow_module_level=True)
+if torch.cuda.device_count() < WORLD:
+    pytest.skip(f"{WORLD} ranks need {WORLD} GPUs, {torch.cuda.device_count()} seen", allow_module_level=True)
+
+import symcomm.torch as symcomm_torch  # noqa: E402
+
+R = dist.ReduceOp
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32,
+          torch.int64]
+NP = {torch.float16: np.float16, torch.bfloat16: np.float32, torch.float32: np.float32, torch.float64: np.float64,
+      torch.int8: np.int8, torch.uint8: np.uint8, torch.int32: np.int32, torch.int64: np.int64}
+OPS = {"sum": R.SUM, "prod": R.PRODUCT, "min": R.MIN, "max": R.MAX}
+# Elements: one, odd counts, and sizes on symcomm's LL, LL128, one-shot, two-shot and NCCL paths (bf16 bytes x2).
+SIZES = [1, 1001, 16384 + 3, 262144, 1 << 21, 1 << 24]
+
+
+def dname(d):
+    return str(d).replace("torch.", "")
+
+
+def seed_of(*parts):
+    return zlib.crc32(repr(parts).encode())
+
+
+def dev():
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def inp(seed, n, dtype, op=None, rank=None):
+    r = dist.get_rank() if rank is None else rank
+    return torch.from_numpy(values(seed, r, n, NP[dtype], op).copy()).to(dtype).to(dev())
+
+
+def poisoned(shape, dtype):
+    fill = float("nan") if dtype.is_floating_point else (111 if dtype == torch.uint8 else -111)
+    return torch.full(shape if isinstance(shape, (tuple, list)) else (shape,), fill, dtype=dtype, device=dev())
+
+
+def bits(t):
+    """The bits of t, to compare floats bit for bit (NaN included)."""
+    t = t.detach().contiguous().reshape(-1)
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def same(got, want, what=""):
+    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{tuple(got.shape)} vs " \
+        f"{want.dtype}{tuple(want.shape)}"
+    torch.cuda.synchronize()
+    if not torch.equal(bits(got), bits(want)):
+        bad = (bits(got) != bits(want)).nonzero()
+        i = int(bad[0])
+        raise AssertionError(f"{what}: element {i} is {got.reshape(-1)[i].item()} against NCCL's "
+                             f"{want.reshape(-1)[i].item()} ({bad.numel()} of {got.numel()} differ)")
+
+
+@pytest.fixture(scope="module")
+def nccl():
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank() if dist.is_initialized() else 0)))
+    dist.init_process_group(backend="symcomm")
+    assert isinstance(dist.group.WORLD, symcomm_torch.ProcessGroupSymcomm)
+    group = dist.new_group(backend="nccl")
+    yield group
+    torch.cuda.synchronize()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_all_reduce(nccl, dtype, op, n):
+    if n > 1 << 21 and dtype not in (torch.bfloat16, torch.float32):
+        pytest.skip("the largest size in bfloat16 and float32 only")
+    seed = seed_of("ar", dtype, op, n)
+    x, ref = inp(seed, n, dtype, op), inp(seed, n, dtype, op)
+    dist.all_reduce(x, op=OPS[op])
+    dist.all_reduce(ref, op=OPS[op], group=nccl)
+    same(x, ref, f"all_reduce {dname(dtype)} {op} n={n}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=dname)
+def test_all_reduce_avg(nccl, dtype):
+    for n in SIZES[:5]:
+        seed = seed_of("avg", dtype, n)
+        x, ref = inp(seed, n, dtype, "sum"), inp(seed, n, dtype, "sum")
+        dist.all_reduce(x, op=R.AVG)
+        dist.all_reduce(ref, op=R.AVG, group=nccl)
+        torch.testing.assert_close(x, ref, rtol=0, atol=0, msg=f"avg n={n}")
+
+
+@pytest.mark.parametrize("n", SIZES[:5])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int8, torch.int64], ids=dname)
+def test_gathers_and_scatters(nccl, dtype, n):
+    seed = seed_of("ag", dtype, n)
+    x = inp(seed, n, dtype)
+    out, ref = poisoned(WORLD * n, dtype), poisoned(WORLD * n, dtype)
+    dist.all_gather_into_tensor(out, x)
+    dist.all_gather_into_tensor(ref, x, group=nccl)
+    same(out, ref, "all_gather_into_tensor")
+    outs, refs = [poisoned(n, dtype) for _ in range(WORLD)], [poisoned(n, dtype) for _ in range(WORLD)]
+    dist.all_gather(outs, x)
+    dist.all_gather(refs, x, group=nccl)
+    same(torch.cat(outs), torch.cat(refs), "all_gather (list)")
+    big = inp(seed + 1, WORLD * n, dtype, "sum")
+    rs, rs_ref = poisoned(n, dtype), poisoned(n, dtype)
+    dist.reduce_scatter_tensor(rs, big)
+    dist.reduce_scatter_tensor(rs_ref, big, group=nccl)
+    same(rs, rs_ref, "reduce_scatter_tensor")
+    rs, rs_ref = poisoned(n, dtype), poisoned(n, dtype)
+    dist.reduce_scatter(rs, list(big.chunk(WORLD)), op=R.MAX)
+    dist.reduce_scatter(rs_ref, list(big.chunk(WORLD)), op=R.MAX, group=nccl)
+    same(rs, rs_ref, "reduce_scatter (list, max)")
+    for root in range(WORLD):
+        b, b_ref = inp(seed + 2, n, dtype), inp(seed + 2, n, dtype)
+        dist.broadcast(b, src=root)
+        dist.broadcast(b_ref, src=root, group=nccl)
+        same(b, b_ref, f"broadcast root {root}")
+    a2a, a2a_ref = poisoned(WORLD * n, dtype), poisoned(WORLD * n, dtype)
+    dist.all_to_all_single(a2a, big)
+    dist.all_to_all_single(a2a_ref, big, group=nccl)
+    same(a2a, a2a_ref, "all_to_all_single")
+
+
+def test_uneven_all_to_all_goes_to_nccl(nccl):
+    me = dist.get_rank()
+    ins = [i + 1 + me for i in range(WORLD)]  # rank r sends i + 1 + r elements to rank i
+    outs = [me + 1 + r for r in range(WORLD)]
+    x = inp(seed_of("a2av"), sum(ins), torch.float32)
+    out, ref = poisoned(sum(outs), torch.float32), poisoned(sum(outs), torch.float32)
+    dist.all_to_all_single(out, x, outs, ins)
+    dist.all_to_all_single(ref, x, outs, ins, group=nccl)
+    same(out, ref, "all_to_all_single with uneven splits")
+
+
+def test_reduce_gather_scatter(nccl):
+    n, dtype = 4099, torch.float32
+    for root in range(WORLD):
+        x, ref = inp(seed_of("red", root), n, dtype, "sum"), inp(seed_of("red", root), n, dtype, "sum")
+        dist.reduce(x, dst=root)
+        dist.reduce(ref, dst=root, group=nccl)
+        if dist.get_rank() == root:
+            same(x, ref, "reduce")
+        g = inp(seed_of("gat", root), n, dtype)
+        outs = [poisoned(n, dtype) for _ in range(WORLD)] if dist.get_rank() == root else None
+        dist.gather(g, outs, dst=root)
+        if outs is not None:
+            want = torch.cat([inp(seed_of("gat", root), n, dtype, rank=r) for r in range(WORLD)])
+            same(torch.cat(outs), want, "gather")
+        s = poisoned(n, dtype)
+        src = [inp(seed_of("sca", root), n, dtype, rank=r) for r in range(WORLD)]
+        dist.scatter(s, src if dist.get_rank() == root else None, src=root)
+        same(s, inp(seed_of("sca", root), n, dtype, rank=dist.get_rank()), "scatter")
+
+
+@pytest.mark.parametrize("device_style", [False, True], ids=["fast-path", "with-device"])
+@pytest.mark.parametrize("async_ops", [False, True], ids=["sync", "async"])
+def test_coalescing_manager(nccl, async_ops, device_style):
+    sizes = [5, 4096, 70000, 300000]
+    xs = [inp(seed_of("cm", i), n, torch.bfloat16) for i, n in enumerate(sizes)]
+    refs = [x.clone() for x in xs]
+    kw = {"device": dev()} if device_style else {}
+    with dist._coalescing_manager(group=dist.group.WORLD, async_ops=async_ops, **kw) as cm:  # noqa: SLF001
+        for x in xs:
+            dist.all_reduce(x)
+    if async_ops:
+        cm.wait()
+    for r in refs:
+        dist.all_reduce(r, group=nccl)
+    for i, (x, r) in enumerate(zip(xs, refs)):
+        same(x, r, f"coalesced all_reduce {i}")
+    outs = [poisoned(WORLD * n, torch.bfloat16) for n in sizes]
+    with dist._coalescing_manager(group=dist.group.WORLD, async_ops=async_ops, **kw) as cm:  # noqa: SLF001
+        for o, x in zip(outs, refs):
+            dist.all_gather_into_tensor(o, x)
+    if async_ops:
+        cm.wait()
+    for i, (o, x) in enumerate(zip(outs, refs)):
+        ref = poisoned(o.numel(), o.dtype)
+        dist.all_gather_into_tensor(ref, x, group=nccl)
+        same(o, ref, f"coalesced all_gather_into_tensor {i}")
+
+
+@pytest.mark.parametrize("n", [1000, 1 << 24])
+def test_batch_isend_irecv_exchange(nccl, n):
+    me = dist.get_rank()
+    to, frm = (me + 1) % WORLD, (me - 1) % WORLD
+    x = inp(seed_of("p2p", n), n, torch.float32)
+    got = poisoned(n, torch.float32)
+    ops = [dist.P2POp(dist.isend, x, to), dist.P2POp(dist.irecv, got, frm)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    same(got, inp(seed_of("p2p", n), n, torch.float32, rank=frm), "batch_isend_irecv")
+
+
+def test_cuda_graph_replays(nccl):
+    """1000 replays of a captured all-reduce and all-gather whose inputs change between replays."""
+    n, dtype = 65536, torch.bfloat16
+    x = torch.zeros(n, dtype=dtype, device=dev())
+    y = torch.zeros(n, dtype=dtype, device=dev())
+    g_out = torch.zeros(WORLD * n, dtype=dtype, device=dev())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up outside the capture
+            y.copy_(x)
+            dist.all_reduce(y)
+            dist.all_gather_into_tensor(g_out, x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y.copy_(x)
+        dist.all_reduce(y)
+        dist.all_gather_into_tensor(g_out, x)
+    for i in range(1000):
+        if i % 100 == 0 or i == 999:
+            x.copy_(inp(seed_of("graph", i), n, dtype, "sum"))
+        y.fill_(float("nan"))
+        graph.replay()
+        if i % 100 == 0 or i == 999:
+            ref = x.clone()
+            dist.all_reduce(ref, group=nccl)
+            same(y, ref, f"graph all_reduce, replay {i}")
+            ref_g = poisoned(WORLD * n, dtype)
+            dist.all_gather_into_tensor(ref_g, x, group=nccl)
+            same(g_out, ref_g, f"graph all_gather, replay {i}")
+
+
+def test_functional_collectives_compiled(nccl):
+    funcol = pytest.importorskip("torch.distributed._functional_collectives")
+    group = dist.group.WORLD
+
+    def step(t):
+        return funcol.all_reduce(t * 2, "sum", group) + 1
+
+    compiled = torch.compile(step, fullgraph=True)
+    x = inp(seed_of("compile"), 4096, torch.float32, "sum")
+    got = compiled(x)
+    ref = x * 2
+    dist.all_reduce(ref, group=nccl)
+    same(got, ref + 1, "compiled functional all_reduce")
+    eager = step(x)
+    same(eager, ref + 1, "functional all_reduce")
+
+
+def test_bucketer_callbacks(nccl):
+    bucketer = symcomm_torch.ReduceScatterBucketer(bucket_cap_mb=1)
+    results = []
+    inputs = []
+    for i, n in enumerate([7, 1000, 65536, 300000]):  # the last exceeds a 1 MiB bucket's shard: at once
+        ins = [inp(seed_of("bk", i, r), n, torch.float32, "sum") for r in range(WORLD)]
+        inputs.append(ins)
+        bucketer.reduce_scatter_async(ins, group=dist.group.WORLD, callback_fn=lambda out, i=i: results.append((i, out)))
+    bucketer.flush()
+    bucketer.teardown()
+    assert sorted(i for i, _ in results) == [0, 1, 2, 3]
+    for i, out in results:
+        ref = poisoned(inputs[i][0].numel(), torch.float32)
+        dist.reduce_scatter_tensor(ref, torch.cat(inputs[i]), group=nccl)
+        same(out.reshape(-1), ref, f"bucketer input {i}")
+
+
+def test_ddp_step_matches_nccl(nccl):
+    """Ten steps of a small model under DDP on each process group: the same losses and weights."""
+    def train(group):
+        torch.manual_seed(1234)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)).to(dev())
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev().index], process_group=group,
+                                                        bucket_cap_mb=0.05)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        gen = torch.Generator(device="cpu").manual_seed(99 + dist.get_rank())
+        losses = []
+        for _ in range(10):
+            data = torch.randn(32, 64, generator=gen).to(dev())
+            target = torch.randn(32, 8, generator=gen).to(dev())
+            loss = torch.nn.functional.mse_loss(ddp(data), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    ours, theirs = train(dist.group.WORLD), train(nccl)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5)
+    for a, b in zip(ours[1], theirs[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dname)
+def test_fused_ops_against_float64(nccl, dtype):
+    group_name = dist.group.WORLD.group_name
+    gen = torch.Generator(device="cpu").manual_seed(7 + dist.get_rank())
+    m, k, n = 256, 512, 384
+    a_shard = torch.randn(m, k, generator=gen).to(dtype).to(dev())
+    b = torch.randn(k, n, generator=torch.Generator().manual_seed(5)).to(dtype).to(dev())
+    gathered, outs = symcomm_torch.fused_all_gather_matmul(a_shard, [b], 0, group_name, return_A=True)
+    want_a = poisoned(WORLD * m * k, dtype).view(WORLD * m, k)
+    dist.all_gather_into_tensor(want_a, a_shard, group=nccl)
+    same(gathered, want_a, "fused_all_gather_matmul: A")
+    ref = (want_a.double() @ b.double()).to(dtype)
+    torch.testing.assert_close(outs[0], ref, rtol=2e-2 if dtype == torch.bfloat16 else 1e-4, atol=1e-2)
+    a = torch.randn(WORLD * m, k, generator=gen).to(dtype).to(dev())
+    part = symcomm_torch.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)
+    every_a = poisoned(WORLD * a.numel(), dtype).view(WORLD, WORLD * m, k)
+    dist.all_gather_into_tensor(every_a.view(-1), a.reshape(-1), group=nccl)
+    # symcomm's rounding: each rank's partial product rounded to the dtype once, the partials summed in float32
+    # and the sum rounded once; a partial may land one unit of the dtype's precision from the float64 one.
+    partials = [(every_a[r].double() @ b.double()).to(dtype).double() for r in range(WORLD)]
+    rows = slice(dist.get_rank() * m, (dist.get_rank() + 1) * m)
+    want = sum(p[rows] for p in partials).to(dtype)
+    eps = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-23
+    scale = max(p[rows].abs().max().item() for p in partials)
+    torch.testing.assert_close(part, want, rtol=2 * eps, atol=2 * WORLD * eps * scale)
+
+
+def test_argument_errors(nccl):
+    with pytest.raises(TypeError):
+        dist.all_reduce(torch.ones(4, dtype=torch.bool, device=dev()))
+    with pytest.raises(ValueError):
+        dist.all_reduce(torch.ones(8, device=dev())[::2])
+    if torch.cuda.device_count() > WORLD:
+        other = (dev().index + 1) % torch.cuda.device_count()
+        with pytest.raises(ValueError):
+            dist.all_reduce(torch.ones(4, device=torch.device("cuda", other)))
+    x = inp(seed_of("after"), 100, torch.float32, "sum")
+    ref = x.clone()
+    dist.all_reduce(x)
+    dist.all_reduce(ref, group=nccl)
+    same(x, ref, "all_reduce after argument errors")
