@@ -81,8 +81,7 @@ _OP_TYPES = (_TorchReduceOp, type(_TorchReduceOp.SUM))  # a ReduceOp, and the op
 
 def _reduce_op(op):
     """symcomm's ReduceOp for torch's op (a ReduceOp or an AllreduceOptions / ReduceScatterOptions)."""
-    if hasattr(op, "reduceOp"):
-        op = op.reduceOp
+    op = getattr(op, "reduceOp", op)
     if _OP_BY_HASH is not None and isinstance(op, _OP_TYPES):
         ours = _OP_BY_HASH.get(hash(op))
         if ours is not None:
@@ -106,7 +105,7 @@ def _array(t, what):
     checks device, dtype and layout."""
     if not isinstance(t, _torch.Tensor):
         raise TypeError(f"symcomm: {what}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type not in ("cpu", "cuda"):
+    if not t.is_cuda and t.device.type != "cpu":
         raise ValueError(f"symcomm: {what}: tensors on {t.device} are not supported (CPU and CUDA tensors)")
     if t.layout != _torch.strided:
         raise ValueError(f"symcomm: {what}: layout {t.layout} is not supported (strided tensors only)")
@@ -591,6 +590,12 @@ class ProcessGroupSymcomm(_ProcessGroup):
         t = _single(tensors, "allreduce")
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
         x = _array(t, "allreduce")
+        if t.is_cuda and not self._coalescing and not self._p2p_held:  # _submit's CUDA path, inlined: the hot call
+            index = t.get_device()
+            comm = self._cuda_comm(index)
+            stream = _RAW_STREAM(index) if _RAW_STREAM is not None else _stream(t)
+            comm.all_reduce(x, x, op, False, _DTYPE_NAMES[t.dtype], stream)
+            return Work(None, [t], None, False, comm)
         return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(t), s), [t], t)
 
     def allgather(self, output_lists, input_tensors, opts=None):

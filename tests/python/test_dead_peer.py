@@ -1,0 +1,80 @@
+"""A rank killed with SIGKILL surfaces on every survivor as a Python exception naming it within 2 s, through the
+NumPy API and symcomm.torch (CPU tensors; CUDA tensors where each rank has a GPU), and closing afterwards returns.
+
+Rank 0 of the pytest job starts a job of its own (dead_peer_probe.py, 3 ranks, its own rendezvous) per case; the
+other ranks skip the cases (they issue no collectives)."""
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import symcomm
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORLD = 3
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_probe(mode, world):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
+               LOCAL_WORLD_SIZE=str(world), SYMCOMM_TOKEN=secrets.token_hex(16), PYTHONUNBUFFERED="1")
+    procs = []
+    for r in range(world):
+        env_r = dict(env, RANK=str(r), LOCAL_RANK=str(r))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "dead_peer_probe.py"), mode], env=env_r,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"the {mode} probe job did not end within 120 s")
+        outputs.append(out)
+    results = []
+    for r, out in enumerate(outputs[:-1]):
+        lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        assert lines, f"rank {r} of the {mode} probe printed no result:\n{out}"
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+    assert procs[-1].returncode == -9, f"the last rank was to die by SIGKILL, exit {procs[-1].returncode}"
+    return results
+
+
+def cuda_ranks():
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return 0
+    if not torch.cuda.is_available() or "cuda" not in symcomm.backends():
+        return 0
+    return torch.cuda.device_count()
+
+
+@pytest.mark.parametrize("mode", ["numpy", "torch-cpu", "torch-cuda"])
+def test_killed_rank_raises_naming_it(mode):
+    if int(os.environ.get("RANK", "0")) != 0:
+        pytest.skip("rank 0 runs the probe job")
+    world = WORLD
+    if mode.startswith("torch"):
+        pytest.importorskip("torch")
+    if mode == "torch-cuda":
+        world = min(WORLD, cuda_ranks())
+        if world < 2:
+            pytest.skip("needs torch with CUDA, symcomm's CUDA backend and 2 GPUs")
+    for r, res in enumerate(run_probe(mode, world)):
+        assert res["elapsed"] is not None, f"rank {r}: no exception within 30 s of the kill"
+        assert res["elapsed"] < 2.0, f"rank {r}: the exception took {res['elapsed']:.2f} s: {res['message']}"
+        assert res["type"] == "Error" and res["code"] == "peer_dead", f"rank {r}: {res}"
+        assert world - 1 in res["ranks"] and str(world - 1) in res["message"], f"rank {r}: {res}"
+        assert res["closed"] is True, f"rank {r}: closing after the error: {res['closed']}"
