@@ -375,10 +375,11 @@ class PyCommunicator {
   }
 
   py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
-                        const std::string& as_dtype, const py::object& stream) {
+                        const std::string& as_dtype, const py::object& stream,
+                        const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype);
     Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
-    const CollOptions opts = coll_options(stream, in);
+    const CollOptions opts = coll_options(stream, in, algorithm, contention);
     return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.all_reduce_async(in.data(), o.data(), in.count, in.dtype, op, opts);
       c.all_reduce(in.data(), o.data(), in.count, in.dtype, op, opts);
@@ -387,10 +388,11 @@ class PyCommunicator {
   }
 
   py::object all_gather(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
-                        const py::object& stream) {
+                        const py::object& stream,
+                        const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype);
     Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype, cuda_);
-    const CollOptions opts = coll_options(stream, in);
+    const CollOptions opts = coll_options(stream, in, algorithm, contention);
     return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype, opts);
       c.all_gather(in.data(), o.data(), in.count, in.dtype, opts);
@@ -399,12 +401,13 @@ class PyCommunicator {
   }
 
   py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
-                            const std::string& as_dtype, const py::object& stream) {
+                            const std::string& as_dtype, const py::object& stream,
+                            const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype);
     divisible(in);
     Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", as_dtype,
                               cuda_);
-    const CollOptions opts = coll_options(stream, in);
+    const CollOptions opts = coll_options(stream, in, algorithm, contention);
     return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.reduce_scatter_async(in.data(), o.data(), o.count, in.dtype, op, opts);
       c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op, opts);
@@ -413,10 +416,11 @@ class PyCommunicator {
   }
 
   py::object broadcast(const py::handle& x, const py::handle& out, int root, bool async, const std::string& as_dtype,
-                       const py::object& stream) {
+                       const py::object& stream,
+                       const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype);
     Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
-    const CollOptions opts = coll_options(stream, in);
+    const CollOptions opts = coll_options(stream, in, algorithm, contention);
     return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root, opts);
       c.broadcast(in.data(), o.data(), in.count, in.dtype, root, opts);
@@ -486,11 +490,12 @@ class PyCommunicator {
   }
 
   py::object all_to_all(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
-                        const py::object& stream) {
+                        const py::object& stream,
+                        const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype);
     divisible(in);
     Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
-    const CollOptions opts = coll_options(stream, in);
+    const CollOptions opts = coll_options(stream, in, algorithm, contention);
     return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.all_to_all_async(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
       c.all_to_all(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
@@ -598,8 +603,27 @@ class PyCommunicator {
   }
 
   /// The options of a call: its stream (NOTE [python buffers]); ignored by the host backend.
-  CollOptions coll_options(const py::object& stream, const Buffer& first) const {
+  CollOptions coll_options(const py::object& stream, const Buffer& first, const std::string& algorithm = "",
+                           const std::string& contention = "") const {
     CollOptions opts;
+    if (!algorithm.empty()) {
+      std::optional<Algorithm> a = parse_algorithm(algorithm);
+      if (!a) {
+        throw py::value_error("algorithm '" + algorithm +
+                              "' is unknown (auto, one_shot, two_shot, direct, copy_engine, nccl)");
+      }
+      opts.algorithm = *a;
+    }
+    if (!contention.empty()) {
+      bool found = false;
+      for (Contention c : {Contention::kAuto, Contention::kLow, Contention::kThroughput}) {
+        if (contention == to_string(c)) {
+          opts.contention = c;
+          found = true;
+        }
+      }
+      if (!found) throw py::value_error("contention '" + contention + "' is unknown (auto, low, throughput)");
+    }
     intptr_t handle = 0;
     if (!stream.is_none()) {
       handle = stream.cast<intptr_t>();
@@ -753,15 +777,20 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("device", &PyCommunicator::device)
       .def_property_readonly("closed", &PyCommunicator::closed)
       .def("all_reduce", &PyCommunicator::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none())
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
+           py::arg("contention") = "")
       .def("all_gather", &PyCommunicator::all_gather, py::arg("x"), py::arg("out"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none())
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
+           py::arg("contention") = "")
       .def("reduce_scatter", &PyCommunicator::reduce_scatter, py::arg("x"), py::arg("out"), py::arg("op"),
-           py::arg("async_op"), py::arg("dtype") = "", py::arg("stream") = py::none())
+           py::arg("async_op"), py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
+           py::arg("contention") = "")
       .def("broadcast", &PyCommunicator::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none())
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
+           py::arg("contention") = "")
       .def("all_to_all", &PyCommunicator::all_to_all, py::arg("x"), py::arg("out"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none())
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
+           py::arg("contention") = "")
       .def("send", &PyCommunicator::send, py::arg("x"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
       .def("recv", &PyCommunicator::recv, py::arg("out"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
       .def("barrier", &PyCommunicator::barrier, py::arg("async_op"), py::arg("stream") = py::none())

@@ -142,23 +142,27 @@ class Communicator:
 
     # Collectives. `out` None allocates the output; `out is x` runs in place (all_reduce, broadcast,
     # all_to_all). async_op=True (or the *_async methods) returns a Work. `stream`: CUDA backend only.
+    # `algorithm` forces a path ("one_shot", "two_shot", "direct", "copy_engine", "nccl"; symcomm.Error with code
+    # "invalid_argument" where it cannot run the call); `contention="low"` asks for the copy engine (CUDA).
 
-    def all_reduce(self, x, op="sum", out=None, async_op=False, stream=None):
+    def all_reduce(self, x, op="sum", out=None, async_op=False, stream=None, algorithm="", contention=""):
         """out = op over the ranks of x, element by element; out has x's shape."""
         x = _array(x)
         op = _reduce_op(op)
         if out is None:
             out = _empty(x, x.shape)
-        return self._impl.all_reduce(x, out, op, async_op, stream=stream)
+        return self._impl.all_reduce(x, out, op, async_op, stream=stream, algorithm=algorithm,
+                                   contention=contention)
 
-    def all_gather(self, x, out=None, async_op=False, stream=None):
+    def all_gather(self, x, out=None, async_op=False, stream=None, algorithm="", contention=""):
         """out[r] = x of rank r: shape (world_size, *x.shape), or any array of world_size * x.size elements."""
         x = _array(x)
         if out is None:
             out = _empty(x, (self.world_size,) + tuple(x.shape))
-        return self._impl.all_gather(x, out, async_op, stream=stream)
+        return self._impl.all_gather(x, out, async_op, stream=stream, algorithm=algorithm,
+                                   contention=contention)
 
-    def reduce_scatter(self, x, op="sum", out=None, async_op=False, stream=None):
+    def reduce_scatter(self, x, op="sum", out=None, async_op=False, stream=None, algorithm="", contention=""):
         """out = block `rank` (along the leading dimension) of op over the ranks of x; out has shape
         (x.shape[0] // world_size, *x.shape[1:]). In place: out = that block of x (a view)."""
         x = _array(x)
@@ -166,22 +170,25 @@ class Communicator:
         if out is None:
             rows = _blocks(x, self.world_size, "reduce_scatter")
             out = _empty(x, (rows,) + tuple(x.shape[1:]))
-        return self._impl.reduce_scatter(x, out, op, async_op, stream=stream)
+        return self._impl.reduce_scatter(x, out, op, async_op, stream=stream, algorithm=algorithm,
+                                   contention=contention)
 
-    def broadcast(self, x, root, out=None, async_op=False, stream=None):
+    def broadcast(self, x, root, out=None, async_op=False, stream=None, algorithm="", contention=""):
         """out = x of rank `root`. Without out, x itself receives the result (in place)."""
         x = _array(x)
         if out is None:
             out = x
-        return self._impl.broadcast(x, out, int(root), async_op, stream=stream)
+        return self._impl.broadcast(x, out, int(root), async_op, stream=stream, algorithm=algorithm,
+                                   contention=contention)
 
-    def all_to_all(self, x, out=None, async_op=False, stream=None):
+    def all_to_all(self, x, out=None, async_op=False, stream=None, algorithm="", contention=""):
         """Block p of out (along the leading dimension) is block `rank` of rank p's x; out has x's shape."""
         x = _array(x)
         if out is None:
             _blocks(x, self.world_size, "all_to_all")
             out = _empty(x, x.shape)
-        return self._impl.all_to_all(x, out, async_op, stream=stream)
+        return self._impl.all_to_all(x, out, async_op, stream=stream, algorithm=algorithm,
+                                   contention=contention)
 
     def barrier(self, async_op=False, stream=None):
         """Returns (host) or completes on `stream` (CUDA) once every rank has arrived."""

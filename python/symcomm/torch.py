@@ -1101,6 +1101,153 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):  # no
     return out
 
 
+# torch ops: the operations above and the symmetric-memory collectives of torch.distributed._symmetric_memory,
+# with its names and signatures, in the namespace "symcomm" (torch.ops.symcomm.*), defined with torch.library so
+# that CUDA graphs and torch.compile(fullgraph=True) see them (each has a fake implementation giving the output's
+# shape). They run on the process group named group_name, on the calling thread: CPU tensors synchronously, CUDA
+# tensors enqueued on the current stream.
+
+_OP_NAMES = {"sum": _core.ReduceOp.SUM, "avg": _core.ReduceOp.AVG, "max": _core.ReduceOp.MAX,
+             "min": _core.ReduceOp.MIN, "product": _core.ReduceOp.PROD, "prod": _core.ReduceOp.PROD}
+
+_SCHEMAS = {
+    "fused_all_gather_matmul": "fused_all_gather_matmul(Tensor A_shard, Tensor[] Bs, int gather_dim, str group_name, "
+                               "*, bool return_A=True) -> (Tensor?, Tensor[])",
+    "fused_matmul_reduce_scatter": "fused_matmul_reduce_scatter(Tensor A, Tensor B, str reduce_op, int scatter_dim, "
+                                   "str group_name) -> Tensor",
+    "one_shot_all_reduce": "one_shot_all_reduce(Tensor input, str reduce_op, str group_name) -> Tensor",
+    "two_shot_all_reduce_": "two_shot_all_reduce_(Tensor(a!) input, str reduce_op, str group_name) -> Tensor(a!)",
+    "_low_contention_all_gather": "_low_contention_all_gather(Tensor tensor, str group_name) -> Tensor",
+    "_low_contention_reduce_scatter": "_low_contention_reduce_scatter(Tensor tensor, str reduce_op, str group_name) "
+                                      "-> Tensor",
+}
+
+
+def _op_by_name(reduce_op, what):
+    if reduce_op not in _OP_NAMES:
+        raise ValueError(f"symcomm: {what}: reduce_op {reduce_op!r} is not one of {', '.join(_OP_NAMES)}")
+    return _OP_NAMES[reduce_op]
+
+
+def _symm_input(t, group_name, what):
+    """The group, its communicator for t, and t as a contiguous tensor checked for symcomm."""
+    pg = _group_by_name(group_name, what)
+    t = t.detach().contiguous()
+    _array(t, what)
+    return pg, pg._fused_comm(t), t  # noqa: SLF001 - the process group of this module
+
+
+def _rows(t, what):
+    if t.dim() == 0:
+        raise ValueError(f"symcomm: {what}: a 0-dim tensor has no leading dimension")
+    return t.shape[0]
+
+
+def _all_reduce_with(algorithm, t, reduce_op, group_name, out, what):
+    op = _op_by_name(reduce_op, what)
+    _, comm, x = _symm_input(t, group_name, what)
+    if out is None:
+        out = _torch.empty_like(x)
+    comm.all_reduce(_numpy(x), _numpy(out), op, False, _dtype(x), _stream(x), algorithm=algorithm)
+    return out
+
+
+def _one_shot_all_reduce(input, reduce_op, group_name):  # noqa: A002 - torch's name
+    """All-reduce on the one-shot path (every rank reads every peer's input): a new tensor."""
+    return _all_reduce_with("one_shot", input, reduce_op, group_name, None, "one_shot_all_reduce")
+
+
+def _two_shot_all_reduce_(input, reduce_op, group_name):  # noqa: A002
+    """All-reduce in place on the two-shot path (reduce-scatter, then all-gather); returns input."""
+    if not input.is_contiguous():
+        raise ValueError("symcomm: two_shot_all_reduce_: the tensor is not contiguous")
+    _all_reduce_with("two_shot", input, reduce_op, group_name, input, "two_shot_all_reduce_")
+    return input
+
+
+def _low_contention(tensor):
+    """The CollOptions contention of a low-contention collective: the copy engine on CUDA; the host backend has
+    one path."""
+    return "low" if tensor.is_cuda else ""
+
+
+def _low_contention_all_gather(tensor, group_name):
+    """All-gather along the leading dimension, moved by the copy engine on CUDA (no SMs spent in waits)."""
+    pg, comm, x = _symm_input(tensor, group_name, "_low_contention_all_gather")
+    out = x.new_empty((pg.size() * _rows(x, "_low_contention_all_gather"),) + tuple(x.shape[1:]))
+    comm.all_gather(_numpy(x), _numpy(out), False, _dtype(x), _stream(x), contention=_low_contention(x))
+    return out
+
+
+def _low_contention_reduce_scatter(tensor, reduce_op, group_name):
+    """Reduce-scatter along the leading dimension (divisible by the world size), moved by the copy engine on
+    CUDA with small reduction kernels."""
+    op = _op_by_name(reduce_op, "_low_contention_reduce_scatter")
+    pg, comm, x = _symm_input(tensor, group_name, "_low_contention_reduce_scatter")
+    rows = _rows(x, "_low_contention_reduce_scatter")
+    if rows % pg.size():
+        raise ValueError(f"symcomm: _low_contention_reduce_scatter: the leading dimension {rows} is not divisible "
+                         f"by the world size {pg.size()}")
+    out = x.new_empty((rows // pg.size(),) + tuple(x.shape[1:]))
+    comm.reduce_scatter(_numpy(x), _numpy(out), op, False, _dtype(x), _stream(x), contention=_low_contention(x))
+    return out
+
+
+def _fake_world(group_name):
+    return _group_by_name(group_name, "fake").size()
+
+
+def _fakes():
+    """Output-shape implementations of the ops, for tracing."""
+
+    def ag_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=True):  # noqa: N803 - the schema's names
+        d = gather_dim + A_shard.dim() if gather_dim < 0 else gather_dim
+        shape = list(A_shard.shape)
+        shape[d] *= _fake_world(group_name)
+        outs = [A_shard.new_empty(shape[:-1] + [b.shape[1]]) for b in Bs]
+        return (A_shard.new_empty(shape) if return_A else None), outs
+
+    def matmul_rs(A, B, reduce_op, scatter_dim, group_name):  # noqa: N803
+        shape = list(A.shape[:-1]) + [B.shape[1]]
+        d = scatter_dim + A.dim() if scatter_dim < 0 else scatter_dim
+        shape[d] //= _fake_world(group_name)
+        return A.new_empty(shape)
+
+    def lc_all_gather(tensor, group_name):
+        return tensor.new_empty((_fake_world(group_name) * tensor.shape[0],) + tuple(tensor.shape[1:]))
+
+    def lc_reduce_scatter(tensor, reduce_op, group_name):
+        return tensor.new_empty((tensor.shape[0] // _fake_world(group_name),) + tuple(tensor.shape[1:]))
+
+    return {"fused_all_gather_matmul": ag_matmul, "fused_matmul_reduce_scatter": matmul_rs,
+            "one_shot_all_reduce": lambda input, reduce_op, group_name: _torch.empty_like(input),  # noqa: A006
+            "two_shot_all_reduce_": lambda input, reduce_op, group_name: input,  # noqa: A006
+            "_low_contention_all_gather": lc_all_gather, "_low_contention_reduce_scatter": lc_reduce_scatter}
+
+
+def _define_ops():
+    """Defines torch.ops.symcomm.* (torch 1.13: a Meta kernel gives the shapes; 2.x: a registered fake)."""
+    lib = _torch.library.Library("symcomm", "DEF")
+    impls = {"fused_all_gather_matmul": fused_all_gather_matmul,
+             "fused_matmul_reduce_scatter": fused_matmul_reduce_scatter,
+             "one_shot_all_reduce": _one_shot_all_reduce, "two_shot_all_reduce_": _two_shot_all_reduce_,
+             "_low_contention_all_gather": _low_contention_all_gather,
+             "_low_contention_reduce_scatter": _low_contention_reduce_scatter}
+    register_fake = getattr(_torch.library, "register_fake", None)
+    for name, schema in _SCHEMAS.items():
+        lib.define(schema)
+        lib.impl(name, impls[name], "CompositeExplicitAutograd")
+        fake = _fakes()[name]
+        if register_fake is not None:
+            register_fake(f"symcomm::{name}", fake, lib=lib)
+        else:
+            lib.impl(name, fake, "Meta")
+    return lib
+
+
+_LIB = _define_ops() if not hasattr(_torch.ops.symcomm, "one_shot_all_reduce") else None
+
+
 def _create(store, rank, size, timeout):
     return ProcessGroupSymcomm(store, rank, size, timeout)
 

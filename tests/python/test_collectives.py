@@ -226,3 +226,23 @@ def test_host_backend_ignores_streams(comm):
     assert_same(out, reduce_expected(seed, comm.world_size, 100, np.float32, "sum"), "all_reduce with a stream")
     comm.barrier(stream=1)
     comm.check()
+
+
+@pytest.mark.parametrize("algorithm", ["one_shot", "two_shot"])
+def test_forced_algorithm(comm, algorithm):
+    seed = 1618
+    x = values(seed, comm.rank, 1000, np.int32, "sum")
+    assert_same(comm.all_reduce(x, algorithm=algorithm), reduce_expected(seed, comm.world_size, 1000, np.int32, "sum"),
+                f"all_reduce forced to {algorithm}")
+
+
+def test_forced_algorithm_errors(comm):
+    x = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="algorithm"):
+        comm.all_reduce(x, algorithm="carrier_pigeon")
+    with pytest.raises(ValueError, match="contention"):
+        comm.all_reduce(x, contention="some")
+    with pytest.raises(symcomm.Error) as info:  # the host backend has no NCCL
+        comm.all_reduce(x, algorithm="nccl")
+    assert info.value.code == "invalid_argument"
+    assert_same(comm.all_reduce(x), np.full(8, comm.world_size, np.float32), "all_reduce after the errors")

@@ -819,6 +819,48 @@ def test_fused_ops_errors(gloo):
     check_usable(gloo)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=dname)
+def test_symmetric_memory_ops(gloo, dtype):
+    """torch.ops.symcomm.*: the one-shot / two-shot all-reduce and the low-contention all-gather and
+    reduce-scatter against gloo on the same inputs, and the fused ops against their Python functions."""
+    w, r = dist.get_world_size(), dist.get_rank()
+    name = dist.group.WORLD.group_name
+    x = inp(seed_of("symm", dtype), 6 * w, dtype, "sum").view(2 * w, 3)
+    want = wide(x.clone())
+    dist.all_reduce(want, group=gloo)
+    want = want.to(dtype)
+    same(torch.ops.symcomm.one_shot_all_reduce(x, "sum", name), want, "one_shot_all_reduce")
+    y = x.clone()
+    ret = torch.ops.symcomm.two_shot_all_reduce_(y, "sum", name)
+    assert ret.data_ptr() == y.data_ptr()
+    same(y, want, "two_shot_all_reduce_ (in place)")
+    gathered = [torch.empty_like(wide(x)) for _ in range(w)]
+    dist.all_gather(gathered, wide(x), group=gloo)
+    same(torch.ops.symcomm._low_contention_all_gather(x, name), torch.cat(gathered).to(dtype),
+         "_low_contention_all_gather")
+    same(torch.ops.symcomm._low_contention_reduce_scatter(x, "sum", name), want[2 * r:2 * r + 2],
+         "_low_contention_reduce_scatter")
+    with pytest.raises(ValueError, match="reduce_op"):
+        torch.ops.symcomm.one_shot_all_reduce(x, "bxor", name)
+    check_usable(gloo)
+
+
+def test_fused_torch_ops(gloo):
+    name = dist.group.WORLD.group_name
+    w, r = dist.get_world_size(), dist.get_rank()
+    shard = small_ints(seed_of("op", r), (4, 8), torch.float32)
+    b = small_ints(seed_of("op-b"), (8, 5), torch.float32)
+    a, outs = torch.ops.symcomm.fused_all_gather_matmul(shard, [b], 0, name, return_A=True)
+    a2, outs2 = symcomm_torch.fused_all_gather_matmul(shard, [b], 0, name)
+    same(a, a2, "A")
+    same(outs[0], outs2[0], "A @ B")
+    none, _ = torch.ops.symcomm.fused_all_gather_matmul(shard, [b], 0, name, return_A=False)
+    assert none is None
+    big = small_ints(seed_of("op-rs", r), (2 * w, 8), torch.float32)
+    same(torch.ops.symcomm.fused_matmul_reduce_scatter(big, b, "sum", 0, name),
+         symcomm_torch.fused_matmul_reduce_scatter(big, b, "sum", 0, name), "fused_matmul_reduce_scatter")
+
+
 # Point-to-point: isend / irecv outside any group (as torch.distributed calls them) are held and run together, so
 # an exchange completes at any size; the largest size is more than two of symcomm's 1 MiB staging chunks.
 P2P_SIZES = [1, 1000, 3 * 2**20 // 4 + 5]

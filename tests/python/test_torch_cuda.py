@@ -355,3 +355,51 @@ def test_argument_errors(nccl):
     dist.all_reduce(x)
     dist.all_reduce(ref, group=nccl)
     same(x, ref, "all_reduce after argument errors")
+
+
+@pytest.mark.parametrize("n", [2048, 1 << 20])
+def test_symmetric_memory_ops(nccl, n):
+    """torch.ops.symcomm.*: one-shot / two-shot all-reduce and the copy-engine all-gather and reduce-scatter."""
+    name = dist.group.WORLD.group_name
+    x = inp(seed_of("symm", n), WORLD * n, torch.bfloat16, "sum").view(WORLD, n)
+    ref = x.clone()
+    dist.all_reduce(ref, group=nccl)
+    same(torch.ops.symcomm.one_shot_all_reduce(x, "sum", name), ref, "one_shot_all_reduce")
+    y = x.clone()
+    assert torch.ops.symcomm.two_shot_all_reduce_(y, "sum", name).data_ptr() == y.data_ptr()
+    same(y, ref, "two_shot_all_reduce_")
+    ag_ref = poisoned(WORLD * x.numel(), x.dtype)
+    dist.all_gather_into_tensor(ag_ref, x, group=nccl)
+    same(torch.ops.symcomm._low_contention_all_gather(x, name).reshape(-1), ag_ref, "_low_contention_all_gather")
+    rs_ref = poisoned(n, x.dtype)
+    dist.reduce_scatter_tensor(rs_ref, x.reshape(-1), group=nccl)
+    same(torch.ops.symcomm._low_contention_reduce_scatter(x, "sum", name).reshape(-1), rs_ref,
+         "_low_contention_reduce_scatter")
+
+
+def test_ops_compiled_and_captured(nccl):
+    """The ops under torch.compile(fullgraph=True) and in a replayed CUDA graph give the eager results."""
+    name = dist.group.WORLD.group_name
+
+    def step(t, w):
+        s = torch.ops.symcomm.one_shot_all_reduce(t * 2, "sum", name)
+        _, (y,) = torch.ops.symcomm.fused_all_gather_matmul(s, [w], 0, name, return_A=False)
+        return y + 1
+
+    x = inp(seed_of("opc"), 64 * 32, torch.float32, "sum").view(64, 32)
+    w = inp(seed_of("opc-w", 0), 32 * 16, torch.float32, "sum", rank=0).view(32, 16)
+    eager = step(x, w)
+    compiled = torch.compile(step, fullgraph=True)
+    same(compiled(x, w), eager, "compiled")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(x, w)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step(x, w)
+    for _ in range(20):
+        out.fill_(float("nan"))
+        graph.replay()
+    same(out, eager, "graph replay")
