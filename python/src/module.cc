@@ -245,6 +245,30 @@ Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, con
 /// The TensorRef (include/symcomm/fused.h) of a checked array: its data, dtype and shape.
 TensorRef tensor_ref(const Buffer& b) { return TensorRef{.data = b.data(), .dtype = b.dtype, .shape = b.shape}; }
 
+/// symcomm._core.HeapBuffer: bytes of a communicator's symmetric heap (Communicator::alloc), or a peer's copy of
+/// them (Communicator::peer_ptr), described by the array interface of its memory: __cuda_array_interface__ on the
+/// CUDA backend, __array_interface__ on the host backend (uint8, one dimension), so that torch.as_tensor(),
+/// numpy.asarray() or cupy.asarray() view it without a copy. It does not own the memory: Communicator.free()
+/// releases it, collectively (NOTE [python heap]).
+struct PyHeapBuffer {
+  uintptr_t ptr = 0;
+  size_t nbytes = 0;
+  bool cuda = false;
+  int device = -1;
+  int peer = -1;  ///< the rank whose copy this is; -1 for this rank's own allocation
+
+  py::dict interface() const {
+    py::dict d;
+    d["shape"] = py::make_tuple(nbytes);
+    d["typestr"] = "|u1";
+    d["data"] = py::make_tuple(ptr, false);
+    d["strides"] = py::none();
+    d["version"] = 3;
+    if (cuda) d["stream"] = py::none();
+    return d;
+  }
+};
+
 /// A call of `*_async` not yet known to be complete, with the arrays it uses.
 struct Pending {
   std::shared_ptr<Work> work;
@@ -542,6 +566,57 @@ class PyCommunicator {
     comm->check();
   }
 
+  // NOTE [python heap]
+  // alloc() and free() are Communicator::alloc / free: collective, in the same order with the same sizes on every
+  // rank. Python frees nothing by itself: a HeapBuffer (and any tensor viewing it) that is dropped leaves its
+  // bytes allocated until free() or close(), since garbage collection runs at different times on different ranks
+  // and a collective free at such a time would deadlock or pair the wrong calls. Collectives on buffers inside
+  // the heap run zero-copy (every rank must then pass the same allocation at the same offset).
+
+  /// `nbytes` of the symmetric heap (collective).
+  PyHeapBuffer alloc(size_t nbytes) {
+    if (nbytes == 0) throw py::value_error("alloc: nbytes must be positive");
+    void* p = locked([&](Communicator& c) { return c.alloc(nbytes); });
+    return PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(p), .nbytes = nbytes, .cuda = cuda_, .device = device_,
+                        .peer = -1};
+  }
+
+  /// Returns a HeapBuffer's memory, or the allocation at an int address, to the heap (collective).
+  void free(const py::handle& buffer) {
+    uintptr_t p = 0;
+    if (py::isinstance<PyHeapBuffer>(buffer)) {
+      const auto& b = buffer.cast<const PyHeapBuffer&>();
+      if (b.peer >= 0) throw py::value_error("free: a peer's copy is not freed; free this rank's buffer");
+      p = b.ptr;
+    } else {
+      p = buffer.cast<uintptr_t>();
+    }
+    locked([&](Communicator& c) { c.free(reinterpret_cast<void*>(p)); });
+  }
+
+  /// `peer`'s copy of the heap bytes [ptr, ptr + nbytes) of this rank's allocation `buffer` (an int address
+  /// inside it, with nbytes; or a HeapBuffer), mapped in this process.
+  PyHeapBuffer peer_buffer(const py::handle& buffer, int peer, std::optional<size_t> nbytes) {
+    uintptr_t p = 0;
+    size_t n = 0;
+    if (py::isinstance<PyHeapBuffer>(buffer)) {
+      const auto& b = buffer.cast<const PyHeapBuffer&>();
+      p = b.ptr;
+      n = nbytes.value_or(b.nbytes);
+    } else {
+      p = buffer.cast<uintptr_t>();
+      if (!nbytes) throw py::value_error("peer_buffer: an address needs nbytes");
+      n = *nbytes;
+    }
+    if (peer < 0 || peer >= world_size_) {
+      throw py::value_error("peer_buffer: peer " + std::to_string(peer) + " is outside [0, " +
+                            std::to_string(world_size_) + ")");
+    }
+    void* q = locked([&](Communicator& c) { return c.peer_ptr(reinterpret_cast<void*>(p), peer); });
+    return PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(q), .nbytes = n, .cuda = cuda_, .device = device_,
+                        .peer = peer};
+  }
+
   void group_start() {
     locked([](Communicator& c) { c.group_start(); });
     ++group_depth_;
@@ -760,6 +835,21 @@ PYBIND11_MODULE(_core, m) {
       },
       "The backends this build of symcomm has ('host', and 'cuda' where nvcc was found at build time).");
 
+  py::class_<PyHeapBuffer>(m, "HeapBuffer")
+      .def_readonly("ptr", &PyHeapBuffer::ptr)
+      .def_readonly("nbytes", &PyHeapBuffer::nbytes)
+      .def_readonly("device", &PyHeapBuffer::device)
+      .def_readonly("peer", &PyHeapBuffer::peer)
+      .def_property_readonly("__cuda_array_interface__",
+                             [](const PyHeapBuffer& b) {
+                               if (!b.cuda) throw py::attribute_error("a host-backend HeapBuffer is host memory");
+                               return b.interface();
+                             })
+      .def_property_readonly("__array_interface__", [](const PyHeapBuffer& b) {
+        if (b.cuda) throw py::attribute_error("a CUDA-backend HeapBuffer is device memory");
+        return b.interface();
+      });
+
   py::class_<PyWork>(m, "Work")
       .def("is_completed", &PyWork::is_completed)
       .def("wait", &PyWork::wait)
@@ -801,6 +891,10 @@ PYBIND11_MODULE(_core, m) {
       .def("matmul_reduce_scatter", &PyCommunicator::matmul_reduce_scatter, py::arg("a"), py::arg("b"),
            py::arg("op"), py::arg("scatter_dim"), py::arg("out"), py::arg("dtype") = "",
            py::arg("stream") = py::none())
+      .def("alloc", &PyCommunicator::alloc, py::arg("nbytes"))
+      .def("free", &PyCommunicator::free, py::arg("buffer"))
+      .def("peer_buffer", &PyCommunicator::peer_buffer, py::arg("buffer"), py::arg("peer"),
+           py::arg("nbytes") = py::none())
       .def("group_start", &PyCommunicator::group_start)
       .def("group_end", &PyCommunicator::group_end)
       .def("group_cancel", &PyCommunicator::group_cancel)

@@ -236,6 +236,24 @@ class Communicator:
     def barrier_async(self):
         return self.barrier(async_op=True)
 
+    # Symmetric heap (collective, in the same order with the same sizes on every rank; nothing is freed by garbage
+    # collection): a HeapBuffer describes its bytes with __array_interface__ (host) or __cuda_array_interface__
+    # (CUDA), so numpy.asarray(), torch.as_tensor() or cupy.asarray() view it; collectives on heap buffers run
+    # zero-copy.
+
+    def alloc(self, nbytes):
+        """`nbytes` bytes of the symmetric heap, as a HeapBuffer (uint8)."""
+        return self._impl.alloc(int(nbytes))
+
+    def free(self, buffer):
+        """Returns a HeapBuffer (or the int address alloc() gave) to the heap."""
+        self._impl.free(buffer)
+
+    def peer_buffer(self, buffer, peer, nbytes=None):
+        """Rank `peer`'s copy of this rank's heap bytes (a HeapBuffer, or an int address inside one with nbytes),
+        mapped in this process."""
+        return self._impl.peer_buffer(buffer, int(peer), nbytes)
+
     # Coalescing.
 
     def group_start(self):

@@ -47,7 +47,8 @@ from torch._C._distributed_c10d import Work as _TorchWork
 from . import _core
 
 __all__ = ["BACKEND", "DTYPES", "FUSED_DTYPES", "ProcessGroupSymcomm", "ReduceScatterBucketer", "Work",
-           "coalescing_manager", "fused_all_gather_matmul", "fused_matmul_reduce_scatter"]
+           "coalescing_manager", "empty", "free", "fused_all_gather_matmul", "fused_matmul_reduce_scatter",
+           "peer_tensor"]
 
 #: The name init_process_group() and new_group() take.
 BACKEND = "symcomm"
@@ -332,6 +333,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
         # Sends and receives issued outside a coalescing block and not yet run: (Work, call, tensor, peer, is_send)
         # in issue order.
         self._p2p_held = []
+        # Tensors made by empty() on this group: their data pointer -> (HeapBuffer, communicator).
+        self._heap = {}
 
     def _make_comm(self, prefix, backend, device):
         """A symcomm communicator of this group's ranks: rank 0 serves its store on a free loopback port and
@@ -1099,6 +1102,74 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):  # no
     pg._fused_comm(a).matmul_reduce_scatter(_shaped(a), _shaped(b), ops[reduce_op], d, _shaped(out),  # noqa: SLF001
                                             _dtype(a), stream=_stream(a))
     return out
+
+
+# Symmetric tensors (NOTE [python heap] in python/src/module.cc): tensors in the symmetric heap of a process group's
+# communicator, made and freed collectively; collectives on them run zero-copy, and every rank can view its peers'
+# copies.
+
+def _heap_comm(pg, device):
+    if device.type == "cuda":
+        return pg._cuda_comm(device.index if device.index is not None else _torch.cuda.current_device())  # noqa: SLF001
+    if device.type != "cpu":
+        raise ValueError(f"symcomm: empty: tensors on {device} are not supported (CPU and CUDA)")
+    return pg._comm  # noqa: SLF001
+
+
+def _view(buf, device, nbytes, dtype, shape):
+    """A tensor of `dtype` and `shape` on the first `nbytes` of HeapBuffer `buf`, sharing its memory."""
+    if device.type == "cuda":
+        raw = _torch.as_tensor(buf, device=device)
+    else:
+        import numpy  # noqa: PLC0415 - the host backend's buffers reach torch through NumPy
+        raw = _torch.from_numpy(numpy.asarray(buf))
+    return raw[:nbytes].view(dtype).view(shape)
+
+
+def empty(*size, dtype=None, device=None, group=None):
+    """A tensor of `size` in the symmetric heap of `group` (default: the default group, symcomm's) on `device`
+    (default: CPU; a CUDA device uses the group's CUDA communicator). Collective: every rank calls it in the same
+    order with the same size and dtype. Its memory stays allocated until free(tensor, group) on every rank; it is
+    never freed by garbage collection."""
+    pg = _symcomm_group(group, "empty")
+    if len(size) == 1 and isinstance(size[0], (tuple, list, _torch.Size)):
+        size = tuple(size[0])
+    dtype = dtype or _torch.get_default_dtype()
+    device = _torch.device(device) if device is not None else _torch.device("cpu")
+    numel = 1
+    for extent in size:
+        numel *= int(extent)
+    nbytes = numel * _torch.empty((), dtype=dtype).element_size()
+    comm = _heap_comm(pg, device)
+    buf = comm.alloc(max(nbytes, 1))
+    t = _view(buf, device, nbytes, dtype, tuple(size))
+    pg._heap[t.data_ptr()] = (buf, comm)  # noqa: SLF001
+    return t
+
+
+def free(tensor, group=None):
+    """Returns the memory of a tensor from empty() to the heap (collective, in the same order on every rank).
+    Views of it, its peers' included, must not be used afterwards."""
+    pg = _symcomm_group(group, "free")
+    entry = pg._heap.pop(tensor.data_ptr(), None)  # noqa: SLF001
+    if entry is None:
+        raise ValueError("symcomm: free: the tensor was not made by symcomm.torch.empty() on this group (or is a view "
+                         "that does not start where it does)")
+    buf, comm = entry
+    comm.free(buf)
+
+
+def peer_tensor(tensor, peer, group=None):
+    """Rank `peer`'s copy of a tensor from empty() (same dtype and shape), mapped in this process: reads and
+    writes reach the peer's memory directly (order them with the peer yourself, e.g. with a barrier)."""
+    pg = _symcomm_group(group, "peer_tensor")
+    entry = pg._heap.get(tensor.data_ptr())  # noqa: SLF001
+    if entry is None:
+        raise ValueError("symcomm: peer_tensor: the tensor was not made by symcomm.torch.empty() on this group")
+    buf, comm = entry
+    nbytes = tensor.numel() * tensor.element_size()
+    peer_buf = comm.peer_buffer(buf, int(peer), max(nbytes, 1))
+    return _view(peer_buf, tensor.device, nbytes, tensor.dtype, tuple(tensor.shape))
 
 
 # torch ops: the operations above and the symmetric-memory collectives of torch.distributed._symmetric_memory,

@@ -246,3 +246,21 @@ def test_forced_algorithm_errors(comm):
         comm.all_reduce(x, algorithm="nccl")
     assert info.value.code == "invalid_argument"
     assert_same(comm.all_reduce(x), np.full(8, comm.world_size, np.float32), "all_reduce after the errors")
+
+
+def test_heap_buffers(comm):
+    """alloc() / peer_buffer() / free() on the host backend: a zero-copy all-reduce and the peers' bytes."""
+    buf = comm.alloc(4 * 256)
+    x = np.asarray(buf).view(np.float32)
+    seed = 31337
+    x[:] = values(seed, comm.rank, 256, np.float32, "sum")
+    comm.all_reduce(x, out=x)
+    assert_same(x, reduce_expected(seed, comm.world_size, 256, np.float32, "sum"), "all_reduce in the heap")
+    x[:] = comm.rank
+    comm.barrier()
+    for q in range(comm.world_size):
+        assert_same(np.asarray(comm.peer_buffer(buf, q)).view(np.float32), np.full(256, q, np.float32), f"rank {q}")
+    comm.barrier()
+    with pytest.raises(ValueError):
+        comm.free(comm.peer_buffer(buf, 0))
+    comm.free(buf)

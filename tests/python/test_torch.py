@@ -845,6 +845,30 @@ def test_symmetric_memory_ops(gloo, dtype):
     check_usable(gloo)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=dname)
+def test_symmetric_tensors(gloo, dtype):
+    """empty() / peer_tensor() / free(): collectives on heap tensors (zero-copy) against gloo, and every rank
+    reading its peers' copies directly."""
+    w, r = dist.get_world_size(), dist.get_rank()
+    t = symcomm_torch.empty(3, 5 * w, dtype=dtype)
+    assert t.shape == (3, 5 * w) and t.dtype == dtype and t.is_contiguous()
+    x = inp(seed_of("heap", dtype), t.numel(), dtype, "sum").view(t.shape)
+    t.copy_(x)
+    want = wide(x.clone())
+    dist.all_reduce(want, group=gloo)
+    dist.all_reduce(t)
+    same(t, want.to(dtype), "all_reduce of a heap tensor")
+    t.fill_(r + 1)
+    dist.barrier()
+    for q in range(w):
+        same(symcomm_torch.peer_tensor(t, q), torch.full(t.shape, q + 1, dtype=dtype), f"rank {q}'s copy")
+    dist.barrier()
+    symcomm_torch.free(t)
+    with pytest.raises(ValueError, match="empty"):
+        symcomm_torch.free(torch.ones(2))
+    check_usable(gloo)
+
+
 def test_fused_torch_ops(gloo):
     name = dist.group.WORLD.group_name
     w, r = dist.get_world_size(), dist.get_rank()

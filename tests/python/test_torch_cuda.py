@@ -403,3 +403,31 @@ def test_ops_compiled_and_captured(nccl):
         out.fill_(float("nan"))
         graph.replay()
     same(out, eager, "graph replay")
+
+
+@pytest.mark.parametrize("n", [4096, 1 << 22])
+def test_symmetric_tensors(nccl, n):
+    """empty() on the GPU: zero-copy collectives against NCCL, peers' copies read directly, free()."""
+    r = dist.get_rank()
+    t = symcomm_torch.empty(WORLD, n, dtype=torch.bfloat16, device=dev())
+    assert t.is_cuda and t.shape == (WORLD, n)
+    x = inp(seed_of("cuda-heap", n), t.numel(), torch.bfloat16, "sum").view(t.shape)
+    t.copy_(x)
+    ref = x.clone()
+    dist.all_reduce(ref, group=nccl)
+    dist.all_reduce(t)
+    same(t, ref, "all_reduce of a heap tensor")
+    out = symcomm_torch.empty(WORLD * WORLD * n, dtype=torch.bfloat16, device=dev())
+    dist.all_gather_into_tensor(out, t)
+    ag_ref = poisoned(WORLD * t.numel(), t.dtype)
+    dist.all_gather_into_tensor(ag_ref, t, group=nccl)
+    same(out, ag_ref, "all_gather into a heap tensor")
+    t.fill_(r + 1)
+    torch.cuda.synchronize()
+    dist.barrier()
+    for q in range(WORLD):
+        same(symcomm_torch.peer_tensor(t, q), torch.full(t.shape, q + 1, dtype=t.dtype, device=dev()),
+             f"rank {q}'s copy")
+    dist.barrier()
+    symcomm_torch.free(out)
+    symcomm_torch.free(t)
