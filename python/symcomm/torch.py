@@ -313,6 +313,22 @@ class _ForwardedWork:
         return self._work.is_completed()
 
 
+class _BackendView:
+    """What torch 2.x asks of a process group's backend for a device (ProcessGroup._get_backend(device)): this
+    process group serves every device itself, without splitting (ncclCommSplit-style eager creation) or NCCL-style
+    coalescing; anything else is the process group's."""
+
+    supports_splitting = False
+    supports_coalescing = False
+    supports_time_estimate = False
+
+    def __init__(self, pg):
+        self._pg = pg
+
+    def __getattr__(self, name):
+        return getattr(self._pg, name)
+
+
 class ProcessGroupSymcomm(_ProcessGroup):
     """torch.distributed process group over symcomm communicators: CPU tensors on a host-backend communicator
     made with the group, CUDA tensors on a CUDA-backend communicator made at the group's first collective on a
@@ -397,6 +413,11 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise RuntimeError("symcomm: fused operations cannot run inside a coalescing block")
         self._flush_p2p()
         return self._cuda_comm(t.get_device()) if t.is_cuda else self._comm
+
+    def _get_backend(self, device):
+        """torch 2.x's per-device backend of the group (init_process_group(device_id=...) asks it)."""
+        del device
+        return _BackendView(self)
 
     def getBackendName(self):  # noqa: N802 - torch's name
         return BACKEND

@@ -11,6 +11,7 @@ run_ranks.py runs this file in a job of its own; it skips itself (reported as sk
 NCCL, without symcomm's CUDA backend, or with fewer GPUs than ranks.
 """
 
+import inspect
 import os
 import zlib
 
@@ -85,7 +86,10 @@ def same(got, want, what=""):
 @pytest.fixture(scope="module")
 def nccl():
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank() if dist.is_initialized() else 0)))
-    dist.init_process_group(backend="symcomm")
+    kwargs = {}
+    if "device_id" in inspect.signature(dist.init_process_group).parameters:  # torch 2.3 on: bind the group's GPU
+        kwargs["device_id"] = dev()
+    dist.init_process_group(backend="symcomm", **kwargs)
     assert isinstance(dist.group.WORLD, symcomm_torch.ProcessGroupSymcomm)
     group = dist.new_group(backend="nccl")
     yield group
@@ -431,3 +435,31 @@ def test_symmetric_tensors(nccl, n):
     dist.barrier()
     symcomm_torch.free(out)
     symcomm_torch.free(t)
+
+
+def test_object_collectives_barrier_and_blocking_p2p(nccl):
+    me = dist.get_rank()
+    objs = [None] * WORLD
+    dist.all_gather_object(objs, {"rank": me, "name": f"r{me}"})
+    assert objs == [{"rank": r, "name": f"r{r}"} for r in range(WORLD)]
+    box = [me * 10 if me == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    assert box == [0]
+    dist.barrier(device_ids=[dev().index])
+    x = inp(seed_of("blocking"), 70000, torch.float32)
+    got = poisoned(70000, torch.float32)
+    if me == 0:
+        dist.send(x, 1)
+    elif me == 1:
+        dist.recv(got, 0)
+        same(got, inp(seed_of("blocking"), 70000, torch.float32, rank=0), "send / recv")
+
+
+def test_subgroup_of_one_rank(nccl):
+    solo = dist.new_group(ranks=[0], backend="symcomm")
+    if dist.get_rank() == 0:
+        x = inp(seed_of("solo"), 1000, torch.float32, "sum")
+        want = x.clone()
+        dist.all_reduce(x, group=solo)
+        same(x, want, "all_reduce on a group of one rank")
+    dist.barrier()
