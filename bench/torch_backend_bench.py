@@ -20,25 +20,18 @@ Rank 0 prints a table and one JSON line [{"what", "bytes", "mode", "us"}, ...] (
 """
 
 import argparse
-import json
 import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+from torch_bench_common import emit, slowest
 
 import symcomm.torch as symcomm_torch
 
 SIZES = [4096, 16384, 65536, 262144, 1 << 20]
 SUM = symcomm_torch._core.ReduceOp.SUM  # noqa: SLF001
-
-
-def slowest(value):
-    """The largest of every rank's value (symcomm's own group, on the CPU)."""
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def trial(fn, iters):

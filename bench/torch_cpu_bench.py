@@ -10,12 +10,12 @@ Sizes 64 KiB to 64 MiB in powers of 4; for each, `iters` calls after warm-up, mi
 """
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+from torch_bench_common import emit, slowest
 
 import symcomm.torch  # noqa: F401 - registers the backend
 
@@ -24,12 +24,6 @@ SIZES = [65536 * 4**k for k in range(6)]  # 64 KiB .. 64 MiB
 
 def iterations_for(nbytes):
     return max(5, min(200, (256 << 20) // nbytes))
-
-
-def slowest(value):
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def main():

@@ -6,7 +6,6 @@ store and symcomm's Communicator.from_env() both serve on MASTER_PORT). Skipped 
 """
 
 import datetime
-import zlib
 
 import numpy as np
 import pytest
@@ -20,22 +19,9 @@ if not dist.is_available():
 
 import symcomm.torch as symcomm_torch  # noqa: E402
 
-R = dist.ReduceOp
-DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32,
-          torch.int64]
-# NumPy dtypes the inputs are made in (bfloat16: small integers, exact in float32 and bfloat16).
-NP = {torch.float16: np.float16, torch.bfloat16: np.float32, torch.float32: np.float32, torch.float64: np.float64,
-      torch.int8: np.int8, torch.uint8: np.uint8, torch.int32: np.int32, torch.int64: np.int64}
-OPS = {"sum": R.SUM, "prod": R.PRODUCT, "min": R.MIN, "max": R.MAX}
+from torch_cases import DTYPES, NP, OPS, R, dname, seed_of  # noqa: E402
+
 SIZES = [1, 7, 1000]
-
-
-def dname(d):
-    return str(d).replace("torch.", "")
-
-
-def seed_of(*parts):
-    return zlib.crc32(repr(parts).encode())
 
 
 def inp(seed, n, dtype, op=None, rank=None):

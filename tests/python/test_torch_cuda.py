@@ -13,7 +13,6 @@ NCCL, without symcomm's CUDA backend, or with fewer GPUs than ranks.
 
 import inspect
 import os
-import zlib
 
 import numpy as np
 import pytest
@@ -34,22 +33,10 @@ if torch.cuda.device_count() < WORLD:
 
 import symcomm.torch as symcomm_torch  # noqa: E402
 
-R = dist.ReduceOp
-DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32,
-          torch.int64]
-NP = {torch.float16: np.float16, torch.bfloat16: np.float32, torch.float32: np.float32, torch.float64: np.float64,
-      torch.int8: np.int8, torch.uint8: np.uint8, torch.int32: np.int32, torch.int64: np.int64}
-OPS = {"sum": R.SUM, "prod": R.PRODUCT, "min": R.MIN, "max": R.MAX}
+from torch_cases import DTYPES, NP, OPS, R, dname, seed_of  # noqa: E402
+
 # Elements: one, odd counts, and sizes on symcomm's LL, LL128, one-shot, two-shot and NCCL paths (bf16 bytes x2).
 SIZES = [1, 1001, 16384 + 3, 262144, 1 << 21, 1 << 24]
-
-
-def dname(d):
-    return str(d).replace("torch.", "")
-
-
-def seed_of(*parts):
-    return zlib.crc32(repr(parts).encode())
 
 
 def dev():
