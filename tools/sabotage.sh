@@ -57,6 +57,11 @@ case_def host host-deadline src/backends/host/host_engine.cc \
 case_def host topology-agreement src/core/communicator.cc \
   $'  mine += "topology=" + (ctx.topology ? ctx.topology->to_json() : std::string("(every pair linked)")) + "\\n";' "" \
   symcomm_rank_tests TopologyRanksRefusals.DisagreeingOrWrongFilesFailTheCreationOnEveryRank 90
+# The ring reduce-scatter adds chunk o[i - 1 - k] into the next position (NOTE [gather schedules]): one position off,
+# each rank's block completes at the wrong rank and the reduce-scatter over a ring topology is wrong.
+case_def host gather-schedule-ring src/algos/schedule.cc \
+  "o[mod(rs ? i - 1 - k : i - k)]" "o[mod(rs ? i - k : i - k)]" \
+  symcomm_rank_tests 'Layouts/TopologyRanks.CollectivesUseTheirSchedulesAndAreExact/ring_of_four' 90
 case_def host host-count-check src/backends/host/host_engine.cc \
   "if (h.count != r.count) mismatch(" "if (false) mismatch(" \
   symcomm_rank_tests Faults.CrossRankMismatchIsReportedNotAHang 90

@@ -123,7 +123,45 @@ Schedule ring(const std::vector<int>& o) {
   return s;
 }
 
+/// NOTE [gather schedules]: one step where every pair is linked.
+Schedule direct_gather(int n, Collective kind) {
+  Schedule s{.kind = ScheduleKind::kDirect, .chunks = n, .steps = {}};
+  if (n == 1) return s;
+  ScheduleStep st{.transfers = {}, .link_chunks = 1};
+  for (int c = 0; c < n; ++c) {
+    for (int q = 0; q < n; ++q) {
+      if (q == c) continue;
+      st.transfers.push_back(kind == Collective::kReduceScatter ? Transfer{q, c, c, Move::kReduce}
+                                                                : Transfer{c, q, c, Move::kCopy});
+    }
+  }
+  s.steps.push_back(std::move(st));
+  return s;
+}
+
+/// NOTE [gather schedules]: N - 1 steps around the ring o.
+Schedule ring_gather(const std::vector<int>& o, Collective kind) {
+  const int n = static_cast<int>(o.size());
+  Schedule s{.kind = ScheduleKind::kRing, .chunks = n, .steps = {}};
+  auto mod = [n](int v) { return ((v % n) + n) % n; };
+  const bool rs = kind == Collective::kReduceScatter;
+  for (int k = 0; k < n - 1; ++k) {
+    ScheduleStep st{.transfers = {}, .link_chunks = 1};
+    for (int i = 0; i < n; ++i) {
+      st.transfers.push_back({o[i], o[mod(i + 1)], o[mod(rs ? i - 1 - k : i - k)], rs ? Move::kReduce : Move::kCopy});
+    }
+    s.steps.push_back(std::move(st));
+  }
+  return s;
+}
+
 }  // namespace
+
+std::optional<Schedule> gather_schedule(const Topology& t, Collective kind) {
+  if (t.full_mesh()) return direct_gather(t.world_size(), kind);
+  if (const auto o = ring_order(t)) return ring_gather(*o, kind);
+  return std::nullopt;
+}
 
 std::string_view to_string(ScheduleKind k) {
   switch (k) {

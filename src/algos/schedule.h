@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "algos/topology.h"
+#include "symcomm/types.h"
 
 namespace symcomm::detail {
 
@@ -56,6 +57,20 @@ struct Schedule {
 
 /// The best schedule the topology's links allow (NOTE [schedule semantics]), or nothing.
 std::optional<Schedule> all_reduce_schedule(const Topology& t);
+
+// NOTE [gather schedules] Reduce-scatter and all-gather over a topology's links, in the terms of NOTE [schedule
+// semantics] with one chunk per rank: chunk c is rank c's block. Reduce-scatter: every rank starts with its
+// contribution in every chunk, and after the last step rank c's chunk c holds every rank's contribution exactly
+// once (its other chunks hold partial sums). All-gather: rank c starts with chunk c only, and after the last step
+// every rank holds every chunk (copies only, each read from a rank that already holds it).
+//   - direct (every pair linked): one step; each rank sends (reduce-scatter: reduces) chunk c to rank c, or
+//     (all-gather) copies its own chunk to every peer.
+//   - ring (a cycle through every rank, the hybrid cube mesh's included): N - 1 steps of one chunk per link
+//     direction. Reduce-scatter: in step k position i adds chunk o[i - 1 - k] into position i + 1, so chunk o[j]
+//     completes at position j; all-gather: in step k position i passes chunk o[i - k] to position i + 1.
+
+/// The reduce-scatter (kind kReduceScatter) or all-gather (kAllGather) schedule of the topology, or nothing.
+std::optional<Schedule> gather_schedule(const Topology& t, Collective kind);
 
 /// A link's cost: a fixed latency per step in which it carries data, and its bandwidth per direction (NVLink:
 /// per link; a pair's bandwidth is count times it).

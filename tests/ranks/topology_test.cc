@@ -61,8 +61,27 @@ void all_reduce_matrix(Communicator& comm, RankEnv& env, const std::string& tag)
     runner.run(Case{Collective::kAllReduce, d, ReduceOp::kSum, 300007, false, seed % 2 == 0, 0, Algorithm::kOneShot,
                     seed++, 0});
   }
-  runner.run(
-      Case{Collective::kAllGather, DataType::kInt32, ReduceOp::kSum, 131, false, true, 0, Algorithm::kAuto, seed++, 0});
+  // All-gathers and reduce-scatters run their schedules too (NOTE [gather schedules]): every dtype (and every op
+  // for the reduce-scatter), counts 0 to several rounds, in place or not, heap or plain memory, some misaligned.
+  for (Collective kind : {Collective::kAllGather, Collective::kReduceScatter}) {
+    for (DataType d : kAllDtypes) {
+      for (ReduceOp op : kAllOps) {
+        if (kind == Collective::kAllGather && op != ReduceOp::kSum) continue;  // no op to vary
+        for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{4099}}) {
+          const int variant = static_cast<int>(seed % 4);
+          const size_t misalign = seed % 3 == 0 ? seed % 15 + 1 : 0;
+          const Case c{kind,   d, op, count, (variant & 1) != 0, (variant & 2) != 0, misalign, Algorithm::kAuto,
+                       seed++, 0};
+          if (!runner.run(c) && ++failures >= 5) break;
+          if (count > 0) {
+            EXPECT_EQ(comm.last_path(), KernelPath::kHostScheduled) << describe(c);
+          }
+        }
+      }
+    }
+    runner.run(Case{kind, DataType::kFloat32, ReduceOp::kSum, size_t{300007} / env.info.world_size, false,
+                    seed % 2 == 0, 0, Algorithm::kAuto, seed++, 0});
+  }
   env.store->set(fmt::format("{}/hash/{}", tag, env.info.rank), std::to_string(runner.hash()));
   for (int p = 0; p < env.info.world_size; ++p) {
     EXPECT_EQ(env.store->get_string(fmt::format("{}/hash/{}", tag, p)), std::to_string(runner.hash()))
@@ -78,7 +97,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
 
 class TopologyRanks : public ::testing::TestWithParam<Layout> {};
 
-TEST_P(TopologyRanks, AllReducesUseTheScheduleAndAreExact) {
+TEST_P(TopologyRanks, CollectivesUseTheirSchedulesAndAreExact) {
   const Layout& l = GetParam();
   TempFiles files;
   const std::string path = files.write("t.json", l.topology.to_json());
@@ -97,8 +116,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TopologyRanks,
                                            Layout{"ring_of_five_pcie", Topology::ring(5, LinkKind::kPcie)}),
                          [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
 
-// Pairs only: no schedule. The all-reduce is refused on every rank before anything runs, the other collectives
-// and later calls still work; a split into the pairs links each pair fully and runs the usual algorithms.
+// Pairs only: no schedule. The all-reduce, all-gather and reduce-scatter are refused on every rank before anything
+// runs, broadcast and later calls still work; a split into the pairs links each pair fully and runs the usual
+// algorithms.
 TEST(TopologyRanksRefusals, PairsOnlyRefuseTheAllReduceAndStayUsable) {
   TempFiles files;
   const std::string path = files.write("pairs.json", pairs(4).to_json());
@@ -109,8 +129,14 @@ TEST(TopologyRanksRefusals, PairsOnlyRefuseTheAllReduceAndStayUsable) {
       comm->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
     });
     EXPECT_NE(std::string(e.what()).find("no all-reduce schedule"), std::string::npos) << e.what();
-    comm->all_gather(in.data(), out.data(), in.size(), DataType::kFloat32);
-    for (float v : out) EXPECT_EQ(v, 1.0f);
+    const Error g = expect_error(ErrorCode::kUnsupported,
+                                 [&] { comm->all_gather(in.data(), out.data(), in.size(), DataType::kFloat32); });
+    EXPECT_NE(std::string(g.what()).find("no all-gather schedule"), std::string::npos) << g.what();
+    expect_error(ErrorCode::kUnsupported,
+                 [&] { comm->reduce_scatter(out.data(), in.data(), in.size(), DataType::kFloat32, ReduceOp::kSum); });
+    std::vector<float> b(64, static_cast<float>(env.info.rank + 1));
+    comm->broadcast(b.data(), b.data(), b.size(), DataType::kFloat32, 3);
+    for (float v : b) EXPECT_EQ(v, 4.0f);
     auto pair = comm->split(env.info.rank / 2, 0);
     pair->all_reduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(pair->last_path(), KernelPath::kHost);

@@ -22,13 +22,16 @@
 namespace symcomm::detail {
 namespace {
 
-/// Why the schedule is wrong on `t`, or empty.
-std::string run_schedule(const Schedule& s, const Topology& t) {
+/// Why the schedule of collective `kind` is wrong on `t`, or empty. All-reduce and reduce-scatter: rank r starts
+/// with its contribution in every chunk; all-gather: in chunk r only (NOTE [gather schedules]).
+std::string run_schedule(const Schedule& s, const Topology& t, Collective kind = Collective::kAllReduce) {
   const int n = t.world_size();
   // counts[r][c][k]: how often rank k's contribution is in chunk c of rank r.
   std::vector<std::vector<std::vector<int>>> counts(n, std::vector<std::vector<int>>(s.chunks, std::vector<int>(n, 0)));
   for (int r = 0; r < n; ++r) {
-    for (int c = 0; c < s.chunks; ++c) counts[r][c][r] = 1;
+    for (int c = 0; c < s.chunks; ++c) {
+      if (kind != Collective::kAllGather || c == r) counts[r][c][r] = 1;
+    }
   }
   for (size_t k = 0; k < s.steps.size(); ++k) {
     const ScheduleStep& st = s.steps[k];
@@ -59,10 +62,13 @@ std::string run_schedule(const Schedule& s, const Topology& t) {
                std::to_string(st.link_chunks);
     }
   }
+  if (kind != Collective::kAllReduce && s.chunks != n) return "a gather schedule needs one chunk per rank";
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < s.chunks; ++c) {
+      if (kind == Collective::kReduceScatter && c != r) continue;  // only rank c's chunk c is its output
       for (int k = 0; k < n; ++k) {
-        if (counts[r][c][k] != 1)
+        const int want = kind == Collective::kAllGather ? (k == c ? 1 : 0) : 1;
+        if (counts[r][c][k] != want)
           return "rank " + std::to_string(r) + " chunk " + std::to_string(c) + " holds rank " + std::to_string(k) +
                  "'s contribution " + std::to_string(counts[r][c][k]) + " times";
       }
@@ -134,6 +140,70 @@ TEST(Schedule, EachTopologyGetsItsScheduleAndItIsExact) {
     EXPECT_EQ(s->steps.size(), row.steps) << row.name;
     EXPECT_EQ(run_schedule(*s, row.topology), "") << row.name;
   }
+}
+
+// Reduce-scatter and all-gather schedules: direct where every pair is linked (one step), a ring wherever a cycle
+// through every rank exists (N - 1 steps), none elsewhere; each exact, over existing links only.
+TEST(Schedule, GatherSchedulesAreExactOverExistingLinks) {
+  struct GatherRow {
+    std::string name;
+    Topology topology;
+    std::optional<ScheduleKind> want;
+    size_t steps = 0;
+  };
+  const std::vector<GatherRow> rows = {
+      {"one rank", Topology(1), ScheduleKind::kDirect, 0},
+      {"four, all NVLink", Topology::full(4), ScheduleKind::kDirect, 1},
+      {"hybrid cube mesh", Topology::hybrid_cube_mesh(), ScheduleKind::kRing, 7},
+      {"hybrid cube mesh, renamed", Topology::hybrid_cube_mesh().among({3, 6, 0, 5, 7, 1, 4, 2}), ScheduleKind::kRing,
+       7},
+      {"ring of four", Topology::ring(4), ScheduleKind::kRing, 3},
+      {"ring of eight, renamed", Topology::ring(8).among({5, 2, 7, 0, 3, 6, 1, 4}), ScheduleKind::kRing, 7},
+      {"ring of six, NVLink and PCIe", with(with(path(6), 5, 0, LinkKind::kPcie), 1, 4), ScheduleKind::kRing, 5},
+      {"four, pairs only", pairs(4), std::nullopt},
+      {"four in a line", path(4), std::nullopt},
+  };
+  for (const GatherRow& row : rows) {
+    for (Collective kind : {Collective::kReduceScatter, Collective::kAllGather}) {
+      const std::optional<Schedule> s = gather_schedule(row.topology, kind);
+      ASSERT_EQ(s.has_value(), row.want.has_value()) << row.name;
+      if (!s) continue;
+      EXPECT_EQ(to_string(s->kind), to_string(*row.want)) << row.name;
+      EXPECT_EQ(s->steps.size(), row.steps) << row.name;
+      EXPECT_EQ(run_schedule(*s, row.topology, kind), "") << row.name << ", " << to_string(kind);
+    }
+  }
+  std::mt19937 rng(20261128);
+  int checked = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const int n = 2 + static_cast<int>(rng() % 7);
+    Topology t(n);
+    for (int a = 0; a < n; ++a) {
+      for (int b = a + 1; b < n; ++b) {
+        if (rng() % 2) t.set(a, b, {LinkKind::kNvlink, 1});
+      }
+    }
+    for (Collective kind : {Collective::kReduceScatter, Collective::kAllGather}) {
+      const std::optional<Schedule> s = gather_schedule(t, kind);
+      ASSERT_EQ(s.has_value(), all_reduce_schedule(t).has_value()) << t.to_json();  // the same topologies served
+      if (!s) continue;
+      ++checked;
+      EXPECT_EQ(run_schedule(*s, t, kind), "") << t.to_json() << ", " << to_string(kind);
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// The checker itself: a reduce-scatter step removed, or an all-gather transfer reading a chunk its sender does not
+// hold yet, is reported.
+TEST(Schedule, TheCheckerCatchesBrokenGatherSchedules) {
+  const Topology ring = Topology::ring(4);
+  Schedule rs = *gather_schedule(ring, Collective::kReduceScatter);
+  rs.steps.pop_back();
+  EXPECT_NE(run_schedule(rs, ring, Collective::kReduceScatter), "");
+  Schedule ag = *gather_schedule(ring, Collective::kAllGather);
+  std::swap(ag.steps.front(), ag.steps.back());
+  EXPECT_NE(run_schedule(ag, ring, Collective::kAllGather), "");
 }
 
 // Random layouts: a node whose links contain a cycle through every rank gets an exact schedule; one without such a

@@ -11,6 +11,8 @@ void host_all_reduce_one_shot(HostEngine& e, const Request& r);
 void host_all_reduce_two_shot(HostEngine& e, const Request& r);
 /// The all-reduce over the links of a topology, by schedule `s` (host_scheduled.cc).
 void host_all_reduce_scheduled(HostEngine& e, const Request& r, const Schedule& s);
+/// Reduce-scatter or all-gather (r.kind) over a topology's links (host_scheduled.cc).
+void host_gather_scheduled(HostEngine& e, const Request& r, const Schedule& s);
 void host_all_gather(HostEngine& e, const Request& r);
 void host_reduce_scatter(HostEngine& e, const Request& r);
 /// A bucket flush's reduce-scatter (NOTE [host gathered flush] in host_reduce_scatter.cc).

@@ -95,11 +95,10 @@ class HostBackend final : public Backend {
     return off ? segments_.base(peer) + *off : nullptr;
   }
 
-  // A topology that links every pair needs no schedule; one no schedule serves refuses the all-reduce here,
-  // before anything is recorded (NOTE [schedule semantics] in src/algos/schedule.h).
-  void check_buffers(const Request& r) override {
-    if (r.kind == Collective::kAllReduce) (void)topology_schedule();
-  }
+  // A topology that links every pair needs no schedule; one no schedule serves refuses the all-reduce,
+  // all-gather or reduce-scatter here, before anything is recorded (NOTE [schedule semantics] and NOTE [gather
+  // schedules] in src/algos/schedule.h).
+  void check_buffers(const Request& r) override { (void)topology_schedule(r.kind); }
 
   void check_p2p(const Request& /*r*/) override {}  // NOTE [point-to-point] in host_p2p.cc
 
@@ -260,31 +259,39 @@ class HostBackend final : public Backend {
     }
   }
 
-  /// The all-reduce schedule of the communicator's topology; nullptr where every pair is linked (or no topology
-  /// is given). Throws kUnsupported where no schedule serves the topology.
-  const Schedule* topology_schedule() {
+  /// The schedule of an all-reduce, all-gather or reduce-scatter over the communicator's topology; nullptr for
+  /// the other collectives and where every pair is linked (or no topology is given). Throws kUnsupported where no
+  /// schedule serves the topology.
+  const Schedule* topology_schedule(Collective kind) {
     if (!ctx_.topology || ctx_.topology->full_mesh()) return nullptr;
-    std::call_once(schedule_once_, [&] { schedule_ = all_reduce_schedule(*ctx_.topology); });
-    SYMCOMM_CHECK(schedule_.has_value(), kUnsupported,
-                  "rank {}: no all-reduce schedule uses only the links of the topology {} (a cycle through every "
-                  "rank, a hybrid cube mesh or every pair linked; docs/design/topology.md)",
-                  ctx_.ranks.rank, ctx_.topology->to_json());
-    return &*schedule_;
+    const int k = kind == Collective::kAllReduce ? 0 : kind == Collective::kAllGather ? 1 : 2;
+    if (k == 2 && kind != Collective::kReduceScatter) return nullptr;
+    std::call_once(schedule_once_[k], [&] {
+      schedules_[k] = k == 0 ? all_reduce_schedule(*ctx_.topology) : gather_schedule(*ctx_.topology, kind);
+    });
+    static constexpr const char* kNames[] = {"all-reduce", "all-gather", "reduce-scatter"};
+    SYMCOMM_CHECK(schedules_[k].has_value(), kUnsupported,
+                  "rank {}: no {} schedule uses only the links of the topology {} (a cycle through every rank, a "
+                  "hybrid cube mesh or every pair linked; docs/design/topology.md)",
+                  ctx_.ranks.rank, kNames[k], ctx_.topology->to_json());
+    return &*schedules_[k];
   }
 
   void execute_one(const Request& r, Algorithm algo) {
     ctx_.throw_if_failed();
-    const Schedule* scheduled = r.kind == Collective::kAllReduce ? topology_schedule() : nullptr;
+    const Schedule* scheduled = topology_schedule(r.kind);
     note_path(scheduled ? KernelPath::kHostScheduled : KernelPath::kHost);
     // NOTE [step variant]: ranks that forced different all-reduce algorithms must not pass each other.
-    engine_.begin_op(r.kind != Collective::kAllReduce ? 0 : scheduled ? 3 : 1 + (algo == Algorithm::kTwoShot));
+    engine_.begin_op(scheduled ? 3 : r.kind != Collective::kAllReduce ? 0 : 1 + (algo == Algorithm::kTwoShot));
     switch (r.kind) {
       case Collective::kAllReduce:
         if (scheduled) return host_all_reduce_scheduled(engine_, r, *scheduled);
         return algo == Algorithm::kTwoShot ? host_all_reduce_two_shot(engine_, r)
                                            : host_all_reduce_one_shot(engine_, r);
-      case Collective::kAllGather: return host_all_gather(engine_, r);
-      case Collective::kReduceScatter: return host_reduce_scatter(engine_, r);
+      case Collective::kAllGather:
+        return scheduled ? host_gather_scheduled(engine_, r, *scheduled) : host_all_gather(engine_, r);
+      case Collective::kReduceScatter:
+        return scheduled ? host_gather_scheduled(engine_, r, *scheduled) : host_reduce_scatter(engine_, r);
       case Collective::kBroadcast: return host_broadcast(engine_, r);
       case Collective::kAllToAll: return host_all_to_all(engine_, r);
       case Collective::kBarrier: return host_barrier(engine_, r);
@@ -324,8 +331,9 @@ class HostBackend final : public Backend {
 
   CommContext& ctx_;
   Capabilities caps_;
-  std::once_flag schedule_once_;
-  std::optional<Schedule> schedule_;  ///< topology_schedule()'s, built at its first call
+  std::once_flag schedule_once_[3];
+  std::optional<Schedule> schedules_[3];  ///< topology_schedule()'s (all-reduce, all-gather, reduce-scatter), built at
+                                          ///< their first call
   HostSegments segments_;
   HostEngine engine_;
   HostP2p p2p_;
