@@ -262,6 +262,11 @@ TEST(Schedule, CostModelAddsStepsAndTheSlowestLink) {
   // A ring of four with one PCIe link: every step waits for that link.
   const Topology mixed = with(path(4), 3, 0, LinkKind::kPcie);
   EXPECT_DOUBLE_EQ(predicted_us(*all_reduce_schedule(mixed), mixed, 4'000'000, m), 6 * (0.5 + 2 + 50));
+  // Its all-gather of 4 MB (every rank's 1 MB block): three steps of one block per link direction.
+  EXPECT_DOUBLE_EQ(predicted_us(*gather_schedule(mixed, Collective::kAllGather), mixed, 4'000'000, m),
+                   3 * (0.5 + 2 + 50));
+  // The direct reduce-scatter on four NVLink ranks: one step.
+  EXPECT_DOUBLE_EQ(predicted_us(*gather_schedule(four, Collective::kReduceScatter), four, 4'000'000, m), 0.5 + 1 + 10);
 }
 
 TEST(Topology, JsonRoundTripsAndFingerprintsTell) {
