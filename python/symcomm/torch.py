@@ -61,19 +61,23 @@ DTYPES = (_torch.float16, _torch.bfloat16, _torch.float32, _torch.float64, _torc
 FUSED_DTYPES = (_torch.bfloat16, _torch.float16, _torch.float32)
 
 
+#: torch's reduce ops that symcomm runs, with symcomm's.
+_OP_PAIRS = ((_TorchReduceOp.SUM, _core.ReduceOp.SUM), (_TorchReduceOp.PRODUCT, _core.ReduceOp.PROD),
+             (_TorchReduceOp.MIN, _core.ReduceOp.MIN), (_TorchReduceOp.MAX, _core.ReduceOp.MAX),
+             (_TorchReduceOp.AVG, _core.ReduceOp.AVG))
+
+
 def _op_by_hash():
     """symcomm's ReduceOp for the hash of each of torch's ReduceOps that symcomm runs (torch hashes a ReduceOp as
     its operator's number); None where torch's ops do not hash to distinct values."""
-    ops = [_TorchReduceOp.SUM, _TorchReduceOp.PRODUCT, _TorchReduceOp.MIN, _TorchReduceOp.MAX, _TorchReduceOp.AVG]
     others = [getattr(_TorchReduceOp, name) for name in ("BAND", "BOR", "BXOR", "PREMUL_SUM") if hasattr(_TorchReduceOp, name)]
     try:
-        hashes = [hash(o) for o in ops + others]
+        hashes = [hash(o) for o in [theirs for theirs, _ in _OP_PAIRS] + others]
     except TypeError:
         return None
     if len(set(hashes)) != len(hashes):
         return None
-    return dict(zip(hashes, (_core.ReduceOp.SUM, _core.ReduceOp.PROD, _core.ReduceOp.MIN, _core.ReduceOp.MAX,
-                             _core.ReduceOp.AVG)))
+    return {hash(theirs): ours for theirs, ours in _OP_PAIRS}
 
 
 _OP_BY_HASH = _op_by_hash()
@@ -87,9 +91,7 @@ def _reduce_op(op):
         ours = _OP_BY_HASH.get(hash(op))
         if ours is not None:
             return ours
-    for theirs, ours in ((_TorchReduceOp.SUM, _core.ReduceOp.SUM), (_TorchReduceOp.PRODUCT, _core.ReduceOp.PROD),
-                         (_TorchReduceOp.MIN, _core.ReduceOp.MIN), (_TorchReduceOp.MAX, _core.ReduceOp.MAX),
-                         (_TorchReduceOp.AVG, _core.ReduceOp.AVG)):
+    for theirs, ours in _OP_PAIRS:
         if op == theirs:
             return ours
     raise ValueError(f"symcomm: reduce op {op} is not supported (SUM, PRODUCT, MIN, MAX, AVG)")
@@ -615,10 +617,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
         x = _array(t, "allreduce")
         if t.is_cuda and not self._coalescing and not self._p2p_held:  # _submit's CUDA path, inlined: the hot call
-            index = t.get_device()
-            comm = self._cuda_comm(index)
-            stream = _RAW_STREAM(index) if _RAW_STREAM is not None else _stream(t)
-            comm.all_reduce(x, x, op, False, _DTYPE_NAMES[t.dtype], stream)
+            comm = self._cuda_comm(t.get_device())
+            comm.all_reduce(x, x, op, False, _DTYPE_NAMES[t.dtype], _stream(t))
             return Work(None, [t], None, False, comm)
         return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(t), s), [t], t)
 
