@@ -1,7 +1,7 @@
-// Topology files on the host backend (Config::topology_file, docs/design/topology.md): all-reduces over a
-// simulated topology run the schedule that uses only its links (KernelPath::kHostScheduled) and are exact and
-// bitwise identical on every rank, whatever algorithm is asked for; a topology no schedule serves refuses the
-// all-reduce (kUnsupported) and leaves the communicator usable; a split gets its members' links; ranks whose
+// Topology files on the host backend (Config::topology_file, docs/design/topology.md): all-reduces, all-gathers and
+// reduce-scatters over a simulated topology run the schedules that use only its links (KernelPath::kHostScheduled)
+// and are exact and bitwise identical on every rank, whatever algorithm is asked for; a topology no schedule serves
+// refuses them (kUnsupported) and leaves the communicator usable; a split gets its members' links; ranks whose
 // files give different links, or a file for another world size, fail at creation on every rank.
 
 #include "algos/topology.h"
@@ -36,23 +36,26 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env, const std::string& name, c
   return env.make_comm({.name = name, .config = c});
 }
 
-// Every dtype and op, counts 0 to several scratch rounds, in place or not, heap or plain memory, some misaligned,
-// with each algorithm asked for.
-void all_reduce_matrix(Communicator& comm, RankEnv& env, const std::string& tag) {
+// All-reduces, all-gathers and reduce-scatters over the topology (NOTE [schedule semantics], NOTE [gather
+// schedules]): every dtype and op (the all-gather has none to vary), counts 0 to several scratch rounds, in place
+// or not, heap or plain memory, some misaligned, the all-reduce with each algorithm asked for.
+void collective_matrix(Communicator& comm, RankEnv& env, const std::string& tag) {
   CaseRunner runner(comm);
   uint64_t seed = 7;
   int failures = 0;
-  for (DataType d : kAllDtypes) {
-    for (ReduceOp op : kAllOps) {
-      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{4099}}) {
-        const int variant = static_cast<int>(seed % 4);
-        const size_t misalign = seed % 3 == 0 ? seed % 15 + 1 : 0;
-        const Algorithm algo = seed % 2 ? Algorithm::kTwoShot : Algorithm::kAuto;
-        const Case c{Collective::kAllReduce, d,        op,   count,  (variant & 1) != 0,
-                     (variant & 2) != 0,     misalign, algo, seed++, 0};
-        if (!runner.run(c) && ++failures >= 5) break;
-        if (count > 0) {
-          EXPECT_EQ(comm.last_path(), KernelPath::kHostScheduled) << describe(c);
+  for (Collective kind : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
+    for (DataType d : kAllDtypes) {
+      for (ReduceOp op : kAllOps) {
+        if (kind == Collective::kAllGather && op != ReduceOp::kSum) continue;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{4099}}) {
+          const int variant = static_cast<int>(seed % 4);
+          const size_t misalign = seed % 3 == 0 ? seed % 15 + 1 : 0;
+          const Algorithm algo = kind == Collective::kAllReduce && seed % 2 ? Algorithm::kTwoShot : Algorithm::kAuto;
+          const Case c{kind, d, op, count, (variant & 1) != 0, (variant & 2) != 0, misalign, algo, seed++, 0};
+          if (!runner.run(c) && ++failures >= 5) break;
+          if (count > 0) {
+            EXPECT_EQ(comm.last_path(), KernelPath::kHostScheduled) << describe(c);
+          }
         }
       }
     }
@@ -61,24 +64,7 @@ void all_reduce_matrix(Communicator& comm, RankEnv& env, const std::string& tag)
     runner.run(Case{Collective::kAllReduce, d, ReduceOp::kSum, 300007, false, seed % 2 == 0, 0, Algorithm::kOneShot,
                     seed++, 0});
   }
-  // All-gathers and reduce-scatters run their schedules too (NOTE [gather schedules]): every dtype (and every op
-  // for the reduce-scatter), counts 0 to several rounds, in place or not, heap or plain memory, some misaligned.
   for (Collective kind : {Collective::kAllGather, Collective::kReduceScatter}) {
-    for (DataType d : kAllDtypes) {
-      for (ReduceOp op : kAllOps) {
-        if (kind == Collective::kAllGather && op != ReduceOp::kSum) continue;  // no op to vary
-        for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{4099}}) {
-          const int variant = static_cast<int>(seed % 4);
-          const size_t misalign = seed % 3 == 0 ? seed % 15 + 1 : 0;
-          const Case c{kind,   d, op, count, (variant & 1) != 0, (variant & 2) != 0, misalign, Algorithm::kAuto,
-                       seed++, 0};
-          if (!runner.run(c) && ++failures >= 5) break;
-          if (count > 0) {
-            EXPECT_EQ(comm.last_path(), KernelPath::kHostScheduled) << describe(c);
-          }
-        }
-      }
-    }
     runner.run(Case{kind, DataType::kFloat32, ReduceOp::kSum, size_t{300007} / env.info.world_size, false,
                     seed % 2 == 0, 0, Algorithm::kAuto, seed++, 0});
   }
@@ -103,7 +89,7 @@ TEST_P(TopologyRanks, CollectivesUseTheirSchedulesAndAreExact) {
   const std::string path = files.write("t.json", l.topology.to_json());
   expect_success(l.topology.world_size(), [&](RankEnv& env) {
     auto comm = make_comm(env, "scheduled", path);
-    all_reduce_matrix(*comm, env, "scheduled");
+    collective_matrix(*comm, env, "scheduled");
     comm->barrier();
   });
 }

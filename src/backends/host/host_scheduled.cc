@@ -17,6 +17,20 @@
 #include "backends/host/host_algos.h"
 
 namespace symcomm::detail {
+namespace {
+
+/// One transfer addressed to this rank: `n` elements from a peer's published block into `mine`, copied or
+/// combined with `op`.
+void apply(const Request& r, ReduceOp op, Move move, uint8_t* mine, const uint8_t* from, size_t n) {
+  if (move == Move::kCopy) {
+    std::memcpy(mine, from, n * r.elem_size());
+  } else {
+    const void* srcs[2] = {mine, from};
+    host_reduce(r.dtype, op, mine, srcs, 2, n);
+  }
+}
+
+}  // namespace
 
 void host_all_reduce_scheduled(HostEngine& e, const Request& r, const Schedule& s) {
   const size_t es = r.elem_size(), cap = e.round_elems(es, 1);
@@ -34,13 +48,7 @@ void host_all_reduce_scheduled(HostEngine& e, const Request& r, const Schedule& 
         if (x.dst != me) continue;
         const size_t b = std::min(static_cast<size_t>(x.chunk) * chunk, len), n = std::min(chunk, len - b);
         if (n == 0) continue;
-        const uint8_t* from = e.peer_block(x.src, 0) + b * es;
-        if (x.move == Move::kCopy) {
-          std::memcpy(out + b * es, from, n * es);
-        } else {
-          const void* srcs[2] = {out + b * es, from};
-          host_reduce(r.dtype, step_op, out + b * es, srcs, 2, n);
-        }
+        apply(r, step_op, x.move, out + b * es, e.peer_block(x.src, 0) + b * es, n);
       }
       e.end_step();
     }
@@ -71,14 +79,8 @@ void host_gather_scheduled(HostEngine& e, const Request& r, const Schedule& s) {
       e.exchange(r, round, buf + off * es, block * es, n, len * es, false);
       for (const Transfer& x : step.transfers) {
         if (x.dst != me) continue;
-        uint8_t* mine = buf + (static_cast<size_t>(x.chunk) * block + off) * es;
-        const uint8_t* from = e.peer_block(x.src, x.chunk);
-        if (x.move == Move::kCopy) {
-          std::memcpy(mine, from, len * es);
-        } else {
-          const void* srcs[2] = {mine, from};
-          host_reduce(r.dtype, step_op, mine, srcs, 2, len);
-        }
+        apply(r, step_op, x.move, buf + (static_cast<size_t>(x.chunk) * block + off) * es, e.peer_block(x.src, x.chunk),
+              len);
       }
       e.end_step();
     }
