@@ -145,6 +145,11 @@ long long CudaBench::run() {
     impls.push_back({"nccl", plain, nccl_op_fn(plain), [] { return std::string("nccl"); }});
     impls.push_back({"nccl_symmetric", nsym, nccl_op_fn(nsym), [] { return std::string("nccl"); }});
   }
+  // --extra plain: symcomm also on the cudaMalloc buffers (outside the heap: the staged paths).
+  if (std::find(o_.extra.begin(), o_.extra.end(), "plain") != o_.extra.end()) {
+    impls.push_back({"symcomm_plain", plain, symcomm_op(plain, Algorithm::kAuto),
+                     [this] { return std::string(to_string(comm_.last_algorithm())); }});
+  }
   impls.push_back(
       {"symcomm_one_shot", sym, symcomm_op(sym, Algorithm::kOneShot), [] { return std::string("one_shot"); }});
   impls.push_back(
@@ -157,7 +162,8 @@ long long CudaBench::run() {
     for (size_t bytes : sizes) {
       const size_t count = count_for(c, bytes);
       for (Impl& impl : impls) {
-        if (impl.name.rfind("symcomm_", 0) == 0 && c != Collective::kAllReduce) continue;
+        const bool forced = impl.name == "symcomm_one_shot" || impl.name == "symcomm_two_shot";
+        if (forced && c != Collective::kAllReduce) continue;
         for (const std::string& mode : modes) {
           // Verified in the mode it is timed in: a graph replay runs what the capture recorded, which may differ.
           const long long wrong = o_.check ? verify(impl, c, count, s, mode == "graph") : -1;

@@ -39,7 +39,8 @@ int run(int argc, char** argv) {
   app.add_option("--algo", algo, "auto | one_shot | two_shot | direct | copy_engine | nccl");
   app.add_option("--contention", contention, "auto | low | throughput");
   app.add_option("--extra", o.extra,
-                 "runner switches: plain (host buffers outside the heap), contention, fused, group, bucket")
+                 "runner switches: plain (host: buffers outside the heap; cuda: symcomm also on cudaMalloc buffers), "
+                 "contention, fused, group, bucket")
       ->delimiter(',');
   app.add_flag("!--no-check", o.check, "skip result verification");
   app.add_option("--json", o.json_path, "write one JSON object per measurement to this file");

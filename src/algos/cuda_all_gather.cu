@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(ExchangeParams p) {
       }
       block_copy_multi(dsts, nd, src, s.size());
     } else {
-      for (int q = 0; q < n_ranks; ++q) {
+      for (int k = 0; k < n_ranks; ++k) {  // NOTE [push order]
+        const int q = push_target(me, k, n_ranks);
         const char* src = p.in + q * p.in_block_stride + e0 + s.begin;
         char* dst = q == me ? p.out + me * p.bytes + e0 + s.begin : c.scratch[q] + hoff + me * slot + s.begin;
         if (dst != src) block_copy(dst, src, s.size());

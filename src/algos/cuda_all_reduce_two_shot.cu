@@ -70,8 +70,9 @@ __device__ void staged(const AllReduceTwoShotParams& p, const Frame& f, uint32_t
     const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
     const size_t rs = hoff, ag = hoff + n_ranks * slot;
     const Slice s = block_slice(shard, rounds == 1 ? shard : shard_cap, unit);
-    // 1. scatter my shards
-    for (int q = 0; q < n_ranks; ++q) {
+    // 1. scatter my shards (NOTE [push order])
+    for (int k = 0; k < n_ranks; ++k) {
+      const int q = push_target(me, k, n_ranks);
       const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
       const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);
       block_copy(c.scratch[q] + rs + me * slot + b * sizeof(T), reinterpret_cast<const char*>(in + e0 + q0 + b),
@@ -116,8 +117,8 @@ __device__ void push_out(const AllReduceTwoShotParams& p, const Frame& f, uint32
     const size_t shard = min_sz(shard_cap, round_up(div_up(n, n_ranks), unit));
     const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
     const Slice s = block_slice(shard, rounds == 1 ? shard : shard_cap, unit);
-    for (int q = 0; q < n_ranks; ++q) {
-      if (q == me) continue;
+    for (int k = 0; k + 1 < n_ranks; ++k) {  // NOTE [push order]
+      const int q = push_target(me, k, n_ranks);
       const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
       const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);
       block_copy(c.scratch[q] + hoff + me * slot + b * sizeof(T), reinterpret_cast<const char*>(in + e0 + q0 + b),

@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(kThreads)
     const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
     const Slice s = block_slice(n, rounds == 1 ? n : round_elems, unit);
     const uint64_t v0 = e0 + s.begin, v1 = e0 + s.end;
-    for (int q = 0; q < n_ranks; ++q) {
-      if (q == me) continue;  // this rank's own row is reduced in place
+    for (int k = 0; k + 1 < n_ranks; ++k) {  // NOTE [push order]; this rank's own row is reduced in place
+      const int q = push_target(me, k, n_ranks);
       char* dst = c.scratch[q] + hoff + me * slot + s.begin * sizeof(T);
       for_each_row_piece<T>(p, v0, v1, [&](const BucketCopySegment& g, size_t local, size_t len, size_t rel) {
         block_copy(dst + rel * sizeof(T), row_of(g, q) + local * sizeof(T), len * sizeof(T));

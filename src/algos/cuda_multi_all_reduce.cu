@@ -20,7 +20,8 @@ template <class T>
 __device__ void scatter_shards(const MultiParams& p, size_t e0, size_t n, size_t shard, const Slice& s, size_t off,
                                size_t slot, bool skip_me) {
   const DeviceComm& c = p.comm;
-  for (int q = 0; q < c.world_size; ++q) {
+  for (int k = 0; k < c.world_size; ++k) {  // NOTE [push order]
+    const int q = push_target(c.rank, k, c.world_size);
     if (skip_me && q == c.rank) continue;
     const size_t q0 = min_sz(q * shard, n), qlen = min_sz(shard, n - q0);
     const size_t b = min_sz(s.begin, qlen), e = min_sz(s.end, qlen);

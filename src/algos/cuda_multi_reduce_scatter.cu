@@ -40,7 +40,8 @@ __global__ void __launch_bounds__(kThreads) multi_reduce_scatter_kernel(const __
     const size_t e0 = j * round_elems, n = min_sz(round_elems, p.total - e0);
     const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
     const Slice s = block_slice(n, rounds == 1 ? n : round_elems, unit);
-    for (int q = 0; q < n_ranks; ++q) {
+    for (int k = 0; k < n_ranks; ++k) {  // NOTE [push order]
+      const int q = push_target(me, k, n_ranks);
       char* dst = c.scratch[q] + hoff + me * slot + s.begin * sizeof(T);
       for_each_piece(p, e0 + s.begin, e0 + s.end, [&](const MultiSegment& g, size_t local, size_t len, size_t rel) {
         block_copy(dst + rel * sizeof(T), g.in + (q * g.count + local) * sizeof(T), len * sizeof(T));

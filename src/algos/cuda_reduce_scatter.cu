@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(ReduceScatterP
     const size_t e0 = j * round_elems, n = min_sz(round_elems, p.count - e0);
     const size_t hoff = ((f.half0 + j) & 1) * c.scratch_half_bytes;
     const Slice s = block_slice(n, rounds == 1 ? n : round_elems, unit);
-    for (int q = 0; q < n_ranks; ++q) {
+    for (int k = 0; k < n_ranks; ++k) {  // NOTE [push order]
+      const int q = push_target(me, k, n_ranks);
       block_copy(c.scratch[q] + hoff + me * slot + s.begin * sizeof(T),
                  reinterpret_cast<const char*>(in + q * p.count + e0 + s.begin), s.size() * sizeof(T));
     }
