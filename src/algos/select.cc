@@ -33,25 +33,27 @@ bool copy_engine_capable(Collective c) {
 // NOTE [measured CUDA thresholds]
 // Tuning's CUDA defaults were measured on 2 x H200. Fields left at those defaults take other values from 3
 // ranks on, from symcomm-tune at 4 ranks on 4 x H100 (every pair NV18; bf16, CUDA graph; its entry in the
-// compiled-in table, src/core/tuning_defaults.json), the only 4-rank run with every all-reduce path: LL up to
-// 90 KB (between the measured 64 and 128 KB), LL128 and the one-shot up to 362 KB (between 256 and 512 KB), the
-// LL128 two-shot up to 2.8 MB (between 2 and 4 MB), the two-shot with barriers up to 22 MB (between 16 and 32
-// MB), NCCL above. Us: LL 4.58 / LL128 5.16 at 64 KB, 6.00 / 5.82 at 128 KB; LL128 7.14 / LL128 two-shot 8.93 at
-// 256 KB, 10.15 / 9.97 at 512 KB; LL128 two-shot 11.86 / two-shot 14.52 / NCCL 17.93 at 1 MB, 17.60 / 19.29 at
-// 2 MB, 34.59 / 28.70 at 4 MB; two-shot 91.90 / NCCL 99.50 at 16 MB, 177.42 / 172.80 at 32 MB. The 4 x H200 entry
-// (measured before the LL128 two-shot existed) agrees up to 90 KB and on NCCL's start. NCCL takes the all-gather
-// and reduce-scatter from 256 MB (a tie with the direct kernels there). The gathers' ranges come from symcomm-tune
-// at 4 ranks on 4 x H200 (every pair NV18), the first 4-rank run with the LL128 gathers and the direct kernels'
-// 16 KB grid: LL up to 181 KB blocks (between 128 and 256 KB), LL128 up to 724 KB (between 512 KB and 1 MB),
-// the direct kernels above (the same on 4 x H100). Us on 4 x H200, all-gather / reduce-scatter blocks: LL 6.25 / 5.99,
-// LL128 6.29 / 6.25 at 128 KB; LL 9.50 / 9.07, LL128 7.59 / 7.66, direct 9.32 / 12.20 at 256 KB; LL128 11.07 / 11.14,
-// direct 11.85 / 13.95 at 512 KB; LL128 19.57 / 19.09, direct 16.49 / 19.39 at 1 MB. GPUs with an entry of their own
+// compiled-in table, src/core/tuning_defaults.json), the only 4-rank run with every all-reduce path and the
+// kernels' push order (NOTE [push order] in src/algos/cuda_common.cuh): LL up to 90 KB (between the measured 64
+// and 128 KB), LL128 and the one-shot up to 362 KB (between 256 and 512 KB), the LL128 two-shot up to 2.8 MB
+// (between 2 and 4 MB), the two-shot pushing into the outputs above, NCCL never. Us: LL 4.60 / LL128 5.07 at
+// 64 KB, 6.28 / 5.76 at 128 KB; LL128 7.22 / LL128 two-shot 8.98 at 256 KB, 10.35 / 10.21 at 512 KB; LL128
+// two-shot 12.1 / two-shot 14.7 / NCCL 18.1 at 1 MB, 17.7 / 19.3 / 27.0 at 2 MB; LL128 two-shot 34.6 / pulling
+// two-shot 29.4 / pushing 28.7 at 4 MB; pulling 93.0 / pushing 89.1 / NCCL 100.7 at 16 MB, 329.8 / 308.3 / 324.4
+// at 64 MB, 1262 / 1205 / 1176 at 256 MB (the one size NCCL wins, by 2%). The 4 x H200 entry predates the push
+// order. The gathers' ranges come from symcomm-tune at 4 ranks on 4 x H200 (every pair NV18), the first 4-rank
+// run with the LL128 gathers and the direct kernels' 16 KB grid: LL up to 181 KB blocks (between 128 and 256 KB),
+// LL128 up to 724 KB (between 512 KB and 1 MB), the direct kernels above. Us on 4 x H200, all-gather /
+// reduce-scatter blocks: LL 6.25 / 5.99, LL128 6.29 / 6.25 at 128 KB; LL 9.50 / 9.07, LL128 7.59 / 7.66, direct
+// 9.32 / 12.20 at 256 KB; LL128 11.07 / 11.14, direct 11.85 / 13.95 at 512 KB; LL128 19.57 / 19.09, direct 16.49 /
+// 19.39 at 1 MB. On 4 x H100 the 1 MB blocks split the same way (all-gather direct 18.1 against LL128 20.1,
+// reduce-scatter LL128 19.0 against direct 21.3), and one threshold serves both. GPUs with an entry of their own
 // use it instead (NOTE [tuning precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on,
 // nothing is measured: one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256
 // KB at 8 ranks in TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The LL128 two-shot moves 2 (N - 1)
 // / N of the payload out of every rank where the one-shot moves N - 1 times it, for a second NVLink latency: at
-// 2 ranks the same bytes, and symcomm-tune gives it no size there (2 x H100); its fields keep it off. The
-// push-to-output two-shot was measured on 2 ranks only: off for more. The LL kernels' blocks get 256 threads (up
+// 2 ranks the same bytes, and symcomm-tune gives it no size there (2 x H100); its fields keep it off. The LL
+// kernels' blocks get 256 threads (up
 // to 256 blocks) from 3 ranks on: on 4 x H200 (every pair NV18; symcomm-bench --mode graph, bf16 sum, LL forced
 // up to 512 KB) 512-thread blocks took 3.77 / 3.83 / 4.00 / 4.62 / 6.02 us for the all-reduce of 8 / 16 / 32 /
 // 64 / 128 KB, 256-thread blocks 3.46 / 3.57 / 3.84 / 4.51 / 5.88, and the all-gather and reduce-scatter of
@@ -75,9 +77,7 @@ constexpr MeasuredValue kMeasuredCuda[] = {
     {3, &Tuning::cuda_ll128_max_bytes, size_t{362} << 10},
     {3, &Tuning::cuda_one_shot_max_bytes, size_t{362} << 10},
     {3, &Tuning::cuda_ll128_two_shot_max_bytes, size_t{2896} << 10},
-    {3, &Tuning::cuda_two_shot_max_bytes, size_t{22} << 20},
-    {3, &Tuning::cuda_nccl_min_bytes, size_t{256} << 20},
-    {3, &Tuning::cuda_two_shot_push_min_bytes, SIZE_MAX},
+    {3, &Tuning::cuda_two_shot_push_min_bytes, size_t{2896} << 10},
     {3, &Tuning::cuda_ll_gather_max_bytes, size_t{181} << 10},
     {3, &Tuning::cuda_ll128_gather_max_bytes, size_t{724} << 10},
     {3, &Tuning::cuda_ll_block_threads, 256},

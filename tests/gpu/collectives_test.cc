@@ -310,6 +310,7 @@ TEST(GpuCollectives, AllReduceLL128TwoShot) {
     cases.insert(cases.end(), large.begin(), large.end());
     auto two_shot_ll = [](Config& c) {
       c.tuning.cuda_ll128_two_shot_max_bytes = size_t{16} << 20;
+      c.tuning.cuda_two_shot_push_min_bytes = SIZE_MAX;  // above the LL128 range: the pulling two-shot
       c.heap_bytes = size_t{1} << 30;
     };
     const PathCounts paths = sweep(env, cases, [&](Config& c) {

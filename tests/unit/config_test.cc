@@ -727,7 +727,7 @@ TEST(TuningPrecedence, ExplicitOverFileOverCompiledInOverDefaults) {
   EXPECT_EQ(t.cuda_ll_max_bytes, size_t{128} << 10);      // the file
   EXPECT_EQ(t.cuda_nccl_min_bytes, size_t{1} << 30);      // the file over the compiled-in value
   EXPECT_EQ(t.cuda_two_shot_push_min_bytes, compiled.cuda_two_shot_push_min_bytes);  // compiled-in for 4 ranks
-  EXPECT_EQ(t.cuda_two_shot_push_min_bytes, SIZE_MAX);
+  EXPECT_NE(t.cuda_two_shot_push_min_bytes, Tuning{}.cuda_two_shot_push_min_bytes);
   EXPECT_EQ(t.cuda_ll_chunks_per_thread, Tuning{}.cuda_ll_chunks_per_thread);  // default
   // Without the file's entry (another world size): the compiled-in values, the explicit one kept.
   const Tuning none = detail::resolve_tuning(requested, BackendKind::kCuda, 4, f.find(8, kGpu));

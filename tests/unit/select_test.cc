@@ -311,15 +311,11 @@ TEST(Select, CudaThresholdsFollowTheWorldSize) {
       {"8 ranks 128 KiB one-shot", eight, all_reduce(128 << 10), t8, kOneShot},
       {"8 ranks 128 KiB + 1 two-shot", eight, all_reduce((128 << 10) + 1), t8, kTwoShot},
       {"2 ranks 256 MiB two-shot", two, all_reduce(size_t{256} << 20), t2, kTwoShot},
-      {"4 ranks 22 MiB two-shot", four, all_reduce(size_t{22} << 20), t4, kTwoShot},
-      {"4 ranks 22 MiB + 1 nccl", four, all_reduce((size_t{22} << 20) + 1), t4, kNccl},
-      {"4 ranks 256 MiB nccl", four, all_reduce(size_t{256} << 20), t4, kNccl},
-      {"4 ranks 256 MiB no nccl", cuda({.world_size = 4, .nccl_available = false}), all_reduce(size_t{256} << 20), t4,
-       kTwoShot},
-      {"4 ranks all-gather 256 MiB - 1 direct", four, coll(Collective::kAllGather, (size_t{256} << 20) - 1), t4,
-       kDirect},
-      {"4 ranks all-gather 256 MiB nccl", four, coll(Collective::kAllGather, size_t{256} << 20), t4, kNccl},
-      {"8 ranks 22 MiB + 1 nccl", eight, all_reduce((size_t{22} << 20) + 1), t8, kNccl},
+      {"4 ranks 256 MiB two-shot", four, all_reduce(size_t{256} << 20), t4, kTwoShot},
+      {"3 ranks 1 GiB two-shot", cuda({.world_size = 3}), all_reduce(size_t{1} << 30), t3, kTwoShot},
+      {"4 ranks all-gather 1 GiB direct", four, coll(Collective::kAllGather, size_t{1} << 30), t4, kDirect},
+      {"8 ranks 64 MiB - 1 two-shot", eight, all_reduce((size_t{64} << 20) - 1), t8, kTwoShot},
+      {"8 ranks 64 MiB nccl", eight, all_reduce(size_t{64} << 20), t8, kNccl},
       {"8 ranks reduce-scatter 64 MiB - 1 direct", eight, coll(Collective::kReduceScatter, (size_t{64} << 20) - 1), t8,
        kDirect},
       {"8 ranks reduce-scatter 64 MiB nccl", eight, coll(Collective::kReduceScatter, size_t{64} << 20), t8, kNccl},
@@ -356,14 +352,16 @@ TEST(Select, LL128TwoShotDefaultIsForThreeRanksOrMore) {
   EXPECT_EQ(measured_cuda_tuning(user, 4).cuda_ll128_two_shot_max_bytes, size_t{1} << 20);
 }
 
-// The push-to-output two-shot was measured on 2 ranks only: its default threshold is off from 3 ranks on,
-// a threshold set by the user is kept.
-TEST(Select, PushToOutputDefaultIsForTwoRanksOnly) {
+// The push-to-output two-shot takes over where the LL128 two-shot ends from 3 ranks on (NOTE [measured CUDA
+// thresholds]); at 2 ranks its 2-rank default stays; a threshold set by the user is kept.
+TEST(Select, PushToOutputFollowsTheLL128TwoShotFromThreeRanks) {
   const Tuning t{};
   EXPECT_EQ(measured_cuda_tuning(t, 2).cuda_two_shot_push_min_bytes, t.cuda_two_shot_push_min_bytes);
   EXPECT_NE(t.cuda_two_shot_push_min_bytes, SIZE_MAX);
-  EXPECT_EQ(measured_cuda_tuning(t, 4).cuda_two_shot_push_min_bytes, SIZE_MAX);
-  EXPECT_EQ(measured_cuda_tuning(t, 8).cuda_two_shot_push_min_bytes, SIZE_MAX);
+  for (int n : {3, 4, 8}) {
+    const Tuning m = measured_cuda_tuning(t, n);
+    EXPECT_EQ(m.cuda_two_shot_push_min_bytes, m.cuda_ll128_two_shot_max_bytes) << n;
+  }
   Tuning user{};
   user.cuda_two_shot_push_min_bytes = 1 << 20;
   EXPECT_EQ(measured_cuda_tuning(user, 4).cuda_two_shot_push_min_bytes, size_t{1} << 20);
