@@ -53,9 +53,16 @@ __all__ = ["BACKEND", "DTYPES", "FUSED_DTYPES", "ProcessGroupSymcomm", "ReduceSc
 #: The name init_process_group() and new_group() take.
 BACKEND = "symcomm"
 
+#: One-byte dtypes that travel as their bytes (uint8): bool, and the float8 types this torch has. Reductions of
+#: bool follow torch's NCCL process group (SUM is a logical or, PRODUCT a logical and, MIN and MAX as they are, AVG
+#: refused); float8 tensors are moved, not reduced (symcomm has no float8 arithmetic: TypeError).
+_BYTE_DTYPES = (_torch.bool,) + tuple(
+    getattr(_torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                       "float8_e8m0fnu") if hasattr(_torch, name))
+
 #: Tensor dtypes the collectives accept (bfloat16 travels as its int16 bits, reduced by symcomm as bfloat16).
 DTYPES = (_torch.float16, _torch.bfloat16, _torch.float32, _torch.float64, _torch.int8, _torch.uint8, _torch.int32,
-          _torch.int64)
+          _torch.int64) + _BYTE_DTYPES
 
 #: Tensor dtypes the fused GEMM + collective operations accept.
 FUSED_DTYPES = (_torch.bfloat16, _torch.float16, _torch.float32)
@@ -84,23 +91,40 @@ _OP_BY_HASH = _op_by_hash()
 _OP_TYPES = (_TorchReduceOp, type(_TorchReduceOp.SUM))  # a ReduceOp, and the operator type of its constants (2.x)
 
 
-def _reduce_op(op):
-    """symcomm's ReduceOp for torch's op (a ReduceOp or an AllreduceOptions / ReduceScatterOptions)."""
+def _reduce_op(op, t):
+    """symcomm's ReduceOp for torch's op (a ReduceOp or an AllreduceOptions / ReduceScatterOptions) on tensors of
+    t's dtype."""
     op = getattr(op, "reduceOp", op)
+    ours = None
     if _OP_BY_HASH is not None and isinstance(op, _OP_TYPES):
         ours = _OP_BY_HASH.get(hash(op))
-        if ours is not None:
-            return ours
-    for theirs, ours in _OP_PAIRS:
-        if op == theirs:
-            return ours
-    raise ValueError(f"symcomm: reduce op {op} is not supported (SUM, PRODUCT, MIN, MAX, AVG)")
+    if ours is None:
+        ours = next((o for theirs, o in _OP_PAIRS if op == theirs), None)
+    if ours is None:
+        raise ValueError(f"symcomm: reduce op {op} is not supported (SUM, PRODUCT, MIN, MAX, AVG)")
+    return _op_for_dtype(ours, t)
+
+
+def _op_for_dtype(op, t):
+    """The op that reduces tensors of t's dtype as torch's op `op` does (bool and float8 travel as bytes)."""
+    if isinstance(t, _torch.Tensor) and t.dtype in _BYTE_DTYPES:
+        if t.dtype != _torch.bool:
+            raise TypeError(f"symcomm: {t.dtype} tensors cannot be reduced (they can be gathered, scattered, "
+                            "broadcast and sent)")
+        if op == _core.ReduceOp.AVG:
+            raise ValueError("symcomm: AVG is not defined for bool tensors")
+        op = _BOOL_OPS.get(op, op)
+    return op
+
+
+#: The reduce op that gives torch's result on bool tensors carried as their bytes (0 or 1).
+_BOOL_OPS = {_core.ReduceOp.SUM: _core.ReduceOp.MAX, _core.ReduceOp.PROD: _core.ReduceOp.MIN}
 
 
 #: symcomm's name of each of DTYPES (what symcomm._core takes with a CUDA tensor's (pointer, count)).
 _DTYPE_NAMES = {_torch.float16: "float16", _torch.bfloat16: "bfloat16", _torch.float32: "float32",
                 _torch.float64: "float64", _torch.int8: "int8", _torch.uint8: "uint8", _torch.int32: "int32",
-                _torch.int64: "int64"}
+                _torch.int64: "int64", **{d: "uint8" for d in _BYTE_DTYPES}}
 
 
 def _array(t, what):
@@ -126,7 +150,9 @@ def _numpy(t):
     if t.is_cuda:
         return (t.data_ptr(), t.numel())
     t = t.detach()
-    return t.view(_torch.int16).numpy() if t.dtype == _torch.bfloat16 else t.numpy()
+    if t.dtype == _torch.bfloat16:
+        return t.view(_torch.int16).numpy()
+    return t.view(_torch.uint8).numpy() if t.dtype in _BYTE_DTYPES else t.numpy()
 
 
 def _dtype(t):
@@ -614,7 +640,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if isinstance(tensors, _torch.Tensor):
             tensors = [tensors]
         t = _single(tensors, "allreduce")
-        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, t)
         x = _array(t, "allreduce")
         if t.is_cuda and not self._coalescing and not self._p2p_held:  # _submit's CUDA path, inlined: the hot call
             comm = self._cuda_comm(t.get_device())
@@ -651,7 +677,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         t = _single(output_tensors, "reduce_scatter output")
         ins = _single(input_lists, "reduce_scatter input")
-        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, t)
         if not isinstance(ins, (list, tuple)) or len(ins) != self._size:
             raise ValueError(f"symcomm: reduce_scatter: expected a list of {self._size} input tensors")
         for i, x in enumerate(ins):
@@ -662,7 +688,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         return self._submit(lambda c, a, s: c.reduce_scatter(_numpy(flat), out, op, a, _dtype(t), s), [t], t)
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
-        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, input)
         _same(output, input, "_reduce_scatter_base output", input.numel() // self._size)
         if input.numel() % self._size:
             raise ValueError(f"symcomm: _reduce_scatter_base: {input.numel()} input elements are not divisible "
@@ -736,7 +762,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         reduced, and copied back when the Work is waited for."""
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise ValueError("symcomm: allreduce_coalesced: expected a non-empty list of tensors")
-        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, tensors[0])
         for i, t in enumerate(tensors):
             _array(t, f"allreduce_coalesced tensor {i}")
             if t.dtype != tensors[0].dtype:
@@ -803,7 +829,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         """The reduction of every rank's tensor into the root's: an all-reduce of a copy, which the root copies
         into its tensor when the Work is waited for; the other ranks' tensors are left as they were."""
         t = _single(tensors, "reduce")
-        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM)
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, t)
         root = self._root(opts, "reduce")
         _array(t, "reduce")
         tmp = t.detach().clone()
@@ -1215,10 +1241,10 @@ _SCHEMAS = {
 }
 
 
-def _op_by_name(reduce_op, what):
+def _op_by_name(reduce_op, what, t):
     if reduce_op not in _OP_NAMES:
         raise ValueError(f"symcomm: {what}: reduce_op {reduce_op!r} is not one of {', '.join(_OP_NAMES)}")
-    return _OP_NAMES[reduce_op]
+    return _op_for_dtype(_OP_NAMES[reduce_op], t)
 
 
 def _symm_input(t, group_name, what):
@@ -1236,7 +1262,7 @@ def _rows(t, what):
 
 
 def _all_reduce_with(algorithm, t, reduce_op, group_name, out, what):
-    op = _op_by_name(reduce_op, what)
+    op = _op_by_name(reduce_op, what, t)
     _, comm, x = _symm_input(t, group_name, what)
     if out is None:
         out = _torch.empty_like(x)
@@ -1274,7 +1300,7 @@ def _low_contention_all_gather(tensor, group_name):
 def _low_contention_reduce_scatter(tensor, reduce_op, group_name):
     """Reduce-scatter along the leading dimension (divisible by the world size), moved by the copy engine on
     CUDA with small reduction kernels."""
-    op = _op_by_name(reduce_op, "_low_contention_reduce_scatter")
+    op = _op_by_name(reduce_op, "_low_contention_reduce_scatter", tensor)
     pg, comm, x = _symm_input(tensor, group_name, "_low_contention_reduce_scatter")
     rows = _rows(x, "_low_contention_reduce_scatter")
     if rows % pg.size():

@@ -19,7 +19,7 @@ if not dist.is_available():
 
 import symcomm.torch as symcomm_torch  # noqa: E402
 
-from torch_cases import DTYPES, NP, OPS, R, dname, seed_of  # noqa: E402
+from torch_cases import DTYPES, NP, OPS, R, check_byte_dtypes, dname, seed_of  # noqa: E402
 
 SIZES = [1, 7, 1000]
 
@@ -85,6 +85,10 @@ def test_all_reduce(gloo, dtype, op, n):
     dist.all_reduce(x, op=OPS[op])
     dist.all_reduce(y, op=OPS[op], group=gloo)
     same(x, y.to(dtype), "all_reduce")
+
+
+def test_bool_and_float8(gloo):
+    check_byte_dtypes("cpu", SIZES)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
@@ -336,8 +340,6 @@ def test_errors(gloo):
     with pytest.raises(ValueError, match="contiguous"):
         dist.all_reduce(torch.zeros(4, 6).t())
     check_usable(gloo)
-    with pytest.raises(TypeError, match="bool"):
-        dist.all_reduce(torch.zeros(4, dtype=torch.bool))
     with pytest.raises(TypeError, match="int16"):
         dist.all_reduce(torch.zeros(4, dtype=torch.int16))
     with pytest.raises(ValueError, match="meta"):

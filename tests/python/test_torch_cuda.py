@@ -33,7 +33,7 @@ if torch.cuda.device_count() < WORLD:
 
 import symcomm.torch as symcomm_torch  # noqa: E402
 
-from torch_cases import DTYPES, NP, OPS, R, dname, seed_of  # noqa: E402
+from torch_cases import DTYPES, NP, OPS, R, check_byte_dtypes, dname, seed_of  # noqa: E402
 
 # Elements: one, odd counts, and sizes on symcomm's LL, LL128, one-shot, two-shot and NCCL paths (bf16 bytes x2).
 SIZES = [1, 1001, 16384 + 3, 262144, 1 << 21, 1 << 24]
@@ -96,6 +96,10 @@ def test_all_reduce(nccl, dtype, op, n):
     dist.all_reduce(x, op=OPS[op])
     dist.all_reduce(ref, op=OPS[op], group=nccl)
     same(x, ref, f"all_reduce {dname(dtype)} {op} n={n}")
+
+
+def test_bool_and_float8(nccl):
+    check_byte_dtypes(dev(), SIZES[:4])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=dname)
