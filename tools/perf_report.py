@@ -41,8 +41,9 @@ best NCCL mode of the same run: plain NCCL and NCCL with symmetric-registered bu
 (`ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)`), eagerly and captured in a CUDA graph; NVLink multicast
 is off in both. Times are µs per operation, the median of the benchmark's batches; `bytes` is the larger of
 one rank's input and output (the nccl-tests convention); ratio = symcomm / best NCCL (below 1: symcomm is
-faster); bus bandwidth is symcomm's in a graph, in GB/s. Times of different runs come from different machines:
-compare ratios, not times, across sections. How to produce a run: tests/README.md, "The GPU suite".
+faster); bus bandwidth is symcomm's in a graph, in GB/s; host µs is the issuing thread's CPU time per eager call,
+symcomm's and the best NCCL mode's. Times of different runs come from different machines: compare ratios, not
+times, across sections. How to produce a run: tests/README.md, "The GPU suite".
 """
 
 
@@ -100,36 +101,26 @@ def collective_rows(idx, coll):
             "ne": ne,
             "ng": ng,
             "busbw": sg and sg["busbw_gbps"],
+            "cpu": se and se.get("cpu_us"),
+            "ncpu": min_or_none(idx.get((coll, i, "eager", b), {}).get("cpu_us") for i in NCCL_IMPLS),
             "wrong": sum((r or {}).get("wrong", 0) for r in (se, sg)),
         })
     return rows
 
 
+def min_or_none(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
 def table(rows):
-    out = ["| bytes | algorithm | symcomm eager | NCCL eager | ratio | symcomm graph | NCCL graph | ratio | busbw |",
-           "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| bytes | algorithm | symcomm eager | NCCL eager | ratio | symcomm graph | NCCL graph | ratio | busbw "
+           "| host µs symcomm | host µs NCCL |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {size_label(r['bytes'])} | {r['algo']} | {fmt(r['se'])} | {fmt(r['ne'])} | "
                    f"{fmt(ratio(r['se'], r['ne']), 3)} | {fmt(r['sg'])} | {fmt(r['ng'])} | "
-                   f"{fmt(ratio(r['sg'], r['ng']), 3)} | {fmt(r['busbw'], 1)} |")
-    return out
-
-
-def cpu_table(idx):
-    keys = sorted({(k[0], k[3]) for k in idx if k[1] == "symcomm" and k[2] == "eager"},
-                  key=lambda k: (COLLECTIVES.index(k[0]) if k[0] in COLLECTIVES else 9, k[1]))
-    sizes = sorted({b for _, b in keys})
-    colls = [c for c in COLLECTIVES if any(k[0] == c for k in keys)]
-    out = ["| bytes | " + " | ".join(f"{c} symcomm | {c} NCCL" for c in colls) + " |",
-           "|---:|" + "---:|" * (2 * len(colls))]
-    for b in sizes:
-        cells = []
-        for c in colls:
-            s = idx.get((c, "symcomm", "eager", b), {}).get("cpu_us")
-            n = [idx[(c, i, "eager", b)].get("cpu_us") for i in NCCL_IMPLS if (c, i, "eager", b) in idx]
-            n = [x for x in n if x is not None]
-            cells += [fmt(s), fmt(min(n) if n else None)]
-        out.append(f"| {size_label(b)} | " + " | ".join(cells) + " |")
+                   f"{fmt(ratio(r['sg'], r['ng']), 3)} | {fmt(r['busbw'], 1)} | {fmt(r['cpu'])} | {fmt(r['ncpu'])} |")
     return out
 
 
@@ -292,6 +283,7 @@ def page(runs, perf_dir, write_plots, tuning_path=TUNING):
                 "```", ""]
         if run.get("note"):
             out += [run["note"], ""]
+        wrong = 0
         for coll in COLLECTIVES:
             rows = collective_rows(idx, coll)
             if not rows:
@@ -299,12 +291,9 @@ def page(runs, perf_dir, write_plots, tuning_path=TUNING):
             png = f"{run['id']}-{coll}.png"
             if write_plots:
                 plot(run, coll, rows, os.path.join(perf_dir, png))
-            wrong = sum(r["wrong"] for r in rows)
-            out += [f"### {coll}", "", f"![{coll} on {run['machine']}](perf/{png})", ""] + table(rows)
-            out += ["", f"Every symcomm row was checked against a reference: {wrong} wrong elements.", ""]
-        cpu = cpu_table(idx)
-        if len(cpu) > 2:
-            out += ["### Host CPU per eager call (µs)", ""] + cpu + [""]
+            wrong += sum(r["wrong"] for r in rows)
+            out += [f"### {coll}", "", f"![{coll} on {run['machine']}](perf/{png})", ""] + table(rows) + [""]
+        out += [f"Every symcomm row of this run was checked against a reference: {wrong} wrong elements.", ""]
     fused = [run for run in runs if is_fused(run)]
     if fused:
         out += fused_section(fused)
