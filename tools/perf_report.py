@@ -229,8 +229,8 @@ uses where nothing else is set. Sizes are the all-reduce payload and the all-gat
 rank; "always" and "never" are the thresholds at their extremes; "-": the entry predates the field, which then
 takes its compiled-in value (src/algos/select.cc). The all-reduce takes LL up to its bound, then LL128, the staged
 one-shot, the LL128 two-shot, the two-shot with barriers (pushing into the outputs from its bound), then NCCL; the
-all-gather and reduce-scatter take NCCL up to their first bound, LL up to the second, then the direct kernels, then
-NCCL."""
+all-gather and reduce-scatter take NCCL up to their first bound, LL up to the second, LL128 up to their own bound,
+then the direct kernels, then NCCL."""
 
 # (field, column heading, what an extreme value means: "up to" thresholds are "always" at SIZE_MAX, "from" ones
 # are "never")
@@ -244,7 +244,8 @@ TUNING_COLUMNS = (
     ("cuda_nccl_min_bytes", "NCCL ≥", "from"),
     ("cuda_direct_nccl_max_bytes", "gathers via NCCL ≤", "up to"),
     ("cuda_ll_gather_max_bytes", "LL gathers ≤", "up to"),
-    ("cuda_ll128_gather_max_bytes", "LL128 gathers ≤", "up to"),
+    ("cuda_ll128_gather_max_bytes", "LL128 all-gather ≤", "up to"),
+    ("cuda_ll128_reduce_scatter_max_bytes", "LL128 reduce-scatter ≤", "up to"),
 )
 
 

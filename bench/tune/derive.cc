@@ -21,8 +21,9 @@ namespace symcomm::tune {
 // one-shot up to cuda_one_shot_max_bytes, the LL128 two-shot up to cuda_ll128_two_shot_max_bytes (0 when it serves
 // no size), two-shot pulling below cuda_two_shot_push_min_bytes and pushing from it, NCCL above cuda_two_shot_max_bytes
 // or from cuda_nccl_min_bytes; the gathers (all-gather, reduce-scatter, all-to-all, broadcast) go NCCL up to
-// cuda_direct_nccl_max_bytes, LL up to cuda_ll_gather_max_bytes, LL128 up to cuda_ll128_gather_max_bytes (0 when it
-// serves no size), the direct kernels, NCCL from cuda_nccl_min_bytes; the
+// cuda_direct_nccl_max_bytes, LL up to cuda_ll_gather_max_bytes, LL128 up to cuda_ll128_gather_max_bytes
+// (reduce-scatter: cuda_ll128_reduce_scatter_max_bytes; 0 when it serves no size), the direct kernels, NCCL from
+// cuda_nccl_min_bytes; the
 // host all-reduce goes one-shot up to host_one_shot_max_bytes, two-shot above. So the choice is a monotone segmentation
 // of the measured sizes: each size goes to one path, and a later size never to an earlier path of the chain.
 // - Loss: at each size, a path's relative loss against the fastest valid path of that collective there
@@ -44,6 +45,10 @@ namespace symcomm::tune {
 //   measures, as select() does): each candidate value is tried with the gathers' NCCL range starting there
 //   and the all-reduce's covering everything from there, and the candidate of least total loss is kept; the
 //   all-reduce can still switch to NCCL earlier through cuda_two_shot_max_bytes.
+// - The gathers' LL128 bounds: the chain is segmented with all its collectives; then, within the sizes it gives
+//   LL128 and the direct kernels together, reduce-scatter and the other gathers each hand over from LL128 to the
+//   direct kernels where their own loss is least (the direct reduce-scatter reads the peers, the direct
+//   all-gather writes them, and the two cross over at different sizes). The report shows the two apart.
 
 namespace {
 
@@ -175,6 +180,26 @@ ChainResult result_of(const Chain& chain, const ChainCosts& costs, const Segment
     r.chosen.push_back(static_cast<int>(p));
   }
   return r;
+}
+
+// Where LL128 hands over to the direct kernels for the collectives of `part` (a subset of the gathers chain), as
+// an index into `sizes` (the whole chain's) in [begin, end): LL128 serves [begin, e), the direct kernels [e, end).
+// The least counted loss wins, then fewer ranges, then the lower raw loss, then the smaller e.
+size_t ll128_end(const ChainCosts& part, const std::vector<size_t>& sizes, size_t begin, size_t end, size_t ll128) {
+  std::map<size_t, size_t> at;  // size -> index in part
+  for (size_t k = 0; k < part.sizes.size(); ++k) at[part.sizes[k]] = k;
+  auto cost = [&](size_t path, size_t k) {
+    const auto it = at.find(sizes[k]);
+    return it == at.end() ? Cost{0, 0, 0} : Cost{part.counted[path][it->second], 0, part.raw[path][it->second]};
+  };
+  size_t best_e = begin;
+  Cost best;
+  for (size_t e = begin; e <= end; ++e) {
+    Cost c{0, (e > begin ? 1 : 0) + (end > e ? 1 : 0), 0};
+    for (size_t k = begin; k < end; ++k) c = add(c, cost(k < e ? ll128 : ll128 + 1, k));
+    if (better(c, best)) best = c, best_e = e;
+  }
+  return best_e;
 }
 
 void set_field(std::map<std::string, size_t>& fields, const char* name, size_t value) { fields[name] = value; }
@@ -324,12 +349,24 @@ Derived derive(BackendKind backend, const std::vector<Sample>& samples, const De
       if (gather_nccl) set_field(fields, "cuda_direct_nccl_max_bytes", up_to(sz, g_seg.ends[0], kNoMax));
       set_field(fields, "cuda_ll_gather_max_bytes",
                 up_to(sz, g_seg.ends[*index_of(gathers, kPathLL)], field_max("cuda_ll_gather_max_bytes")));
+      // NOTE [threshold derivation]: the LL128 bound of reduce-scatter and that of the other gathers, each
+      // within the sizes the chain gives LL128 and the direct kernels together.
       const size_t ll128 = *index_of(gathers, kPathLL128);
-      set_field(fields, "cuda_ll128_gather_max_bytes",
-                g_seg.ends[ll128] == start_of(g_seg, ll128)
-                    ? 0
-                    : up_to(sz, g_seg.ends[ll128], field_max("cuda_ll128_gather_max_bytes")));
-      out.chains.push_back(result_of(gathers, g_costs, g_seg));
+      std::vector<std::string> rs, others;
+      for (const std::string& c : gathers.collectives) (c == "reduce_scatter" ? rs : others).push_back(c);
+      for (const std::vector<std::string>* group : {&others, &rs}) {
+        if (group->empty()) continue;
+        Chain part = gathers;
+        part.name = group == &rs ? "reduce_scatter" : "gathers";
+        part.collectives = *group;
+        Segmentation seg = g_seg;
+        seg.ends[ll128] = ll128_end(chain_costs(part, samples, tol), sz, start_of(g_seg, ll128), g_seg.ends[ll128 + 1],
+                                    ll128);
+        const char* field = group == &rs ? "cuda_ll128_reduce_scatter_max_bytes" : "cuda_ll128_gather_max_bytes";
+        set_field(fields, field,
+                  seg.ends[ll128] == start_of(seg, ll128) ? 0 : up_to(sz, seg.ends[ll128], field_max(field)));
+        out.chains.push_back(result_of(part, g_costs, seg));
+      }
     }
     if (nccl_min) set_field(fields, "cuda_nccl_min_bytes", *nccl_min);
   }

@@ -2,6 +2,7 @@
 // (docs/tuning.md). Run it under symcomm-run:
 //   symcomm-run -n 4 -- symcomm-tune --backend cuda --out tuning.json
 // then SYMCOMM_TUNING_FILE=tuning.json makes every communicator of 4 ranks on this GPU use them.
+// `symcomm-tune --rederive --out tuning.json` derives the file's thresholds again from its measurements.
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -67,7 +68,11 @@ int run(int argc, char** argv) {
   std::string backend, out, collectives, dtype, min_b = "4K", max_b, mode = "graph";
   tune::TuneOptions o;
   double step = 2.0, tolerance = tune::DeriveOptions{}.tolerance;
-  app.add_option("--backend", backend, "host | cuda")->required()->check(CLI::IsMember({"host", "cuda"}));
+  bool rederive = false;
+  app.add_option("--backend", backend, "host | cuda (required unless --rederive)")
+      ->check(CLI::IsMember({"host", "cuda"}));
+  app.add_flag("--rederive", rederive,
+               "measure nothing: derive every entry of --out again from its stored measurements (no symcomm-run)");
   app.add_option("--out", out, "tuning file to write (its entries for other world sizes or devices are kept)")
       ->required();
   app.add_option("-c,--collective", collectives,
@@ -83,6 +88,18 @@ int run(int argc, char** argv) {
   app.add_option("--batches", o.batches, "batches per measurement; the median batch is kept");
   app.add_option("--tolerance", tolerance, "relative difference counted as a tie (noise)");
   CLI11_PARSE(app, argc, argv);
+  if (rederive) {
+    bool exists = false;
+    const std::string text = read_text(out, &exists);
+    if (!exists) throw std::runtime_error(fmt::format("cannot read {}", out));
+    write_text(out, tune::rederive(text, out, {.tolerance = tolerance}));
+    std::printf("# derived again: %s\n", out.c_str());
+    return 0;
+  }
+  if (backend.empty()) {
+    std::fprintf(stderr, "symcomm-tune: --backend is required\n");
+    return 2;
+  }
 
   const bool cuda = backend == "cuda";
   o.backend = cuda ? BackendKind::kCuda : BackendKind::kHost;

@@ -30,4 +30,10 @@ nlohmann::ordered_json make_entry(int world_size, const std::string& device, con
 /// tuning file, so that a file that is not one is never overwritten; the result parses as one.
 std::string merge_entry(const std::string& existing, const std::string& path, const nlohmann::ordered_json& entry);
 
+/// `existing` (a tuning file's text) with every entry's "tuning" derived again from its "measurements" (host
+/// entries as the host backend's, the others as CUDA's); provenance and measurements are kept. For a file measured
+/// by an earlier derivation's symcomm-tune. Throws Error(kInvalidArgument) naming `path` where `existing` is not a
+/// tuning file or an entry has no measurements.
+std::string rederive(const std::string& existing, const std::string& path, const DeriveOptions& options);
+
 }  // namespace symcomm::tune

@@ -86,6 +86,7 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
   set(a, &Tuning::cuda_two_shot_push_min_bytes, "cuda_two_shot_push_min_bytes", SIZE_MAX);
   set(a, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", 0);
   set(a, &Tuning::cuda_ll128_gather_max_bytes, "cuda_ll128_gather_max_bytes", 0);
+  set(a, &Tuning::cuda_ll128_reduce_scatter_max_bytes, "cuda_ll128_reduce_scatter_max_bytes", 0);
   a.nccl = base.nccl == NcclInit::kOff ? NcclInit::kOff : NcclInit::kEager;
   set(b, &Tuning::cuda_ll_max_bytes, "cuda_ll_max_bytes", 0);
   set(b, &Tuning::cuda_ll128_max_bytes, "cuda_ll128_max_bytes", ll128_cap);
@@ -93,6 +94,7 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
   set(b, &Tuning::cuda_two_shot_push_min_bytes, "cuda_two_shot_push_min_bytes", 0);
   set(b, &Tuning::cuda_ll128_two_shot_max_bytes, "cuda_ll128_two_shot_max_bytes", 0);
   set(b, &Tuning::cuda_ll128_gather_max_bytes, "cuda_ll128_gather_max_bytes", 0);
+  set(b, &Tuning::cuda_ll128_reduce_scatter_max_bytes, "cuda_ll128_reduce_scatter_max_bytes", 0);
   b.nccl = NcclInit::kOff;
   set(c, &Tuning::cuda_ll_max_bytes, "cuda_ll_max_bytes", 0);
   set(c, &Tuning::cuda_ll128_max_bytes, "cuda_ll128_max_bytes", 0);
@@ -100,6 +102,7 @@ std::vector<Sample> tune_cuda(const TuneContext& ctx, const TuneOptions& o, std:
   // The gathers' LL128 path; a broadcast, which has none, runs its direct kernel there (as select() sends it).
   set(c, &Tuning::cuda_ll_gather_max_bytes, "cuda_ll_gather_max_bytes", 0);
   set(c, &Tuning::cuda_ll128_gather_max_bytes, "cuda_ll128_gather_max_bytes", ll128_cap);
+  set(c, &Tuning::cuda_ll128_reduce_scatter_max_bytes, "cuda_ll128_reduce_scatter_max_bytes", ll128_cap);
   c.nccl = NcclInit::kOff;
   std::vector<Variant> variants(3);
   variants[0].comm = ctx.make_comm("tune/cuda/a", a, BackendKind::kCuda);

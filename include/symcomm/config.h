@@ -133,12 +133,16 @@ struct Tuning {
   /// NOTE [measured CUDA thresholds] in src/algos/select.cc). Its blocks follow cuda_ll128_lines_per_group and
   /// cuda_ll128_max_blocks, counting positions (lines of one shard).
   size_t cuda_ll128_two_shot_max_bytes = 0;
-  /// CUDA all-gather, reduce-scatter and all-to-all blocks above the LL kernels' range (cuda_ll_gather_max_bytes)
-  /// and up to this many bytes (0-4M, the LL128 buffer) use the LL128 kernel (NOTE [LL128 all-gather and
-  /// reduce-scatter] in src/algos/cuda_all_reduce_ll.cu), larger ones the direct kernels; 0 = never (the default;
-  /// the measured tables set it: NOTE [measured CUDA thresholds] in src/algos/select.cc). Broadcast stays on LL or
-  /// the direct kernel.
+  /// CUDA all-gather and all-to-all blocks above the LL kernels' range (cuda_ll_gather_max_bytes) and up to this
+  /// many bytes (0-4M, the LL128 buffer) use the LL128 kernel (NOTE [LL128 all-gather and reduce-scatter] in
+  /// src/algos/cuda_all_reduce_ll.cu), larger ones the direct kernels; 0 = never (the default; the measured tables
+  /// set it: NOTE [measured CUDA thresholds] in src/algos/select.cc). Broadcast stays on LL or the direct kernel.
   size_t cuda_ll128_gather_max_bytes = 0;
+  /// The same bound for reduce-scatter blocks, whose direct kernel reads where the all-gather's writes, so that
+  /// the two cross over at different sizes (1 MB blocks at 4 ranks on 4 x H100: reduce-scatter LL128 19.0 us
+  /// against direct 21.3, all-gather LL128 20.1 against direct 18.1). A tuning file entry that sets only
+  /// cuda_ll128_gather_max_bytes gives reduce-scatter that value too.
+  size_t cuda_ll128_reduce_scatter_max_bytes = 0;
   /// CUDA one-shot all-reduces (LL, LL128, staged): launched with programmatic dependent launch (1) so that
   /// back-to-back kernels overlap their launch with the previous kernel's tail (NOTE [PDL] in
   /// src/algos/cuda_common.cuh); 0 = off (0 or 1).

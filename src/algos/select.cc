@@ -31,37 +31,35 @@ bool copy_engine_capable(Collective c) {
 }  // namespace
 
 // NOTE [measured CUDA thresholds]
-// Tuning's CUDA defaults were measured on 2 x H200. Fields left at those defaults take other values from 3
-// ranks on, from symcomm-tune at 4 ranks on 4 x H100 (every pair NV18; bf16, CUDA graph; its entry in the
-// compiled-in table, src/core/tuning_defaults.json), the only 4-rank run with every all-reduce path and the
-// kernels' push order (NOTE [push order] in src/algos/cuda_common.cuh): LL up to 90 KB (between the measured 64
-// and 128 KB), LL128 and the one-shot up to 362 KB (between 256 and 512 KB), the LL128 two-shot up to 2.8 MB
-// (between 2 and 4 MB), the two-shot pushing into the outputs above, NCCL never. Us: LL 4.60 / LL128 5.07 at
-// 64 KB, 6.28 / 5.76 at 128 KB; LL128 7.22 / LL128 two-shot 8.98 at 256 KB, 10.35 / 10.21 at 512 KB; LL128
-// two-shot 12.1 / two-shot 14.7 / NCCL 18.1 at 1 MB, 17.7 / 19.3 / 27.0 at 2 MB; LL128 two-shot 34.6 / pulling
-// two-shot 29.4 / pushing 28.7 at 4 MB; pulling 93.0 / pushing 89.1 / NCCL 100.7 at 16 MB, 329.8 / 308.3 / 324.4
-// at 64 MB, 1262 / 1205 / 1176 at 256 MB (the one size NCCL wins, by 2%). The 4 x H200 entry predates the push
-// order. The gathers' ranges come from symcomm-tune at 4 ranks on 4 x H200 (every pair NV18), the first 4-rank
-// run with the LL128 gathers and the direct kernels' 16 KB grid: LL up to 181 KB blocks (between 128 and 256 KB),
-// LL128 up to 724 KB (between 512 KB and 1 MB), the direct kernels above. Us on 4 x H200, all-gather /
-// reduce-scatter blocks: LL 6.25 / 5.99, LL128 6.29 / 6.25 at 128 KB; LL 9.50 / 9.07, LL128 7.59 / 7.66, direct
-// 9.32 / 12.20 at 256 KB; LL128 11.07 / 11.14, direct 11.85 / 13.95 at 512 KB; LL128 19.57 / 19.09, direct 16.49 /
-// 19.39 at 1 MB. On 4 x H100 the 1 MB blocks split the same way (all-gather direct 18.1 against LL128 20.1,
-// reduce-scatter LL128 19.0 against direct 21.3), and one threshold serves both. GPUs with an entry of their own
-// use it instead (NOTE [tuning precedence] in src/core/tuning_file.cc); these values serve the others. From 5 ranks on,
-// nothing is measured: one-shot reads every peer's whole input, so its crossover falls with the ranks (~128-256
-// KB at 8 ranks in TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The LL128 two-shot moves 2 (N - 1)
-// / N of the payload out of every rank where the one-shot moves N - 1 times it, for a second NVLink latency: at
-// 2 ranks the same bytes, and symcomm-tune gives it no size there (2 x H100); its fields keep it off. The LL
-// kernels' blocks get 256 threads (up
-// to 256 blocks) from 3 ranks on: on 4 x H200 (every pair NV18; symcomm-bench --mode graph, bf16 sum, LL forced
-// up to 512 KB) 512-thread blocks took 3.77 / 3.83 / 4.00 / 4.62 / 6.02 us for the all-reduce of 8 / 16 / 32 /
-// 64 / 128 KB, 256-thread blocks 3.46 / 3.57 / 3.84 / 4.51 / 5.88, and the all-gather and reduce-scatter of
-// 32-64 KB went from 4.02-4.09 to 3.65-3.85 us, no size slower by more than 0.1 us; 128-thread blocks (up to
-// 512) were faster still for the all-reduce but slower for the all-gather and reduce-scatter of 8 KB (3.59 /
-// 3.45 against 3.23 / 3.24 us). At 2 ranks 512-thread blocks are the fastest (Tuning::cuda_ll_block_threads). A
-// communicator applies these values once, at creation, below a tuning file's entry (symcomm-tune,
-// docs/tuning.md) and explicit settings (NOTE [tuning precedence] in src/core/tuning_file.cc).
+// Tuning's CUDA defaults were measured on 2 x H200. Fields left at those defaults take other values from 3 ranks on,
+// from symcomm-tune at 4 ranks on 4 x H100 (every pair NV18; bf16, CUDA graph; its entry in the compiled-in table,
+// src/core/tuning_defaults.json), with every all-reduce path and the kernels' push order (NOTE [push order] in
+// src/algos/cuda_common.cuh): LL up to 90 KB (between the measured 64 and 128 KB), LL128 and the one-shot up to 362
+// KB (between 256 and 512 KB), the LL128 two-shot up to 2.8 MB (between 2 and 4 MB), the two-shot pushing into the
+// outputs above, NCCL never. Us: LL 4.60 / LL128 5.07 at 64 KB, 6.28 / 5.76 at 128 KB; LL128 7.22 / LL128 two-shot
+// 8.98 at 256 KB, 10.35 / 10.21 at 512 KB; LL128 two-shot 12.1 / two-shot 14.7 / NCCL 18.1 at 1 MB, 17.7 / 19.3 /
+// 27.0 at 2 MB; LL128 two-shot 34.6 / pulling two-shot 29.4 / pushing 28.7 at 4 MB; pulling 93.0 / pushing 89.1 /
+// NCCL 100.7 at 16 MB, 329.8 / 308.3 / 324.4 at 64 MB, 1262 / 1205 / 1176 at 256 MB (the one size NCCL wins, by 2%);
+// symcomm-tune on 4 x H200 gives the same all-reduce ranges. The gathers: LL up to 181 KB blocks (between 128 and
+// 256 KB), all-gather and all-to-all LL128 up to 724 KB (between 512 KB and 1 MB), the direct kernels above, on both
+// machines. Us on 4 x H200, all-gather / reduce-scatter blocks: LL 6.15 / 5.99, LL128 6.24 / 6.26 at 128 KB; LL 9.43
+// / 9.04, LL128 7.57 / 7.63, direct 9.36 / 12.11 at 256 KB; LL128 10.97 / 11.10, direct 11.96 / 13.94 at 512 KB;
+// LL128 19.59 / 19.12, direct 16.45 / 19.28 at 1 MB. The direct reduce-scatter (remote loads) loses to LL128 longer:
+// on 4 x H100 LL128 19.0 / 31.8 / 45.9 against direct 21.3 / 32.7 / 52.1 at 1 / 2 / 4 MB blocks, so its LL128 bound
+// is the LL128 buffer, 4 MB (on 4 x H200 its entry stops at 1.45 MB: direct 29.6 against LL128 32.0 at 2 MB). GPUs
+// with an entry of their own use it instead (NOTE [tuning precedence] in src/core/tuning_file.cc); these values
+// serve the others. From 5 ranks on, nothing is measured: one-shot reads every peer's whole input, so its crossover
+// falls with the ranks (~128-256 KB at 8 ranks in TRT-LLM and SGLang on Hopper); 128 KB, and NCCL from 64 MB. The
+// LL128 two-shot moves 2 (N - 1) / N of the payload out of every rank where the one-shot moves N - 1 times it, for a
+// second NVLink latency: at 2 ranks the same bytes, and symcomm-tune gives it no size there (2 x H100); its fields
+// keep it off. The LL kernels' blocks get 256 threads (up to 256 blocks) from 3 ranks on: on 4 x H200 (every pair
+// NV18; symcomm-bench --mode graph, bf16 sum, LL forced up to 512 KB) 512-thread blocks took 3.77 / 3.83 / 4.00 /
+// 4.62 / 6.02 us for the all-reduce of 8 / 16 / 32 / 64 / 128 KB, 256-thread blocks 3.46 / 3.57 / 3.84 / 4.51 /
+// 5.88, and the all-gather and reduce-scatter of 32-64 KB went from 4.02-4.09 to 3.65-3.85 us, no size slower by
+// more than 0.1 us; 128-thread blocks (up to 512) were faster still for the all-reduce but slower for the all-gather
+// and reduce-scatter of 8 KB (3.59 / 3.45 against 3.23 / 3.24 us). At 2 ranks 512-thread blocks are the fastest
+// (Tuning::cuda_ll_block_threads). A communicator applies these values once, at creation, below a tuning file's
+// entry (symcomm-tune, docs/tuning.md) and explicit settings (NOTE [tuning precedence] in src/core/tuning_file.cc).
 namespace {
 
 /// From `min_world_size` ranks on, `field` defaults to `value`. Rows are applied in order, so a row for more
@@ -80,6 +78,7 @@ constexpr MeasuredValue kMeasuredCuda[] = {
     {3, &Tuning::cuda_two_shot_push_min_bytes, size_t{2896} << 10},
     {3, &Tuning::cuda_ll_gather_max_bytes, size_t{181} << 10},
     {3, &Tuning::cuda_ll128_gather_max_bytes, size_t{724} << 10},
+    {3, &Tuning::cuda_ll128_reduce_scatter_max_bytes, size_t{4} << 20},
     {3, &Tuning::cuda_ll_block_threads, 256},
     {3, &Tuning::cuda_ll_max_blocks, 256},
     {5, &Tuning::cuda_one_shot_max_bytes, size_t{128} << 10},
@@ -186,10 +185,12 @@ KernelPath select_cuda_path(Collective kind, size_t bytes, Algorithm algo, const
           bytes <= f.ll_capacity_bytes) {
         return KernelPath::kLL;
       }
-      // NOTE [LL128 all-gather and reduce-scatter]: blocks up to Tuning::cuda_ll128_gather_max_bytes and the
-      // LL128 buffer's capacity; no broadcast.
-      if (algo == Algorithm::kDirect && kind != Collective::kBroadcast && bytes != 0 &&
-          bytes <= t.cuda_ll128_gather_max_bytes && bytes <= f.ll128_capacity_bytes) {
+      // NOTE [LL128 all-gather and reduce-scatter]: blocks up to Tuning::cuda_ll128_gather_max_bytes
+      // (reduce-scatter: cuda_ll128_reduce_scatter_max_bytes) and the LL128 buffer's capacity; no broadcast.
+      const size_t ll128_max =
+          kind == Collective::kReduceScatter ? t.cuda_ll128_reduce_scatter_max_bytes : t.cuda_ll128_gather_max_bytes;
+      if (algo == Algorithm::kDirect && kind != Collective::kBroadcast && bytes != 0 && bytes <= ll128_max &&
+          bytes <= f.ll128_capacity_bytes) {
         return KernelPath::kLL128;
       }
       // Zero-copy where the side the peers reach is in the heap: reduce-scatter reads their inputs, the others

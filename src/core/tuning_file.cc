@@ -91,6 +91,10 @@ TuningEntry parse_entry(const std::string& path, size_t index, const nlohmann::j
     t.*f->member = v;
     entry.values.emplace_back(field_name, v);
   }
+  // One LL128 bound for every gather, reduce-scatter included, where the entry has no reduce-scatter bound.
+  if (tuning->contains("cuda_ll128_gather_max_bytes") && !tuning->contains("cuda_ll128_reduce_scatter_max_bytes")) {
+    entry.values.emplace_back("cuda_ll128_reduce_scatter_max_bytes", t.cuda_ll128_gather_max_bytes);
+  }
   try {
     t.validate();
   } catch (const Error& err) {

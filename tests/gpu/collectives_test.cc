@@ -411,6 +411,7 @@ TEST(GpuCollectives, MovesAndReduceScatterLL128) {
                        [](Config& c) {
                          c.tuning.cuda_ll_gather_max_bytes = 0;
                          c.tuning.cuda_ll128_gather_max_bytes = size_t{4} << 20;
+                         c.tuning.cuda_ll128_reduce_scatter_max_bytes = size_t{4} << 20;
                          c.tuning.cuda_ll128_max_blocks = 3;
                          c.heap_bytes = std::max(c.heap_bytes, size_t{256} << 20);
                        }),

@@ -84,6 +84,7 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env) {
   // buffer (16 bytes: a value of its own, which measured_cuda_tuning keeps at every world size).
   o.config->tuning.cuda_ll128_two_shot_max_bytes = 16;
   o.config->tuning.cuda_ll128_gather_max_bytes = 16;
+  o.config->tuning.cuda_ll128_reduce_scatter_max_bytes = 16;
   // The pulling two-shot below 8 MB, the pushing one above, at every world size (the compiled-in 3+-rank
   // threshold is lower).
   o.config->tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;

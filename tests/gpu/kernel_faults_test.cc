@@ -157,6 +157,7 @@ Config kernel_fault_config(Fault f, int world) {
   c.tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;
   c.tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
   c.tuning.cuda_ll128_gather_max_bytes = (size_t{1} << 20) - 16;
+  c.tuning.cuda_ll128_reduce_scatter_max_bytes = (size_t{1} << 20) - 16;
   return c;
 }
 

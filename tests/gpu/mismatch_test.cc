@@ -118,6 +118,7 @@ Config mismatch_config(bool debug) {
   c.tuning.cuda_two_shot_push_min_bytes = (size_t{8} << 20) - 16;
   c.tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
   c.tuning.cuda_ll128_gather_max_bytes = (size_t{1} << 20) - 16;  // all-gather blocks above 512 KB: LL128 to 1 MB
+  c.tuning.cuda_ll128_reduce_scatter_max_bytes = (size_t{1} << 20) - 16;
   return c;
 }
 

@@ -46,6 +46,7 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env, uint32_t start, uint32_t l
   o.config->tuning.cuda_ll128_two_shot_max_bytes = (size_t{2} << 20) - 16;
   o.config->tuning.cuda_ll_gather_max_bytes = (size_t{512} << 10) - 16;
   o.config->tuning.cuda_ll128_gather_max_bytes = (size_t{1} << 20) - 16;
+  o.config->tuning.cuda_ll128_reduce_scatter_max_bytes = (size_t{1} << 20) - 16;
   return env.make_comm(o);
 }
 

@@ -75,6 +75,7 @@ const std::vector<std::string> kConfigVars = {
     "SYMCOMM_CUDA_LL128_MAX_BLOCKS",
     "SYMCOMM_CUDA_LL128_TWO_SHOT_MAX_BYTES",
     "SYMCOMM_CUDA_LL128_GATHER_MAX_BYTES",
+    "SYMCOMM_CUDA_LL128_REDUCE_SCATTER_MAX_BYTES",
     "SYMCOMM_CUDA_PDL",
 };
 
@@ -466,6 +467,12 @@ const std::vector<TuningRange> kTuningRanges = {
      {0, 4 * kMiB},
      {4 * kMiB + 1},
      "0-4194304"},
+    {"cuda_ll128_reduce_scatter_max_bytes",
+     "SYMCOMM_CUDA_LL128_REDUCE_SCATTER_MAX_BYTES",
+     &Tuning::cuda_ll128_reduce_scatter_max_bytes,
+     {0, 4 * kMiB},
+     {4 * kMiB + 1},
+     "0-4194304"},
     {"cuda_pdl", "SYMCOMM_CUDA_PDL", &Tuning::cuda_pdl, {0, 1}, {2, SIZE_MAX}, "0-1"},
 };
 
@@ -639,6 +646,25 @@ TEST(TuningFile, AGoodFileGivesItsEntries) {
   // An empty file list and an entry without values are valid.
   EXPECT_TRUE(detail::parse_tuning_file(tuning_json(""), "empty.json").entries.empty());
   EXPECT_TRUE(detail::parse_tuning_file(tuning_json(entry_json(2, "host", "")), "none.json").entries[0].values.empty());
+}
+
+// An entry with one LL128 bound for the gathers gives reduce-scatter the same bound; one with both keeps both.
+TEST(TuningFile, AnEntryWithOneLL128GatherBoundGivesReduceScatterTheSame) {
+  const detail::TuningFile one =
+      detail::parse_tuning_file(tuning_json(entry_json(4, kGpu, R"("cuda_ll128_gather_max_bytes": 65536)")), "1.json");
+  const Tuning a = detail::resolve_tuning(Config{}, BackendKind::kCuda, 4, one.find(4, kGpu));
+  EXPECT_EQ(a.cuda_ll128_gather_max_bytes, 65536u);
+  EXPECT_EQ(a.cuda_ll128_reduce_scatter_max_bytes, 65536u);
+  const detail::TuningFile both = detail::parse_tuning_file(
+      tuning_json(entry_json(
+          4, kGpu, R"("cuda_ll128_gather_max_bytes": 65536, "cuda_ll128_reduce_scatter_max_bytes": 131072)")),
+      "2.json");
+  const Tuning b = detail::resolve_tuning(Config{}, BackendKind::kCuda, 4, both.find(4, kGpu));
+  EXPECT_EQ(b.cuda_ll128_gather_max_bytes, 65536u);
+  EXPECT_EQ(b.cuda_ll128_reduce_scatter_max_bytes, 131072u);
+  // Neither: the per-world-size values, which differ.
+  const Tuning c = detail::resolve_tuning(Config{}, BackendKind::kCuda, 4, nullptr);
+  EXPECT_NE(c.cuda_ll128_gather_max_bytes, c.cuda_ll128_reduce_scatter_max_bytes);
 }
 
 // The refusal names the file and says what is wrong, with kInvalidArgument.

@@ -17,6 +17,7 @@ constexpr size_t kLLMax = 1024;          // Tuning::cuda_ll_max_bytes
 constexpr size_t kLL128Max = 8192;       // Tuning::cuda_ll128_max_bytes
 constexpr size_t kGatherMax = 2048;      // Tuning::cuda_ll_gather_max_bytes
 constexpr size_t kGather128Max = 12288;  // Tuning::cuda_ll128_gather_max_bytes
+constexpr size_t kRs128Max = 14336;      // Tuning::cuda_ll128_reduce_scatter_max_bytes
 constexpr size_t kPushMin = 65536;       // Tuning::cuda_two_shot_push_min_bytes
 constexpr size_t kLLCapacity = 4096;     // PathFacts::ll_capacity_bytes
 constexpr size_t kLL128Capacity = 16384;
@@ -30,6 +31,7 @@ Tuning table_tuning() {
   t.cuda_ll128_max_bytes = kLL128Max;
   t.cuda_ll_gather_max_bytes = kGatherMax;
   t.cuda_ll128_gather_max_bytes = kGather128Max;
+  t.cuda_ll128_reduce_scatter_max_bytes = kRs128Max;
   t.cuda_two_shot_push_min_bytes = kPushMin;
   t.cuda_ll128_two_shot_max_bytes = kTwoShotLLMax;
   return t;
@@ -134,9 +136,13 @@ TEST(Select, CudaPathTable) {
       {C::kAllGather, kLL128Capacity, A::kDirect, kNeither, P::kLL128, -1, -1, -1, -1, 1 << 20},
       {C::kAllGather, kLL128Capacity + 1, A::kDirect, kNeither, P::kDirectStaged, -1, -1, -1, -1, 1 << 20},
       {C::kBroadcast, kGatherMax + 1, A::kDirect, kNeither, P::kDirectStaged},
-      {C::kReduceScatter, kGather128Max + 1, A::kDirect, kIn, P::kDirectZeroCopy},
-      {C::kReduceScatter, kGather128Max + 1, A::kDirect, kOut, P::kDirectStaged},
-      {C::kReduceScatter, kGather128Max + 1, A::kDirect, kBothInPlace, P::kDirectZeroCopy},
+      // Reduce-scatter has a bound of its own.
+      {C::kReduceScatter, kGather128Max + 1, A::kDirect, kIn, P::kLL128},
+      {C::kReduceScatter, kRs128Max, A::kDirect, kOut, P::kLL128},
+      {C::kAllToAll, kRs128Max, A::kDirect, kBoth, P::kDirectZeroCopy},
+      {C::kReduceScatter, kRs128Max + 1, A::kDirect, kIn, P::kDirectZeroCopy},
+      {C::kReduceScatter, kRs128Max + 1, A::kDirect, kOut, P::kDirectStaged},
+      {C::kReduceScatter, kRs128Max + 1, A::kDirect, kBothInPlace, P::kDirectZeroCopy},
       {C::kAllGather, kGather128Max + 1, A::kDirect, kOut, P::kDirectZeroCopy},
       {C::kAllGather, kGather128Max + 1, A::kDirect, kIn, P::kDirectStaged},
       {C::kAllToAll, kGather128Max + 1, A::kDirect, kBoth, P::kDirectZeroCopy},
@@ -161,8 +167,8 @@ TEST(Select, CudaPathTable) {
   }
 }
 
-// NOTE [measured CUDA thresholds]: from 3 ranks on the gathers' blocks go LL up to 181 KB, LL128 up to 724 KB,
-// then the direct kernels; at 2 ranks the defaults (LL up to 512 KB, no LL128) stay.
+// NOTE [measured CUDA thresholds]: from 3 ranks on the gathers' blocks go LL up to 181 KB, LL128 up to 724 KB
+// (reduce-scatter 4 MB, the LL128 buffer), then the direct kernels; at 2 ranks the defaults (LL up to 512 KB, no LL128) stay.
 TEST(Select, CudaGatherPathsFollowTheWorldSize) {
   using C = Collective;
   using P = KernelPath;
@@ -175,8 +181,10 @@ TEST(Select, CudaGatherPathsFollowTheWorldSize) {
   };
   EXPECT_EQ(path(C::kAllGather, size_t{181} << 10, t4), to_string(P::kLL));
   EXPECT_EQ(path(C::kAllGather, (size_t{181} << 10) + 1, t4), to_string(P::kLL128));
-  EXPECT_EQ(path(C::kReduceScatter, size_t{724} << 10, t4), to_string(P::kLL128));
-  EXPECT_EQ(path(C::kReduceScatter, (size_t{724} << 10) + 1, t4), to_string(P::kDirectStaged));
+  EXPECT_EQ(path(C::kAllGather, size_t{724} << 10, t4), to_string(P::kLL128));
+  EXPECT_EQ(path(C::kAllGather, (size_t{724} << 10) + 1, t4), to_string(P::kDirectStaged));
+  EXPECT_EQ(path(C::kReduceScatter, size_t{4} << 20, t4), to_string(P::kLL128));
+  EXPECT_EQ(path(C::kReduceScatter, (size_t{4} << 20) + 16, t4), to_string(P::kDirectStaged));
   EXPECT_EQ(path(C::kBroadcast, (size_t{181} << 10) + 1, t4), to_string(P::kDirectStaged));
   EXPECT_EQ(path(C::kAllGather, size_t{512} << 10, t2), to_string(P::kLL));
   EXPECT_EQ(path(C::kAllGather, (size_t{512} << 10) + 1, t2), to_string(P::kDirectStaged));
@@ -228,6 +236,7 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
                           kGatherMax + 1,
                           kLLCapacity + 1,
                           kGather128Max + 1,
+                          kRs128Max + 1,
                           kLL128Capacity + 1,
                           kLL128Max + 1,
                           kTwoShotLLMin - 1,
@@ -254,7 +263,7 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
           if (p == KernelPath::kLL128 && kind != Collective::kAllReduce) {
             EXPECT_NE(kind, Collective::kBroadcast) << where;
             EXPECT_LE(bytes, kLL128Capacity) << where;
-            EXPECT_LE(bytes, kGather128Max) << where;
+            EXPECT_LE(bytes, kind == Collective::kReduceScatter ? kRs128Max : kGather128Max) << where;
           }
           if (p == KernelPath::kLL) {
             EXPECT_LE(bytes, kLLCapacity) << where;

@@ -244,6 +244,7 @@ TEST(TuneDerive, CudaGatherChainGivesItsThresholds) {
   EXPECT_EQ(fields_of(d), (std::map<std::string, size_t>{{"cuda_direct_nccl_max_bytes", 8 * kKB},
                                                          {"cuda_ll_gather_max_bytes", 128 * kKB},
                                                          {"cuda_ll128_gather_max_bytes", 0},
+                                                         {"cuda_ll128_reduce_scatter_max_bytes", 0},
                                                          {"cuda_nccl_min_bytes", 32 * kMB + 1}}));
 }
 
@@ -259,6 +260,42 @@ TEST(TuneDerive, CudaGatherChainGivesTheLL128RangeBetweenLLAndDirect) {
   const auto f = fields_of(derive(BackendKind::kCuda, samples_of("all_gather", g) + samples_of("reduce_scatter", g)));
   EXPECT_EQ(f.at("cuda_ll_gather_max_bytes"), 32 * kKB);      // between 16 and 64 KB
   EXPECT_EQ(f.at("cuda_ll128_gather_max_bytes"), 512 * kKB);  // between 256 KB and 1 MB
+  EXPECT_EQ(f.at("cuda_ll128_reduce_scatter_max_bytes"), 512 * kKB);
+}
+
+TEST(TuneDerive, ReduceScatterLeavesLL128WhereItsOwnTimesSay) {
+  // LL up to 16 KB for both; the all-gather's direct kernel wins from 1 MB, the reduce-scatter's only from 4 MB.
+  // One shared bound would cost one of them 20-50% at 1-2 MB; each gets its own, the rest of the chain shared.
+  auto times = [](size_t direct_from) {
+    Times t;
+    for (size_t b : {4 * kKB, 16 * kKB, 64 * kKB, 256 * kKB, kMB, 2 * kMB, 4 * kMB, 16 * kMB}) {
+      std::map<std::string, double> row = {{"direct", b >= direct_from ? 10.0 : 15.0}};
+      if (b <= 256 * kKB) row["ll"] = b <= 16 * kKB ? 5.0 : 30.0;
+      if (b <= 4 * kMB) row["ll128"] = b <= 16 * kKB ? 8.0 : b < direct_from ? 9.0 : 12.0;
+      t.emplace_back(b, row);
+    }
+    return t;
+  };
+  const Derived d =
+      derive(BackendKind::kCuda, samples_of("all_gather", times(kMB)) + samples_of("reduce_scatter", times(4 * kMB)));
+  const auto f = fields_of(d);
+  EXPECT_EQ(f.at("cuda_ll_gather_max_bytes"), 32 * kKB);
+  EXPECT_EQ(f.at("cuda_ll128_gather_max_bytes"), 512 * kKB);                // between 256 KB and 1 MB
+  EXPECT_EQ(f.at("cuda_ll128_reduce_scatter_max_bytes"), 2965820);  // between 2 and 4 MB
+  // The report's "chosen" column at 2 MB: each collective's own path.
+  const std::string report = format_report(d, samples_of("all_gather", times(kMB)) +
+                                                  samples_of("reduce_scatter", times(4 * kMB)));
+  auto chosen_at = [&](const std::string& collective, size_t bytes) {
+    const size_t section = report.find("# " + collective + ":");
+    const size_t row = report.find(fmt::format("\n{:>12} ", bytes), section);
+    if (section == std::string::npos || row == std::string::npos) return std::string("(missing)");
+    const size_t eol = report.find('\n', row + 1);
+    const std::string line = report.substr(row + 1, eol - row - 1);
+    return line.substr(line.find_last_of(' ') + 1);
+  };
+  EXPECT_EQ(chosen_at("all_gather", 2 * kMB), "direct");
+  EXPECT_EQ(chosen_at("reduce_scatter", 2 * kMB), "ll128");
+  EXPECT_EQ(chosen_at("reduce_scatter", 4 * kMB), "direct");
 }
 
 TEST(TuneDerive, OneNcclMinimumServesTheAllReduceAndTheGathers) {
@@ -342,6 +379,27 @@ TEST(TuneOutput, AFileThatIsNotATuningFileIsNotOverwritten) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
       EXPECT_NE(e.message().find("other.json"), std::string::npos) << e.message();
     }
+  }
+}
+
+TEST(TuneOutput, RederiveReplacesEachEntrysThresholdsByTheDerivationOfItsMeasurements) {
+  // The entry claims 1 byte; its measurements (one-shot fastest at the only size) give one-shot every size.
+  const std::string text = rederive(merge_entry("", "t.json", entry_for(2, 1)), "t.json", {});
+  const detail::TuningFile f = detail::parse_tuning_file(text, "t.json");
+  ASSERT_EQ(f.entries.size(), 1u);
+  EXPECT_EQ(f.entries[0].values, (std::vector<std::pair<std::string, size_t>>{{"host_one_shot_max_bytes", SIZE_MAX}}));
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["entries"][0]["provenance"]["command"], "symcomm-tune --backend host");
+  EXPECT_EQ(j["entries"][0]["measurements"].size(), 2u);
+}
+
+TEST(TuneOutput, RederiveRefusesMeasurementsItCannotRead) {
+  try {
+    rederive(kOtherEntry, "other.json", {});  // its measurement has bytes only
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(e.message().find("other.json"), std::string::npos) << e.message();
   }
 }
 
