@@ -73,9 +73,13 @@ def index(records):
     return {(r["collective"], r["impl"], r["mode"], r["bytes"]): r for r in records}
 
 
+def min_or_none(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
 def best_nccl(idx, coll, mode, b):
-    times = [idx[(coll, i, mode, b)]["time_us"] for i in NCCL_IMPLS if (coll, i, mode, b) in idx]
-    return min(times) if times else None
+    return min_or_none(idx[(coll, i, mode, b)]["time_us"] for i in NCCL_IMPLS if (coll, i, mode, b) in idx)
 
 
 def fmt(x, digits=2):
@@ -106,11 +110,6 @@ def collective_rows(idx, coll):
             "wrong": sum((r or {}).get("wrong", 0) for r in (se, sg)),
         })
     return rows
-
-
-def min_or_none(values):
-    values = [v for v in values if v is not None]
-    return min(values) if values else None
 
 
 def table(rows):
