@@ -51,7 +51,7 @@ void HostEngine::publish(const Request& r, uint64_t round, uint64_t data_offset,
 }
 
 void HostEngine::exchange(const Request& r, uint64_t round, const void* src, size_t src_stride, int blocks,
-                          size_t block_bytes, bool allow_zero_copy) {
+                          size_t block_bytes, bool allow_zero_copy, UnreadBytes unread) {
   size_t span = blocks > 0 ? (blocks - 1) * src_stride + block_bytes : 0;
   std::optional<size_t> zc = allow_zero_copy ? seg_.own_heap_offset(src, span) : std::nullopt;
   if (n_ == 1) {
@@ -62,8 +62,12 @@ void HostEngine::exchange(const Request& r, uint64_t round, const void* src, siz
     uint8_t* dst = seg_.base(me_) + seg_.scratch_offset(step_ & 1);
     SYMCOMM_CHECK(static_cast<size_t>(blocks) * block_bytes <= seg_.scratch_half(), kInternal,
                   "round of {} bytes exceeds the scratch half", blocks * block_bytes);
-    for (int d = 0; d < blocks; ++d) {
-      std::memcpy(dst + d * block_bytes, static_cast<const uint8_t*>(src) + d * src_stride, block_bytes);
+    const auto* from = static_cast<const uint8_t*>(src);
+    if (blocks == 1 && unread.lo < unread.hi && unread.hi <= block_bytes) {
+      std::memcpy(dst, from, unread.lo);
+      std::memcpy(dst + unread.hi, from + unread.hi, block_bytes - unread.hi);
+    } else {
+      for (int d = 0; d < blocks; ++d) std::memcpy(dst + d * block_bytes, from + d * src_stride, block_bytes);
     }
     publish(r, round, seg_.scratch_offset(step_ & 1), block_bytes, 0);
   }

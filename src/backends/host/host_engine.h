@@ -33,6 +33,11 @@
 
 namespace symcomm::detail {
 
+/// Bytes [lo, hi) of a published block that no peer reads (HostEngine::exchange).
+struct UnreadBytes {
+  size_t lo = 0, hi = 0;
+};
+
 class HostEngine {
  public:
   HostEngine(CommContext& ctx, HostSegments& seg);
@@ -51,9 +56,12 @@ class HostEngine {
 
   /// Publishes `blocks` blocks of `block_bytes`, block d at src + d * src_stride. Zero-copy (peers read the
   /// user buffer) if allowed and the span lies in the heap; else the blocks are copied contiguously into
-  /// this step's scratch half. Then waits for every peer's step and validates their headers.
+  /// this step's scratch half, all but `unread` of a single block. Then waits for every peer's step and
+  /// validates their headers.
   void exchange(const Request& r, uint64_t round, const void* src, size_t src_stride, int blocks, size_t block_bytes,
-                bool allow_zero_copy);
+                bool allow_zero_copy, UnreadBytes unread = {});
+  /// True if [p, p + bytes) lies in this rank's heap: an exchange from there is zero-copy.
+  bool in_own_heap(const void* p, size_t bytes) const { return seg_.own_heap_offset(p, bytes).has_value(); }
   /// Offers this rank's output of the coming step to the peers (they may write into it; see
   /// host_two_shot.cc): recorded in the next published header if [out, out + bytes) lies in the heap.
   void offer_output(const void* out, size_t bytes);

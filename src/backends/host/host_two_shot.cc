@@ -3,6 +3,7 @@
 // (from its output if that is in the heap, else from scratch) and copies the other slices. Each element is
 // reduced exactly once, by one rank, so all ranks hold identical bits; it moves 2(n-1)/n of the data per
 // rank instead of n-1, the bandwidth-optimal choice for large payloads.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -11,6 +12,9 @@
 
 namespace symcomm::detail {
 namespace {
+
+// Bytes reduced before the piece is staged (NOTE [two-shot staging]): well inside a core's L2 cache.
+constexpr size_t kPieceBytes = size_t{64} << 10;
 
 struct Slice {
   size_t lo, hi;
@@ -41,10 +45,22 @@ void host_all_reduce_two_shot(HostEngine& e, const Request& r) {
 
     // Peers may write into the output only where nobody reads: not when it partially overlaps the input.
     if (in_zc || in == out) e.offer_output(out, len * es);
-    e.exchange(r, 2 * round, in, 0, 1, len * es, in_zc);
-    for (int p = 0; p < n; ++p) srcs[p] = (p == me ? in : e.peer_block(p, 0)) + mine.lo * es;
-    host_reduce(r.dtype, r.op, out + mine.lo * es, srcs.data(), n, mine.hi - mine.lo);
-    if (e.all_outputs_offered()) {
+    // Staged, the input goes into scratch but for this rank's own slice, which only this rank reads.
+    e.exchange(r, 2 * round, in, 0, 1, len * es, in_zc, {mine.lo * es, mine.hi * es});
+    const bool push = e.all_outputs_offered();
+    uint8_t* slice = out + mine.lo * es;
+    const size_t slice_bytes = (mine.hi - mine.lo) * es;
+    // NOTE [two-shot staging] Where the reduced slice is published from scratch, each piece of it is copied
+    // there right after it is reduced, while it is in this core's cache, instead of in a second pass over the
+    // whole slice.
+    const bool stage = !push && !e.in_own_heap(slice, slice_bytes);
+    for (size_t lo = mine.lo; lo < mine.hi; lo += kPieceBytes / es) {
+      const size_t hi = std::min(mine.hi, lo + kPieceBytes / es);
+      for (int p = 0; p < n; ++p) srcs[p] = (p == me ? in : e.peer_block(p, 0)) + lo * es;
+      host_reduce(r.dtype, r.op, out + lo * es, srcs.data(), n, hi - lo);
+      if (stage) std::memcpy(e.next_scratch() + (lo - mine.lo) * es, out + lo * es, (hi - lo) * es);
+    }
+    if (push) {
       // NOTE [two-shot push] Every output is in the heap: write the reduced slice straight into every
       // peer's output (this rank is the only writer of that slice anywhere) instead of letting each peer
       // pull it after the next step. The slice is hot in this rank's cache; the pull would move lines the
@@ -60,8 +76,12 @@ void host_all_reduce_two_shot(HostEngine& e, const Request& r) {
     e.end_step();
 
     // Publish only the reduced slice: zero-copy from the output when it is in the heap (peers read this
-    // slice while this rank writes the others), else staged in scratch.
-    e.exchange(r, 2 * round + 1, out + mine.lo * es, 0, 1, (mine.hi - mine.lo) * es, /*allow_zero_copy=*/true);
+    // slice while this rank writes the others), else from scratch, where it was copied piece by piece.
+    if (stage) {
+      e.exchange_scratch(r, 2 * round + 1);
+    } else {
+      e.exchange(r, 2 * round + 1, slice, 0, 1, slice_bytes, /*allow_zero_copy=*/true);
+    }
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       Slice s = slice_of(p, n, len, es);
