@@ -360,8 +360,8 @@ Derived derive(BackendKind backend, const std::vector<Sample>& samples, const De
         part.name = group == &rs ? "reduce_scatter" : "gathers";
         part.collectives = *group;
         Segmentation seg = g_seg;
-        seg.ends[ll128] = ll128_end(chain_costs(part, samples, tol), sz, start_of(g_seg, ll128), g_seg.ends[ll128 + 1],
-                                    ll128);
+        seg.ends[ll128] =
+            ll128_end(chain_costs(part, samples, tol), sz, start_of(g_seg, ll128), g_seg.ends[ll128 + 1], ll128);
         const char* field = group == &rs ? "cuda_ll128_reduce_scatter_max_bytes" : "cuda_ll128_gather_max_bytes";
         set_field(fields, field,
                   seg.ends[ll128] == start_of(seg, ll128) ? 0 : up_to(sz, seg.ends[ll128], field_max(field)));

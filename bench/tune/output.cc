@@ -69,8 +69,9 @@ std::string rederive(const std::string& existing, const std::string& path, const
   nlohmann::ordered_json file = nlohmann::ordered_json::parse(existing);
   for (nlohmann::ordered_json& e : file["entries"]) {
     const auto m = e.find("measurements");
-    SYMCOMM_CHECK_ARG(m != e.end() && !m->empty(), "tuning file '{}': the entry for {} ranks on '{}' has no measurements",
-                      path, e["world_size"].dump(), e["device"].get<std::string>());
+    SYMCOMM_CHECK_ARG(m != e.end() && !m->empty(),
+                      "tuning file '{}': the entry for {} ranks on '{}' has no measurements", path,
+                      e["world_size"].dump(), e["device"].get<std::string>());
     std::vector<Sample> samples;
     for (const auto& s : *m) {
       try {

@@ -656,8 +656,8 @@ TEST(TuningFile, AnEntryWithOneLL128GatherBoundGivesReduceScatterTheSame) {
   EXPECT_EQ(a.cuda_ll128_gather_max_bytes, 65536u);
   EXPECT_EQ(a.cuda_ll128_reduce_scatter_max_bytes, 65536u);
   const detail::TuningFile both = detail::parse_tuning_file(
-      tuning_json(entry_json(
-          4, kGpu, R"("cuda_ll128_gather_max_bytes": 65536, "cuda_ll128_reduce_scatter_max_bytes": 131072)")),
+      tuning_json(entry_json(4, kGpu,
+                             R"("cuda_ll128_gather_max_bytes": 65536, "cuda_ll128_reduce_scatter_max_bytes": 131072)")),
       "2.json");
   const Tuning b = detail::resolve_tuning(Config{}, BackendKind::kCuda, 4, both.find(4, kGpu));
   EXPECT_EQ(b.cuda_ll128_gather_max_bytes, 65536u);

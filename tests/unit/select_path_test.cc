@@ -168,7 +168,8 @@ TEST(Select, CudaPathTable) {
 }
 
 // NOTE [measured CUDA thresholds]: from 3 ranks on the gathers' blocks go LL up to 181 KB, LL128 up to 724 KB
-// (reduce-scatter 4 MB, the LL128 buffer), then the direct kernels; at 2 ranks the defaults (LL up to 512 KB, no LL128) stay.
+// (reduce-scatter 4 MB, the LL128 buffer), then the direct kernels; at 2 ranks the defaults (LL up to 512 KB, no LL128)
+// stay.
 TEST(Select, CudaGatherPathsFollowTheWorldSize) {
   using C = Collective;
   using P = KernelPath;

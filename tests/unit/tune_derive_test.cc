@@ -280,11 +280,11 @@ TEST(TuneDerive, ReduceScatterLeavesLL128WhereItsOwnTimesSay) {
       derive(BackendKind::kCuda, samples_of("all_gather", times(kMB)) + samples_of("reduce_scatter", times(4 * kMB)));
   const auto f = fields_of(d);
   EXPECT_EQ(f.at("cuda_ll_gather_max_bytes"), 32 * kKB);
-  EXPECT_EQ(f.at("cuda_ll128_gather_max_bytes"), 512 * kKB);                // between 256 KB and 1 MB
+  EXPECT_EQ(f.at("cuda_ll128_gather_max_bytes"), 512 * kKB);        // between 256 KB and 1 MB
   EXPECT_EQ(f.at("cuda_ll128_reduce_scatter_max_bytes"), 2965820);  // between 2 and 4 MB
   // The report's "chosen" column at 2 MB: each collective's own path.
-  const std::string report = format_report(d, samples_of("all_gather", times(kMB)) +
-                                                  samples_of("reduce_scatter", times(4 * kMB)));
+  const std::string report =
+      format_report(d, samples_of("all_gather", times(kMB)) + samples_of("reduce_scatter", times(4 * kMB)));
   auto chosen_at = [&](const std::string& collective, size_t bytes) {
     const size_t section = report.find("# " + collective + ":");
     const size_t row = report.find(fmt::format("\n{:>12} ", bytes), section);
