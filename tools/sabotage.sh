@@ -62,6 +62,11 @@ case_def host topology-agreement src/core/communicator.cc \
 case_def host gather-schedule-ring src/algos/schedule.cc \
   "o[mod(rs ? i - 1 - k : i - k)]" "o[mod(rs ? i - k : i - k)]" \
   symcomm_rank_tests 'Layouts/TopologyRanks.CollectivesUseTheirSchedulesAndAreExact/ring_of_four' 90
+# The staged two-shot leaves out of scratch only the slice no peer reads (NOTE [two-shot staging]): leaving out more,
+# a peer reduces stale scratch bytes.
+case_def host two-shot-unread src/backends/host/host_two_shot.cc \
+  "in_zc, {mine.lo * es, mine.hi * es});" "in_zc, {0, mine.hi * es});" \
+  symcomm_rank_tests 'WorldSizes/HostCollectives.*' 120
 case_def host host-count-check src/backends/host/host_engine.cc \
   "if (h.count != r.count) mismatch(" "if (false) mismatch(" \
   symcomm_rank_tests Faults.CrossRankMismatchIsReportedNotAHang 90
