@@ -62,6 +62,12 @@ case_def host topology-agreement src/core/communicator.cc \
 case_def host gather-schedule-ring src/algos/schedule.cc \
   "o[mod(rs ? i - 1 - k : i - k)]" "o[mod(rs ? i - k : i - k)]" \
   symcomm_rank_tests 'Layouts/TopologyRanks.CollectivesUseTheirSchedulesAndAreExact/ring_of_four' 90
+# A reduce in the scheduled kernel's plan reads the run of slots its chunk was pushed into (NOTE [scheduled kernel
+# plan]): starting every run at slot 0, a rank that gets two chunks in one step reduces the wrong one.
+case_def host schedule-plan-slots src/algos/schedule_plan.cc \
+  "p.apply[applies++] = PlanApply{static_cast<uint8_t>(x.chunk), static_cast<uint8_t>(slots[i])," \
+  "p.apply[applies++] = PlanApply{static_cast<uint8_t>(x.chunk), static_cast<uint8_t>(0)," \
+  symcomm_unit_tests 'SchedulePlan.*' 60
 # The staged two-shot leaves out of scratch only the slice no peer reads (NOTE [two-shot staging]): leaving out more,
 # a peer reduces stale scratch bytes.
 case_def host two-shot-unread src/backends/host/host_two_shot.cc \
@@ -212,6 +218,11 @@ case_def gpu ll-header src/algos/cuda_all_reduce_ll.cu \
 case_def gpu ll128-two-shot-shard src/algos/cuda_all_reduce_ll.cu \
   "const size_t ci = (first(q) + i) * kLL128ChunksPerLine" "const size_t ci = (first(me) + i) * kLL128ChunksPerLine" \
   symcomm_gpu_tests "GpuCollectives.AllReduceLL128TwoShot" 120 "$SHARED2"
+# The scheduled kernel's step barrier with its neighbours orders their pushes before its applies (NOTE [scheduled
+# kernel plan]): with the barrier reaching nobody, a rank applies inbox slots its neighbours have not filled yet.
+case_def gpu scheduled-barrier src/algos/cuda_scheduled.cu \
+  "f.deadline, g == 0 ? p.header : 0, pl.neighbors)" "f.deadline, g == 0 ? p.header : 0, 0u)" \
+  symcomm_gpu_tests "GpuTopology.GraphReplaysStayExact" 240 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=4 SYMCOMM_TEST_TIMEOUT_SCALE=10"
 case_def gpu ll128-gather-store src/algos/cuda_all_reduce_ll.cu \
   "q == me ? own[u][h] : LL128Lane::half(got[u][q], h)" "own[u][h]" \
   symcomm_gpu_tests "GpuCollectives.MovesAndReduceScatterLL128" 300 "$SHARED2"

@@ -212,12 +212,15 @@ struct Config {
   /// range, fails the creation on every rank with kInvalidArgument naming the file. The ranks must end up with
   /// the same Tuning (NOTE [configuration agreement]); the paths may differ.
   std::string tuning_file;
-  /// Host backend: a topology file (JSON; docs/design/topology.md) giving the links between the ranks, read by
-  /// every communicator at creation; empty: every pair linked. Where it does not link every pair, all-reduces run
-  /// the schedule that uses only its links (hybrid cube mesh, ring), whatever algorithm is asked for; a
-  /// topology no schedule serves fails them with kUnsupported. A file that cannot be read or parsed, or that
-  /// names another world size, fails the creation on every rank with kInvalidArgument; ranks whose files
-  /// describe different links fail it with kMismatch. The CUDA backend refuses it (kUnsupported).
+  /// A topology file (JSON; docs/design/topology.md) giving the links between the ranks, read by every
+  /// communicator at creation; empty: every pair linked (the CUDA backend: the links it detects). Where it does
+  /// not link every pair, all-reduces, all-gathers and reduce-scatters run the schedule that uses only its links
+  /// (hybrid cube mesh, ring), whatever algorithm is asked for (CUDA: except NCCL); a topology no schedule serves
+  /// sends them to NCCL (CUDA, where it is available and no symcomm algorithm is asked for) or fails them with
+  /// kUnsupported. On the CUDA backend the file restricts GPUs that reach each other (every pair NVLink, or ranks
+  /// sharing a GPU); elsewhere NCCL runs them. A file that cannot be read or parsed, or that names another world
+  /// size, fails the creation on every rank with kInvalidArgument; ranks whose files describe different links
+  /// fail it with kMismatch.
   std::string topology_file;
 
   /// Read SYMCOMM_* variables over the defaults. Throws Error(kInvalidArgument) on a malformed value or one

@@ -56,7 +56,8 @@ enum class KernelPath : uint8_t {
   kMultiZeroCopy,    ///< a group's multi-tensor kernel on heap buffers
   kMultiPush,        ///< a group's multi-tensor all-reduce pushing into the peers' heap outputs
   kLL128TwoShot,     ///< LL128 lines: two-shot all-reduce without barriers
-  kHostScheduled,    ///< the host backend's all-reduce over the links of a topology (Config::topology_file)
+  kHostScheduled,    ///< the host backend's all-reduce, all-gather or reduce-scatter over a topology's links
+  kScheduled,        ///< the CUDA backend's all-reduce, all-gather or reduce-scatter over a topology's links
 };
 
 /// Where the communicator's memory lives.

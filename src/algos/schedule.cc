@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include "base/check.h"
+
 namespace symcomm::detail {
 namespace {
 
@@ -177,6 +179,38 @@ std::optional<Schedule> all_reduce_schedule(const Topology& t) {
   if (const auto q = cube_quads(t)) return hybrid_cube_mesh(q->first, q->second);
   if (const auto o = ring_order(t)) return ring(*o);
   return std::nullopt;
+}
+
+namespace {
+
+/// The index of `kind` in TopologySchedules' tables, or -1 for a collective without a schedule.
+int schedule_index(Collective kind) {
+  switch (kind) {
+    case Collective::kAllReduce: return 0;
+    case Collective::kAllGather: return 1;
+    case Collective::kReduceScatter: return 2;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+const Schedule* TopologySchedules::find(Collective kind) {
+  const int k = schedule_index(kind);
+  if (k < 0 || !restricted()) return nullptr;
+  std::call_once(once_[k],
+                 [&] { schedules_[k] = k == 0 ? all_reduce_schedule(*topology_) : gather_schedule(*topology_, kind); });
+  return schedules_[k] ? &*schedules_[k] : nullptr;
+}
+
+const Schedule* TopologySchedules::require(Collective kind, int rank) {
+  const Schedule* s = find(kind);
+  static constexpr const char* kNames[] = {"all-reduce", "all-gather", "reduce-scatter"};
+  SYMCOMM_CHECK(s || schedule_index(kind) < 0 || !restricted(), kUnsupported,
+                "rank {}: no {} schedule uses only the links of the topology {} (a cycle through every rank, a "
+                "hybrid cube mesh or every pair linked; docs/design/topology.md)",
+                rank, kNames[schedule_index(kind)], topology_->to_json());
+  return s;
 }
 
 double predicted_us(const Schedule& s, const Topology& t, size_t bytes, const CostModel& m) {

@@ -23,8 +23,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "algos/topology.h"
@@ -71,6 +73,28 @@ std::optional<Schedule> all_reduce_schedule(const Topology& t);
 
 /// The reduce-scatter (kind kReduceScatter) or all-gather (kAllGather) schedule of the topology, or nothing.
 std::optional<Schedule> gather_schedule(const Topology& t, Collective kind);
+
+/// The all-reduce, all-gather and reduce-scatter schedules of a communicator's topology (Config::topology_file),
+/// each built at its first use. Thread-safe.
+class TopologySchedules {
+ public:
+  /// `topology`: the communicator's links; none means every pair is linked.
+  explicit TopologySchedules(std::optional<Topology> topology) : topology_(std::move(topology)) {}
+  /// Whether the topology leaves some pair unlinked: its all-reduces, all-gathers and reduce-scatters must run
+  /// a schedule.
+  bool restricted() const { return topology_ && !topology_->full_mesh(); }
+  /// The schedule of `kind` where restricted(); nullptr for the other collectives, where every pair is linked,
+  /// and where no schedule serves the topology.
+  const Schedule* find(Collective kind);
+  /// find(), but where restricted() and no schedule serves a collective that needs one, throws
+  /// Error(kUnsupported) naming `rank` and the topology.
+  const Schedule* require(Collective kind, int rank);
+
+ private:
+  std::optional<Topology> topology_;
+  std::once_flag once_[3];
+  std::optional<Schedule> schedules_[3];  ///< all-reduce, all-gather, reduce-scatter
+};
 
 /// A link's cost: a fixed latency per step in which it carries data, and its bandwidth per direction (NVLink:
 /// per link; a pair's bandwidth is count times it).

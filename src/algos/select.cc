@@ -98,8 +98,45 @@ Tuning measured_cuda_tuning(const Tuning& t, int world_size) {
 
 namespace {
 
+bool schedulable(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter;
+}
+
+/// select_cuda() where the topology leaves pairs unlinked (Capabilities::restricted_links): the schedule whatever
+/// symcomm algorithm is asked for (checked as elsewhere; the path is KernelPath::kScheduled), NCCL where asked for,
+/// and where no schedule serves the collective, NCCL unless a symcomm algorithm is asked for.
+Algorithm select_restricted(const SelectRequest& r, const Capabilities& caps) {
+  const bool reducing = r.kind == Collective::kAllReduce;
+  switch (r.forced) {
+    case Algorithm::kAuto: break;
+    case Algorithm::kOneShot:
+    case Algorithm::kTwoShot:
+      SYMCOMM_CHECK_ARG(reducing, "algorithm {} applies to all_reduce only", to_string(r.forced));
+      break;
+    case Algorithm::kDirect:
+      SYMCOMM_CHECK_ARG(!reducing, "all_reduce has no direct algorithm (use one_shot or two_shot)");
+      break;
+    case Algorithm::kCopyEngine:
+      SYMCOMM_CHECK_ARG(copy_engine_capable(r.kind), "{} has no copy-engine algorithm", to_string(r.kind));
+      break;
+    case Algorithm::kNccl:
+      SYMCOMM_CHECK(caps.nccl_available, kUnsupported, "NCCL is not available to this communicator");
+      return Algorithm::kNccl;
+  }
+  if (((caps.schedules >> static_cast<int>(r.kind)) & 1u) == 0) {
+    SYMCOMM_CHECK(r.forced == Algorithm::kAuto && caps.nccl_available, kUnsupported,
+                  "no {} schedule uses only the links of this communicator's topology, {}", to_string(r.kind),
+                  r.forced == Algorithm::kAuto ? std::string("and NCCL is not available")
+                                               : fmt::format("so algorithm {} cannot run", to_string(r.forced)));
+    return Algorithm::kNccl;
+  }
+  if (r.forced != Algorithm::kAuto) return r.forced;
+  return reducing ? Algorithm::kTwoShot : Algorithm::kDirect;
+}
+
 Algorithm select_cuda(const SelectRequest& r, const Capabilities& caps, const Tuning& t) {
   bool reducing = r.kind == Collective::kAllReduce;
+  if (caps.restricted_links && caps.full_nvlink && schedulable(r.kind)) return select_restricted(r, caps);
   switch (r.forced) {
     case Algorithm::kAuto: break;
     case Algorithm::kOneShot:
@@ -159,6 +196,7 @@ Algorithm select_algorithm(const SelectRequest& r, const Capabilities& caps, con
 
 KernelPath select_cuda_path(Collective kind, size_t bytes, Algorithm algo, const PathFacts& f, const Tuning& t) {
   if (algo == Algorithm::kNccl) return KernelPath::kNccl;
+  if (f.scheduled && schedulable(kind)) return KernelPath::kScheduled;
   if (algo == Algorithm::kCopyEngine) return KernelPath::kCopyEngine;
   switch (kind) {
     case Collective::kBarrier: return KernelPath::kBarrier;

@@ -17,6 +17,12 @@ struct Capabilities {
   bool full_nvlink = false;     ///< every pair of GPUs is NVLink-connected and P2P works (CUDA)
   bool nccl_available = false;  ///< an NCCL communicator exists (CUDA)
   bool copy_engine = false;     ///< copy-engine paths are available (CUDA)
+  /// The communicator's topology (Config::topology_file) leaves some pair unlinked: all-reduce, all-gather and
+  /// reduce-scatter run its schedules, whatever algorithm is asked for, or NCCL where it is asked for or where no
+  /// schedule serves the topology (CUDA; on GPUs that reach each other, full_nvlink).
+  bool restricted_links = false;
+  /// Bit k: a schedule serves collective k (its Collective value) over the topology's links.
+  uint32_t schedules = 0;
 };
 
 struct SelectRequest {
@@ -46,6 +52,9 @@ struct PathFacts {
   /// (all_reduce_ll128_two_shot_min_bytes / _max_bytes in src/algos/cuda_all_reduce_ll.h).
   size_t ll128_two_shot_min_bytes = 0;
   size_t ll128_two_shot_capacity_bytes = 0;
+  /// The collective runs the schedule of the communicator's topology (Capabilities::restricted_links, and a
+  /// schedule serves it): KernelPath::kScheduled unless the algorithm is NCCL.
+  bool scheduled = false;
 };
 
 /// The kernel path the CUDA backend runs `kind` on with algorithm `algo` (select_algorithm()'s answer, never

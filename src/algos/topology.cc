@@ -57,6 +57,15 @@ bool Topology::full_mesh() const {
   return true;
 }
 
+bool Topology::full_mesh(LinkKind kind) const {
+  for (int a = 0; a < n_; ++a) {
+    for (int b = a + 1; b < n_; ++b) {
+      if (at(a, b).kind != kind) return false;
+    }
+  }
+  return true;
+}
+
 uint64_t Topology::fingerprint() const {
   Fnv1a h;
   h.add(static_cast<uint64_t>(n_));
@@ -117,6 +126,31 @@ Topology Topology::ring(int world_size, LinkKind kind) {
   for (int a = 0; world_size > 1 && a < world_size; ++a) {
     const int b = (a + 1) % world_size;
     if (!t.linked(a, b)) t.set(a, b, {kind, 1});
+  }
+  return t;
+}
+
+Topology agree_topology(const std::vector<std::vector<LinkSighting>>& sightings, bool reachable) {
+  const int n = static_cast<int>(sightings.size());
+  Topology t(n);
+  for (int a = 0; a < n; ++a) {
+    SYMCOMM_CHECK(static_cast<int>(sightings[a].size()) == n, kInternal, "topology: rank {} sent {} sightings for {}",
+                  a, sightings[a].size(), n);
+  }
+  using P2p = LinkSighting::P2p;
+  if (!reachable) return t;
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      const LinkSighting& x = sightings[a][b];
+      const LinkSighting& y = sightings[b][a];
+      const bool refused = x.p2p == P2p::kNo || y.p2p == P2p::kNo;
+      if (refused) continue;
+      if (x.nvlinks > 0 && y.nvlinks > 0) {
+        t.set(a, b, {LinkKind::kNvlink, std::min(x.nvlinks, y.nvlinks)});
+      } else {
+        t.set(a, b, {LinkKind::kPcie, 1});
+      }
+    }
   }
   return t;
 }

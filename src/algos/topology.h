@@ -33,8 +33,9 @@ class Topology {
   /// Sets the link of the pair {a, b} (both directions). Throws Error(kInvalidArgument) for a rank outside the
   /// world, a == b, or a count below 1 for a link that exists.
   void set(int a, int b, Link link);
-  /// Every pair linked.
+  /// Every pair linked (by a link of `kind`, where given).
   bool full_mesh() const;
+  bool full_mesh(LinkKind kind) const;
   /// FNV-1a over the world size and every pair's kind and count: equal on ranks that agree.
   uint64_t fingerprint() const;
   /// The links among `ranks` (ranks of this topology, each at most once), renumbered: rank i of the result is
@@ -54,6 +55,22 @@ class Topology {
   int n_;
   std::vector<Link> links_;
 };
+
+/// What one rank's detection (NVML and the CUDA runtime, src/backends/cuda/cuda_topology_cuda.cc) sees of its
+/// link to one peer.
+struct LinkSighting {
+  enum class P2p : uint8_t { kNo, kYes, kUnknown };  ///< kUnknown: the peer's GPU is not visible in this process
+  uint8_t nvlinks = 0;  ///< NVLink links to the peer's GPU (through a switch: this GPU's links to the switch)
+  P2p p2p = P2p::kUnknown;
+};
+
+/// The links every rank agrees on, from every rank's sightings (sightings[r][p]: rank r's of rank p; its own entry
+/// is ignored) and whether every rank's functional check (each rank writing into every peer's memory) passed:
+/// without it no pair counts as linked. Otherwise a pair is NVLink where both ends see NVLink and neither sees P2P
+/// refused (the smaller count), else PCIe peer-to-peer where neither sees it refused (the functional check decides
+/// what a rank that cannot see its peer's GPU does not know), else none. Pure: every rank that has every rank's
+/// sightings computes the same. Throws Error(kInternal) for rows of the wrong length.
+Topology agree_topology(const std::vector<std::vector<LinkSighting>>& sightings, bool reachable);
 
 /// Reads the JSON form above. Throws Error(kInvalidArgument) naming what is wrong: not JSON, a missing or
 /// mistyped field, a world size outside 1-64, a rank outside the world, a pair listed twice or with itself, an

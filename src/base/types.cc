@@ -38,10 +38,10 @@ constexpr Names<Collective, 6> kCollNames{
 constexpr Names<Algorithm, 6> kAlgoNames{{"auto", "one_shot", "two_shot", "direct", "copy_engine", "nccl"}};
 constexpr Names<BackendKind, 2> kBackendNames{{"host", "cuda"}};
 constexpr Names<Contention, 3> kContentionNames{{"auto", "low", "throughput"}};
-constexpr Names<KernelPath, 18> kPathNames{{"none", "host", "nccl", "copy_engine", "barrier", "ll", "ll128",
+constexpr Names<KernelPath, 19> kPathNames{{"none", "host", "nccl", "copy_engine", "barrier", "ll", "ll128",
                                             "one_shot_staged", "two_shot_staged", "two_shot_zero_copy", "two_shot_push",
                                             "direct_staged", "direct_zero_copy", "multi_staged", "multi_zero_copy",
-                                            "multi_push", "ll128_two_shot", "host_scheduled"}};
+                                            "multi_push", "ll128_two_shot", "host_scheduled", "scheduled"}};
 
 std::string lower(std::string_view s) {
   std::string out(s);

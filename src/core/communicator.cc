@@ -103,11 +103,9 @@ std::string resolve_comm_tuning(CommContext& ctx, BackendKind backend, int devic
 }
 
 // Reads Config::topology_file into ctx.topology (NOTE [tuning agreement]: an error is every rank's).
-void resolve_topology(CommContext& ctx, BackendKind backend) {
+void resolve_topology(CommContext& ctx) {
   const std::string& path = ctx.requested.topology_file;
   if (path.empty()) return;
-  SYMCOMM_CHECK(backend == BackendKind::kHost, kUnsupported,
-                "topology file '{}': topology files apply to the host backend only", path);
   const std::string text = detail::read_config_file(path, "topology file");
   try {
     ctx.topology = detail::parse_topology(text);
@@ -241,8 +239,12 @@ std::string random_hex(size_t n) {
 Communicator::Communicator(std::unique_ptr<detail::CommCore> core) : core_(std::move(core)) {}
 Communicator::~Communicator() = default;
 
-std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, const RankInfo& ranks,
-                                                   const CommOptions& options) {
+namespace {
+
+// Communicator::create(store, ranks, options), and split()'s creation of a child that inherits its members'
+// links (`inherited`), which the backend must see when it is made (the CUDA backend sets its inboxes up for them).
+std::unique_ptr<detail::CommCore> make_core(std::shared_ptr<Store> store, const RankInfo& ranks,
+                                            const CommOptions& options, std::optional<detail::Topology> inherited) {
   SYMCOMM_CHECK_ARG(store != nullptr, "store is null");
   validate_rank_info(ranks);
   SYMCOMM_CHECK_ARG(is_valid(options.backend), "invalid backend value {}", static_cast<int>(options.backend));
@@ -259,7 +261,11 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   std::string tuning_source;
   try {
     tuning_source = resolve_comm_tuning(*ctx, options.backend, options.device);
-    resolve_topology(*ctx, options.backend);
+    if (inherited) {
+      ctx->topology = std::move(inherited);
+    } else {
+      resolve_topology(*ctx);
+    }
   } catch (const Error& e) {
     tuning_error = e;
   }
@@ -299,7 +305,14 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   auto core = std::make_unique<CommCore>(std::move(ctx), options.backend, options.device);
   SYMCOMM_LOG_INFO("communicator {} ready: rank {}/{}, backend {}", core->ctx().prefix, ranks.rank, ranks.world_size,
                    to_string(options.backend));
-  return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
+  return core;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, const RankInfo& ranks,
+                                                   const CommOptions& options) {
+  return std::unique_ptr<Communicator>(new Communicator(make_core(std::move(store), ranks, options, std::nullopt)));
 }
 
 std::unique_ptr<Communicator> Communicator::create(const Rendezvous& rv, const CommOptions& options) {
@@ -376,10 +389,15 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   child.backend = backend();
   child.device = backend() == BackendKind::kCuda ? device() : -1;
   child.config = options.config ? *options.config : ctx.requested;
-  // A child that inherits the configuration gets the parent's links among its members (renumbered), set after
-  // its creation: the file describes the parent's ranks.
-  const bool inherit_topology = ctx.topology.has_value() && !options.config;
-  if (inherit_topology) child.config->topology_file.clear();
+  // A child that inherits the configuration gets the parent's links among its members (renumbered) instead of
+  // the file, which describes the parent's ranks.
+  std::optional<detail::Topology> inherited;
+  if (ctx.topology && !options.config) {
+    std::vector<int> old_ranks;
+    for (const auto& m : members) old_ranks.push_back(m.second);
+    inherited = ctx.topology->among(old_ranks);
+    child.config->topology_file.clear();
+  }
   // The color is always part of the name: every group publishes its mesh under its own keys.
   const std::string base = !options.name.empty()
                                ? options.name
@@ -389,18 +407,13 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Spli
   const int log_as = detail::log_rank();  // the process keeps logging as the rank it was (create() sets it)
   std::unique_ptr<Communicator> comm;
   try {
-    comm = create(ctx.store, ranks, child);
+    comm.reset(new Communicator(make_core(ctx.store, ranks, child, std::move(inherited))));
   } catch (...) {
     detail::set_log_rank(log_as);
     throw;
   }
   detail::set_log_rank(log_as);
   comm->core_->ctx().server = ctx.server;
-  if (inherit_topology) {
-    std::vector<int> old_ranks;
-    for (const auto& m : members) old_ranks.push_back(m.second);
-    comm->core_->ctx().topology = ctx.topology->among(old_ranks);
-  }
   SYMCOMM_LOG_INFO("rank {}: split {} color {} key {}: rank {} of {} in {}", me, index, color, key, new_rank, new_size,
                    comm->core_->ctx().prefix);
   return comm;

@@ -348,8 +348,8 @@ std::vector<EnvVar> make_env_table() {
        [](Config& c, std::string_view v) { c.tuning_file = std::string(v); },
        [](const Config& c) { return c.tuning_file; }},
       {"SYMCOMM_TOPOLOGY_FILE",
-       "host backend: topology file (JSON; docs/design/topology.md): all-reduces use only the links it gives "
-       "(empty: every pair linked)",
+       "topology file (JSON; docs/design/topology.md): all-reduces, all-gathers and reduce-scatters use only the "
+       "links it gives (empty: every pair linked, or on CUDA the links detected)",
        [](Config& c, std::string_view v) { c.topology_file = std::string(v); },
        [](const Config& c) { return c.topology_file; }},
   };

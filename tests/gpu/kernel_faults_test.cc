@@ -268,16 +268,6 @@ class Calls {
 
 bool issues(Fault f, int rank) { return f == Fault::kAbort ? rank == 0 : rank != 1; }
 
-/// No rank leaves (destroying its communicator, which its peers would see as a departure) before every rank for
-/// which `checked(rank)` holds has checked its error: those say so under `key`, and every rank waits for them.
-void wait_until_checked(RankEnv& env, const std::string& key, const std::function<bool(int)>& checked) {
-  const int me = env.info.rank, world = env.info.world_size;
-  if (checked(me)) env.store->set(fmt::format("{}/done/{}", key, me), "1");
-  for (int r = 0; r < world; ++r) {
-    if (checked(r)) env.store->get(fmt::format("{}/done/{}", key, r));
-  }
-}
-
 /// Every rank runs each of `calls` once, matched (the path works on this communicator), then prepares them again.
 void run_matched(Communicator& comm, cudaStream_t s, std::initializer_list<Calls*> calls) {
   for (Calls* c : calls) {
@@ -400,7 +390,7 @@ void run_case(RankEnv& env, const Path& path, Fault fault, bool graph) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       ::kill(::getpid(), SIGKILL);
     }
-    wait_until_checked(env, "kernel_faults", [fault](int r) { return issues(fault, r); });
+    testing::wait_until_checked(env, "kernel_faults", [fault](int r) { return issues(fault, r); });
   }
   if (exec) cudaGraphExecDestroy(exec);
   cudaStreamDestroy(s);
@@ -465,7 +455,7 @@ void run_queued_copy_engine_case(RankEnv& env) {
       });
       EXPECT_TRUE(second.guards_intact()) << "bytes around the second call's output were written";
     }
-    wait_until_checked(env, "queued_ce", [](int r) { return r != 1; });
+    testing::wait_until_checked(env, "queued_ce", [](int r) { return r != 1; });
   }
   cudaStreamDestroy(s);
 }
@@ -511,7 +501,7 @@ void run_skipped_copy_engine_case(RankEnv& env) {
     EXPECT_LT(took, 0.8 * limit) << "the watchdog reports a proven mismatch before the deadline";
     EXPECT_TRUE(first.guards_intact() && second.guards_intact()) << "bytes around an output were written";
     expect_gpu_usable();
-    wait_until_checked(env, "skipped_ce", [](int) { return true; });
+    testing::wait_until_checked(env, "skipped_ce", [](int) { return true; });
   }
   cudaStreamDestroy(s);
 }
@@ -562,7 +552,7 @@ void run_late_copy_engine_case(RankEnv& env, bool graph) {
       EXPECT_TRUE(calls.guards_intact()) << "bytes around the output were written";
       expect_gpu_usable();
     }
-    wait_until_checked(env, "late_ce", [](int) { return true; });
+    testing::wait_until_checked(env, "late_ce", [](int) { return true; });
   }
   if (exec) cudaGraphExecDestroy(exec);
   cudaStreamDestroy(s);

@@ -1,5 +1,6 @@
 #include "harness/rank_harness.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -226,6 +227,14 @@ std::vector<RankOutcome> expect_success(int world_size, const std::function<void
 void store_barrier(Store& store, const std::string& key, int world_size) {
   store.add(key, 1);
   while (store.add(key, 0) < world_size) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+void wait_until_checked(RankEnv& env, const std::string& key, const std::function<bool(int)>& checked) {
+  const int me = env.info.rank, world = env.info.world_size;
+  if (checked(me)) env.store->set(fmt::format("{}/done/{}", key, me), "1");
+  for (int r = 0; r < world; ++r) {
+    if (checked(r)) env.store->get(fmt::format("{}/done/{}", key, r));
+  }
 }
 
 int count_gpus_in_child() {

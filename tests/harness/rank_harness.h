@@ -68,6 +68,11 @@ std::vector<RankOutcome> expect_success(int world_size, const std::function<void
 /// communicator (e.g. so that no rank exits, or destroys a communicator, before the others have counted).
 void store_barrier(Store& store, const std::string& key, int world_size);
 
+/// No rank leaves (destroying its communicator, which its peers would see as a departure) before every rank for
+/// which `checked(rank)` holds has checked its error: those say so under `key` in env's store, and every rank waits
+/// for them.
+void wait_until_checked(RankEnv& env, const std::string& key, const std::function<bool(int)>& checked);
+
 /// Number of CUDA devices, counted in a forked child so that this process never initialises CUDA.
 int count_gpus_in_child();
 /// World size of the GPU tests: the number of CUDA devices (count_gpus_in_child()), or, where ranks may share

@@ -253,7 +253,8 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
               std::string(to_string(kind)) + " " + std::string(to_string(algo)) + " " + std::to_string(bytes) + " B";
           EXPECT_NE(to_string(p), "invalid") << where;
           EXPECT_TRUE(p != KernelPath::kNone && p != KernelPath::kHost && p != KernelPath::kHostScheduled &&
-                      p != KernelPath::kMultiStaged && p != KernelPath::kMultiZeroCopy && p != KernelPath::kMultiPush)
+                      p != KernelPath::kScheduled && p != KernelPath::kMultiStaged && p != KernelPath::kMultiZeroCopy &&
+                      p != KernelPath::kMultiPush)
               << where << ": " << to_string(p);
           if (p == KernelPath::kLL128TwoShot) {
             EXPECT_EQ(kind, Collective::kAllReduce) << where;
@@ -276,15 +277,54 @@ TEST(Select, CudaPathsOfEveryInputAreSingleCollectivePaths) {
   }
 }
 
+// Where the communicator's topology restricts the links (PathFacts::scheduled), all-reduce, all-gather and
+// reduce-scatter run their schedule whatever the algorithm, size and buffers, except on NCCL; the other collectives
+// keep their paths.
+TEST(Select, CudaScheduledPathTable) {
+  using C = Collective;
+  using A = Algorithm;
+  using P = KernelPath;
+  struct ScheduledRow {
+    C kind;
+    size_t bytes;
+    A algo;
+    Sides sides;
+    P want;
+  };
+  const ScheduledRow rows[] = {
+      {C::kAllReduce, 64, A::kOneShot, kNeither, P::kScheduled},
+      {C::kAllReduce, kTwoShotLLMin, A::kTwoShot, kBoth, P::kScheduled},
+      {C::kAllReduce, size_t{1} << 40, A::kTwoShot, kOut, P::kScheduled},
+      {C::kAllGather, 16, A::kDirect, kNeither, P::kScheduled},
+      {C::kAllGather, 1 << 20, A::kCopyEngine, kOut, P::kScheduled},
+      {C::kReduceScatter, kRs128Max, A::kDirect, kIn, P::kScheduled},
+      {C::kReduceScatter, 4096, A::kCopyEngine, kBoth, P::kScheduled},
+      {C::kAllReduce, 64, A::kNccl, kBoth, P::kNccl},
+      {C::kAllGather, 1 << 20, A::kNccl, kNeither, P::kNccl},
+      {C::kBroadcast, 64, A::kDirect, kNeither, P::kLL},
+      {C::kBroadcast, 1 << 20, A::kDirect, kOut, P::kDirectZeroCopy},
+      {C::kAllToAll, 4096, A::kCopyEngine, kNeither, P::kCopyEngine},
+      {C::kBarrier, 0, A::kDirect, kNeither, P::kBarrier},
+  };
+  for (const ScheduledRow& r : rows) {
+    PathFacts f = facts(r.sides);
+    f.scheduled = true;
+    EXPECT_EQ(to_string(select_cuda_path(r.kind, r.bytes, r.algo, f, table_tuning())), to_string(r.want))
+        << to_string(r.kind) << " " << r.bytes << " B " << to_string(r.algo);
+    EXPECT_NE(select_cuda_path(r.kind, r.bytes, r.algo, facts(r.sides), table_tuning()), P::kScheduled)
+        << "without a schedule: " << to_string(r.kind);
+  }
+}
+
 TEST(Select, EveryKernelPathHasADistinctName) {
   std::vector<std::string> names;
-  for (int i = 0; i <= static_cast<int>(KernelPath::kHostScheduled); ++i) {
+  for (int i = 0; i <= static_cast<int>(KernelPath::kScheduled); ++i) {
     const std::string name(to_string(static_cast<KernelPath>(i)));
     EXPECT_NE(name, "invalid") << i;
     for (const std::string& other : names) EXPECT_NE(name, other) << i;
     names.push_back(name);
   }
-  EXPECT_EQ(to_string(static_cast<KernelPath>(static_cast<int>(KernelPath::kHostScheduled) + 1)), "invalid");
+  EXPECT_EQ(to_string(static_cast<KernelPath>(static_cast<int>(KernelPath::kScheduled) + 1)), "invalid");
 }
 
 }  // namespace

@@ -382,6 +382,57 @@ TEST(Select, CudaNcclThresholdWithoutNcclFallsBackToKernels) {
 }
 
 // Random requests: the outcome is deterministic, never kAuto, and consistent with the request.
+// A topology that leaves pairs unlinked (Capabilities::restricted_links) on GPUs that reach each other: all-reduce,
+// all-gather and reduce-scatter keep the asked-for symcomm algorithm (checked as usual; the path runs the schedule),
+// go to NCCL where it is asked for or no schedule serves them, and are refused where NCCL is missing then; the
+// size thresholds do not send them to NCCL; the other collectives select as without a topology.
+TEST(Select, RestrictedLinksKeepTheirSchedules) {
+  using enum Algorithm;
+  const auto bit = [](Collective c) { return 1u << static_cast<int>(c); };
+  const uint32_t all = bit(Collective::kAllReduce) | bit(Collective::kAllGather) | bit(Collective::kReduceScatter);
+  const auto restricted = [](Capabilities c, uint32_t schedules) {
+    c.restricted_links = true;
+    c.schedules = schedules;
+    return c;
+  };
+  const Capabilities sched = restricted(cuda({.world_size = 8, .copy_engine = true}), all);
+  const Capabilities sched_no_nccl = restricted(cuda({.world_size = 8, .nccl_available = false}), all);
+  const Capabilities gathers_only =
+      restricted(cuda({.world_size = 4, .nccl_available = false}), all & ~bit(Collective::kAllReduce));
+  const Capabilities none = restricted(cuda({.world_size = 4}), 0);
+  const Capabilities none_no_nccl = restricted(cuda({.world_size = 4, .nccl_available = false}), 0);
+  const Capabilities unreachable = restricted(cuda({.world_size = 8, .full_nvlink = false}), all);
+  const Tuning nccl8k{.cuda_nccl_min_bytes = 8192, .cuda_direct_nccl_max_bytes = size_t{1} << 20};
+  check_rows({
+      {"ar auto", sched, all_reduce(4096), Tuning{}, kTwoShot},
+      {"ar huge, nccl threshold", sched, all_reduce(kHuge), nccl8k, kTwoShot},
+      {"ar forced one-shot", sched, all_reduce(kHuge, kOneShot), Tuning{}, kOneShot},
+      {"ar forced direct", sched, all_reduce(64, kDirect), Tuning{}, ErrorCode::kInvalidArgument},
+      {"ar forced copy engine", sched, all_reduce(64, kCopyEngine), Tuning{}, ErrorCode::kInvalidArgument},
+      {"ar forced nccl", sched, all_reduce(64, kNccl), Tuning{}, kNccl},
+      {"ar forced nccl, none", sched_no_nccl, all_reduce(64, kNccl), Tuning{}, ErrorCode::kUnsupported},
+      {"ag auto below the nccl bound", sched, coll(Collective::kAllGather, 4096), nccl8k, kDirect},
+      {"ag low contention", sched, coll(Collective::kAllGather, 4096, kAuto, Contention::kLow), Tuning{}, kDirect},
+      {"ag forced copy engine", sched, coll(Collective::kAllGather, 4096, kCopyEngine), Tuning{}, kCopyEngine},
+      {"rs forced two-shot", sched, coll(Collective::kReduceScatter, 64, kTwoShot), Tuning{},
+       ErrorCode::kInvalidArgument},
+      {"rs huge", sched_no_nccl, coll(Collective::kReduceScatter, kHuge), Tuning{}, kDirect},
+      {"ar without a schedule, no nccl", gathers_only, all_reduce(64), Tuning{}, ErrorCode::kUnsupported},
+      {"ag of the same", gathers_only, coll(Collective::kAllGather, 64), Tuning{}, kDirect},
+      {"ar without any schedule", none, all_reduce(64), Tuning{}, kNccl},
+      {"ar without any schedule, forced two-shot", none, all_reduce(64, kTwoShot), Tuning{}, ErrorCode::kUnsupported},
+      {"rs without any schedule", none, coll(Collective::kReduceScatter, 64), Tuning{}, kNccl},
+      {"rs without any schedule, no nccl", none_no_nccl, coll(Collective::kReduceScatter, 64), Tuning{},
+       ErrorCode::kUnsupported},
+      {"broadcast keeps its algorithm", sched, coll(Collective::kBroadcast, 4096), Tuning{}, kDirect},
+      {"broadcast low contention", sched, coll(Collective::kBroadcast, 4096, kAuto, Contention::kLow), Tuning{},
+       kCopyEngine},
+      {"all-to-all over the nccl bound", sched, coll(Collective::kAllToAll, 1 << 20), nccl8k, kNccl},
+      {"barrier", none_no_nccl, coll(Collective::kBarrier, 0), Tuning{}, kDirect},
+      {"gpus that do not reach each other", unreachable, all_reduce(64), Tuning{}, kNccl},
+  });
+}
+
 TEST(Select, PropertiesOfRandomRequests) {
   std::mt19937_64 rng(12345);
   auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
@@ -398,7 +449,9 @@ TEST(Select, PropertiesOfRandomRequests) {
                       .world_size = static_cast<int>(1 + pick(kMaxRanks)),
                       .full_nvlink = pick(2) == 1,
                       .nccl_available = pick(2) == 1,
-                      .copy_engine = pick(2) == 1};
+                      .copy_engine = pick(2) == 1,
+                      .restricted_links = pick(4) == 0,
+                      .schedules = static_cast<uint32_t>(pick(64))};
     // Forced values include one past the last enumerator and a far-out value.
     const Algorithm forced_choices[] = {
         Algorithm::kAuto,   Algorithm::kAuto,       Algorithm::kAuto, Algorithm::kOneShot, Algorithm::kTwoShot,
@@ -449,6 +502,13 @@ TEST(Select, PropertiesOfRandomRequests) {
       }
       if (a == Algorithm::kCopyEngine) {
         ASSERT_TRUE(caps.copy_engine && r.contention == Contention::kLow) << what;
+      }
+      // Restricted links: a schedule serves these collectives unless none exists (then NCCL).
+      const bool schedulable =
+          r.kind == Collective::kAllReduce || r.kind == Collective::kAllGather || r.kind == Collective::kReduceScatter;
+      if (caps.backend == BackendKind::kCuda && caps.restricted_links && caps.full_nvlink && schedulable &&
+          caps.world_size > 1 && r.forced != Algorithm::kNccl) {
+        ASSERT_EQ(a == Algorithm::kNccl, ((caps.schedules >> static_cast<int>(r.kind)) & 1u) == 0) << what;
       }
       // A barrier signals directly on the host and over NVLink; a CUDA barrier without NVLink uses NCCL.
       bool direct_barrier = r.kind == Collective::kBarrier && (caps.backend == BackendKind::kHost || caps.full_nvlink);

@@ -188,12 +188,15 @@ __device__ inline void refresh_signals(const DeviceComm& c, int first_block, uin
 /// this block's later loads. With header != 0 (a kernel's first barrier, whose `seq` is the kernel's first
 /// signal value) it also sends the header and compares the peers' with it (kMismatch on a difference), and
 /// its waits compare the peers' op announcements with this kernel's (NOTE [op announcements]). Returns false
-/// (in every thread) if a wait or the comparison failed.
-__device__ inline bool block_barrier(const DeviceComm& c, uint32_t seq, uint64_t deadline_ns, uint64_t header = 0) {
+/// (in every thread) if a wait or the comparison failed. `peers` (bit p: rank p) limits the barrier to the ranks
+/// in it: a kernel that exchanges data with only some peers (the topology schedules, src/algos/cuda_scheduled.cu)
+/// signals and waits for those; every other kernel passes all of them.
+__device__ inline bool block_barrier(const DeviceComm& c, uint32_t seq, uint64_t deadline_ns, uint64_t header = 0,
+                                     uint32_t peers = ~0u) {
   __syncthreads();
   bool ok = true;
   const int t = threadIdx.x;
-  if (t < c.world_size && t != c.rank) {
+  if (t < c.world_size && t != c.rank && ((peers >> t) & 1u) != 0) {
     const int hslot = (seq & 1) * kSignalSlots + blockIdx.x * kMaxDeviceRanks;
     if (header) reinterpret_cast<uint64_t*>(c.signals[t] + kSignalSlots)[hslot + c.rank] = header;
     st_release_sys(c.signals[t] + blockIdx.x * kMaxDeviceRanks + c.rank, seq);

@@ -89,7 +89,7 @@ class CudaWork final : public Work {
 
 }  // namespace
 
-CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(device) {
+CudaBackend::CudaBackend(CommContext& ctx, int device) : ctx_(ctx), device_(device), schedules_(ctx.topology) {
   try {
     setup();
   } catch (...) {
@@ -115,13 +115,18 @@ void CudaBackend::setup() {
   ll128_offset_ = 2 * n * 2 * kLLPayloadBytes;
   ll128_slot_bytes_ = cuda::all_reduce_ll128_slot_bytes(kLL128PayloadBytes);
   const size_t ll_bytes = ll128_offset_ + 2 * n * ll128_slot_bytes_;
-  heap_ = std::make_unique<CudaHeap>(ctx_, device_,
-                                     ctx_.config.heap_bytes + ctx_.config.cuda_scratch_bytes + ll_bytes + (16 << 20));
+  const size_t half = std::max<size_t>(ctx_.config.cuda_scratch_bytes / 2 / 4096 * 4096, 64 << 10);
+  // The topology schedules' inboxes, where a topology restricts the links: halves of the staging halves' size.
+  const bool restricted = schedules_.restricted() && n <= device::kMaxDeviceRanks;
+  inbox_half_bytes_ = restricted ? half : 0;
+  heap_ = std::make_unique<CudaHeap>(
+      ctx_, device_,
+      ctx_.config.heap_bytes + ctx_.config.cuda_scratch_bytes + ll_bytes + 2 * inbox_half_bytes_ + (16 << 20));
   pad_ = heap_->alloc(device::kPadBytes);
   ll_ = heap_->alloc(ll_bytes);
-  size_t half = std::max<size_t>(ctx_.config.cuda_scratch_bytes / 2 / 4096 * 4096, 64 << 10);
   scratch_ = heap_->alloc(2 * half);
   ce_pad_ = heap_->alloc(CopyEngine::kPadBytes);
+  if (restricted) inbox_ = heap_->alloc(2 * inbox_half_bytes_);
   SYMCOMM_CUDA_CHECK(cudaMemset(pad_, 0, device::kPadBytes));
   SYMCOMM_CUDA_CHECK(cudaMemset(ll_, 0, ll_bytes));  // no stale word may look like a line of seq 1
   SYMCOMM_CUDA_CHECK(cudaMemset(ce_pad_, 0, CopyEngine::kPadBytes));
@@ -172,14 +177,17 @@ void CudaBackend::setup() {
   }
 
   // Capabilities, agreed by all ranks.
+  // The links, agreed by all ranks: the kernels need NVLink between every pair (or one shared GPU).
   LocalProbe probe = probe_topology(ctx_, device_);
   bool p2p = n <= device::kMaxDeviceRanks && functional_p2p_check(ctx_, probe_areas.data(), 0x5c0ffee5a11d00dull ^ n);
-  bool mine = p2p && probe.peer_access && probe.nvlink;
-  if (!mine) {
+  if (!p2p || !probe.detail.empty()) {
     SYMCOMM_LOG_WARN("rank {}: symcomm NVLink kernels unavailable here ({}functional P2P {}); using NCCL", me,
                      probe.detail, p2p ? "ok" : "failed");
   }
-  caps_.full_nvlink = agree_all(ctx_, mine);
+  const Topology links = agree_links(ctx_, probe, p2p);
+  caps_.full_nvlink = links.full_mesh(LinkKind::kNvlink);
+  SYMCOMM_LOG_INFO("rank {}: links {}", me, links.to_json());
+  if (restricted && caps_.full_nvlink) setup_schedules(half);
   // Copy-engine collectives need the same peer mappings as the kernels (and the pads zeroed everywhere,
   // which the functional P2P check's exchange has ordered before any peer's first signal). The engine's local
   // resources are made before the next exchange, which carries whether that worked: a rank that cannot make
@@ -234,8 +242,31 @@ void CudaBackend::setup() {
   } else {
     caps_.nccl_available = nccl_mode_ == NcclInit::kLazy;
   }
-  SYMCOMM_LOG_INFO("rank {}: CUDA backend on device {}: full_nvlink={} nccl={}{} scratch={} B", me, device_,
-                   caps_.full_nvlink, caps_.nccl_available, nccl_ ? "" : " (not created)", 2 * half);
+  SYMCOMM_LOG_INFO("rank {}: CUDA backend on device {}: full_nvlink={} nccl={}{} scratch={} B{}", me, device_,
+                   caps_.full_nvlink, caps_.nccl_available, nccl_ ? "" : " (not created)", 2 * half,
+                   caps_.restricted_links ? fmt::format(", topology schedules for collectives {:#x}", caps_.schedules)
+                                          : std::string());
+}
+
+void CudaBackend::setup_schedules(size_t half) {
+  const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
+  caps_.restricted_links = true;
+  int k = 0;
+  for (Collective kind : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
+    if (const Schedule* sch = schedules_.find(kind)) {
+      plans_[k] = make_schedule_plan(*sch, n, me);
+      caps_.schedules |= 1u << static_cast<int>(kind);
+    }
+    ++k;
+  }
+  for (int p = 0; p < n; ++p) inbox_peers_[p] = static_cast<char*>(heap_->peer_ptr(inbox_, p));
+  // The parity counter (zeroed: every rank starts at the same half), then the reduce-scatter's work area: one
+  // round of every block, each as large as an inbox half.
+  sched_state_bytes_ = 256 + n * half;
+  SYMCOMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sched_state_), sched_state_bytes_));
+  ledger_add(device_, MemoryKind::kDevice, sched_state_bytes_);
+  SYMCOMM_CUDA_CHECK(cudaMemset(sched_state_, 0, 256));
+  SYMCOMM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void CudaBackend::ensure_nccl(cudaStream_t s) {
@@ -385,6 +416,11 @@ void CudaBackend::release() {
     ledger_remove(device_, MemoryKind::kDevice, sizeof(device::DeviceState));
   }
   state_ = nullptr;
+  if (sched_state_) {
+    cudaFree(sched_state_);
+    ledger_remove(device_, MemoryKind::kDevice, sched_state_bytes_);
+  }
+  sched_state_ = nullptr;
   heap_.reset();
 }
 
@@ -432,6 +468,8 @@ void CudaBackend::check_pointer(const void* p, const char* what, cudaStream_t st
 }
 
 void CudaBackend::check_buffers(const Request& r) {
+  // A topology no schedule serves, without NCCL: refused here, before anything is recorded, naming the topology.
+  if (caps_.restricted_links && !caps_.nccl_available) (void)schedules_.require(r.kind, ctx_.ranks.rank);
   if (r.kind == Collective::kBarrier || r.count == 0) return;
   const size_t es = r.elem_size();
   bool reads_in = r.kind != Collective::kBroadcast || r.root == ctx_.ranks.rank;

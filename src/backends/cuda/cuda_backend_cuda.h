@@ -20,6 +20,8 @@
 #include <memory>
 #include <mutex>
 
+#include "algos/schedule.h"
+#include "algos/schedule_plan.h"
 #include "backends/backend.h"
 #include "backends/cuda/cuda_copy_engine_cuda.h"
 #include "backends/cuda/cuda_heap_cuda.h"
@@ -87,6 +89,11 @@ class CudaBackend final : public Backend {
   void launch_ll_gather(const Request& r, cudaStream_t s);
   /// The staged or zero-copy (`zc`) kernel of a reduce-scatter, all-gather, all-to-all or broadcast.
   void launch_direct(const Request& r, bool zc, uint64_t in_place, uint64_t out_place, cudaStream_t s);
+  /// The all-reduce, all-gather or reduce-scatter over the topology's links (KernelPath::kScheduled).
+  void launch_scheduled(const Request& r, cudaStream_t s);
+  /// Where the topology leaves pairs unlinked and the GPUs reach each other: the plans of its schedules, the
+  /// capabilities that send the collectives to them, the work area and the parity counter (setup()).
+  void setup_schedules(size_t half);
   void launch_nccl(const Request& r, cudaStream_t s);
   Error device_error(uint64_t e) const;
   /// Whether [p, p+bytes) lies in the symmetric heap; `place` as CudaHeap::find's.
@@ -105,7 +112,16 @@ class CudaBackend final : public Backend {
   size_t ll128_offset_ = 0;      ///< where the LL128 lines start in the LL buffer (NOTE [LL128 lines])
   size_t ll128_slot_bytes_ = 0;  ///< bytes of LL128 lines per (parity, source rank)
   void* scratch_ = nullptr;
-  void* ce_pad_ = nullptr;          ///< copy-engine signal words (NOTE [copy-engine sync])
+  void* ce_pad_ = nullptr;  ///< copy-engine signal words (NOTE [copy-engine sync])
+  // ---- topology schedules (Config::topology_file; src/algos/cuda_scheduled.h) ----
+  TopologySchedules schedules_;  ///< of ctx_.topology
+  void* inbox_ = nullptr;        ///< the schedules' inboxes (symmetric heap), where the links are restricted
+  char* inbox_peers_[device::kMaxDeviceRanks] = {};  ///< rank p's inbox as mapped here
+  size_t inbox_half_bytes_ = 0;
+  SchedulePlan plans_[3];        ///< this rank's plans: all-reduce, all-gather, reduce-scatter
+  char* sched_state_ = nullptr;  ///< device memory: the parity counter, then the reduce-scatter's work area
+  size_t sched_state_bytes_ = 0;
+  // ---- end of topology schedules ----
   std::unique_ptr<CopyEngine> ce_;  ///< copy-engine collectives; null when the ranks cannot use them
   device::DeviceState* state_ = nullptr;
   std::shared_ptr<ControlBlock> control_;
@@ -122,8 +138,9 @@ class CudaBackend final : public Backend {
  public:
   /// Runs of same-(kind, dtype, op, stream) all-reduces / reduce-scatters / all-gathers run as one kernel.
   void run_group(const std::vector<std::pair<Request, Algorithm>>& ops) override;
-  bool full_peer_access() const override { return caps_.full_nvlink; }
-  bool can_reduce_scatter_gathered() const override { return caps_.full_nvlink; }
+  /// Every peer's memory, and the paths that read or write it all: not where a topology restricts the links.
+  bool full_peer_access() const override { return caps_.full_nvlink && !caps_.restricted_links; }
+  bool can_reduce_scatter_gathered() const override { return full_peer_access(); }
   void bucket_copy(const BucketCopySegment* segs, size_t n, char* dst, size_t row_stride, int rows,
                    Stream stream) override {
     cuda_bucket_copy(segs, n, dst, row_stride, rows, device_, stream);

@@ -166,7 +166,9 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
     SYMCOMM_NCCL_RUN(ncclGroupEnd());
     return;
   }
-  if (algo == Algorithm::kCopyEngine || !caps_.full_nvlink) {
+  // One by one also where a topology restricts the links: each runs its schedule (the multi-tensor kernels reach
+  // every peer).
+  if (algo == Algorithm::kCopyEngine || !caps_.full_nvlink || caps_.restricted_links) {
     for (size_t k = begin; k < end; ++k) run(ops[k].first, ops[k].second);
     return;
   }

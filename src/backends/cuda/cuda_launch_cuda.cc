@@ -2,6 +2,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "algos/cuda_all_gather.h"
 #include "algos/cuda_all_reduce_ll.h"
@@ -10,6 +11,7 @@
 #include "algos/cuda_barrier.h"
 #include "algos/cuda_broadcast.h"
 #include "algos/cuda_reduce_scatter.h"
+#include "algos/cuda_scheduled.h"
 #include "backends/cuda/cuda_backend_cuda.h"
 #include "base/check.h"
 #include "base/cuda_check.h"
@@ -136,7 +138,8 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
       .ll_capacity_bytes = cuda::all_reduce_ll_max_bytes(comm_),
       .ll128_capacity_bytes = kLL128PayloadBytes,
       .ll128_two_shot_min_bytes = cuda::all_reduce_ll128_two_shot_min_bytes(n),
-      .ll128_two_shot_capacity_bytes = cuda::all_reduce_ll128_two_shot_max_bytes(n, ll128_slot_bytes_)};
+      .ll128_two_shot_capacity_bytes = cuda::all_reduce_ll128_two_shot_max_bytes(n, ll128_slot_bytes_),
+      .scheduled = caps_.restricted_links && ((caps_.schedules >> static_cast<int>(r.kind)) & 1u) != 0};
   const KernelPath path = select_cuda_path(r.kind, bytes, algo, facts, t);
   note_path(path);
   const bool zc = path == KernelPath::kTwoShotZeroCopy || path == KernelPath::kDirectZeroCopy;
@@ -233,7 +236,33 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
     }
     case KernelPath::kDirectStaged:
     case KernelPath::kDirectZeroCopy: launch_direct(r, zc, in_place, out_place, s); return;
+    case KernelPath::kScheduled: launch_scheduled(r, s); return;
   }
+}
+
+// The topology's schedule (NOTE [scheduled kernel plan] in src/algos/schedule_plan.h): only this rank's plan,
+// its neighbours' inboxes and its own buffers; nothing in the heap is read in place, so no heap places.
+void CudaBackend::launch_scheduled(const Request& r, cudaStream_t s) {
+  const Tuning& t = ctx_.config.tuning;
+  const int k = r.kind == Collective::kAllReduce ? 0 : r.kind == Collective::kAllGather ? 1 : 2;
+  cuda::ScheduledParams p{.comm = comm_,
+                          .kind = r.kind,
+                          .in = r.in,
+                          .out = r.out,
+                          .count = r.count,
+                          .dtype = r.dtype,
+                          .op = r.has_reduction() ? r.op : ReduceOp::kSum,
+                          .header = op_header(r, 15, false),
+                          .inbox = {},
+                          .inbox_half_bytes = inbox_half_bytes_,
+                          .work = sched_state_ + 256,
+                          .work_bytes = sched_state_bytes_ - 256,
+                          .parity = reinterpret_cast<uint32_t*>(sched_state_),
+                          .block_bytes = t.cuda_direct_block_bytes,
+                          .max_blocks = t.cuda_direct_max_blocks,
+                          .plan = plans_[k]};
+  std::copy(std::begin(inbox_peers_), std::end(inbox_peers_), std::begin(p.inbox));
+  cuda::launch_scheduled(p, s);
 }
 
 // NOTE [LL all-gather and reduce-scatter] and [LL broadcast] in src/algos/cuda_all_reduce_ll.cu: all-gather,

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -17,6 +18,7 @@ namespace {
 
 constexpr uint32_t kTagTopology = 33;
 constexpr uint32_t kTagAgree = 34;
+constexpr uint32_t kTagLinks = 36;
 
 // ---- the few NVML declarations we need (nvml.h is not part of the CUDA toolkit image) ----
 using nvmlReturn_t = int;
@@ -89,8 +91,10 @@ std::vector<uint8_t> to_bytes(const void* p, size_t n) {
 }  // namespace
 
 LocalProbe probe_topology(CommContext& ctx, int device) {
+  using P2p = LinkSighting::P2p;
   LocalProbe out;
   const int n = ctx.ranks.world_size, me = ctx.ranks.rank;
+  out.sightings.assign(n, LinkSighting{});
   char bus[64] = {0};
   SYMCOMM_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), device));
   PciAddress mine = parse_pci(bus);
@@ -100,32 +104,39 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
     SYMCOMM_CHECK(all[p].size() == sizeof(PciAddress), kInternal, "bad topology message from rank {}", p);
     std::memcpy(&addr[p], all[p].data(), sizeof(PciAddress));
   }
-  // Config::shared_gpu: ranks on one GPU reach each other's memory through their own mappings, no link.
+  // Config::shared_gpu: ranks on one GPU reach each other's memory through their own mappings, no link; they
+  // count as linked by NVLink.
   auto shares_my_gpu = [&](int p) { return ctx.config.shared_gpu && addr[p] == mine; };
+  // The peer's GPU as this process numbers it, or -1 where CUDA_VISIBLE_DEVICES hides it.
+  std::vector<int> peer_dev(n, -1);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    std::string id = fmt::format("{:08x}:{:02x}:{:02x}.0", addr[p].domain, addr[p].bus, addr[p].device);
+    if (cudaDeviceGetByPCIBusId(&peer_dev[p], id.c_str()) != cudaSuccess) {
+      cudaGetLastError();
+      peer_dev[p] = -1;
+    }
+  }
 
   // (1) P2P where the peer's GPU is visible in this process. A GPU hidden by CUDA_VISIBLE_DEVICES is left
   // to the functional check (cuMem import works without it).
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    std::string id = fmt::format("{:08x}:{:02x}:{:02x}.0", addr[p].domain, addr[p].bus, addr[p].device);
-    int peer_dev = -1;
-    if (cudaDeviceGetByPCIBusId(&peer_dev, id.c_str()) != cudaSuccess) {
-      cudaGetLastError();
+    LinkSighting& l = out.sightings[p];
+    if (shares_my_gpu(p)) {
+      l = LinkSighting{.nvlinks = 1, .p2p = P2p::kYes};
       continue;
     }
-    if (peer_dev == device) {
-      if (!shares_my_gpu(p)) {
-        out.peer_access = false;
-        out.detail += fmt::format("rank {} uses the same GPU {}; ", p, id);
-      }
+    if (peer_dev[p] < 0) continue;  // kUnknown
+    if (peer_dev[p] == device) {
+      l.p2p = P2p::kNo;
+      out.detail += fmt::format("rank {} uses the same GPU {}; ", p, device);
       continue;
     }
     int can = 0;
-    SYMCOMM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, peer_dev));
-    if (!can) {
-      out.peer_access = false;
-      out.detail += fmt::format("no P2P access from GPU {} to rank {}'s GPU {}; ", device, p, peer_dev);
-    }
+    SYMCOMM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, peer_dev[p]));
+    l.p2p = can ? P2p::kYes : P2p::kNo;
+    if (!can) out.detail += fmt::format("no P2P access from GPU {} to rank {}'s GPU {}; ", device, p, peer_dev[p]);
   }
 
   // (2) NVLink through NVML.
@@ -133,19 +144,18 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
   out.nvml_loaded = nvml != nullptr;
   if (!out.nvml_loaded) {
     // Without NVML, native peer atomics are the best available sign of NVLink between visible GPUs.
-    out.nvlink = true;
     for (int p = 0; p < n; ++p) {
       if (p == me || shares_my_gpu(p)) continue;
-      std::string id = fmt::format("{:08x}:{:02x}:{:02x}.0", addr[p].domain, addr[p].bus, addr[p].device);
-      int peer_dev = -1, atomics = 0;
-      if (cudaDeviceGetByPCIBusId(&peer_dev, id.c_str()) != cudaSuccess ||
-          cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, device, peer_dev) != cudaSuccess ||
-          !atomics) {
+      int atomics = 0;
+      if (peer_dev[p] < 0 || peer_dev[p] == device ||
+          cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, device, peer_dev[p]) !=
+              cudaSuccess) {
         cudaGetLastError();
-        out.nvlink = false;
+        atomics = 0;
       }
+      out.sightings[p].nvlinks = atomics ? 1 : 0;
+      if (!atomics) out.detail += fmt::format("NVML not loadable and no native P2P atomics to rank {}; ", p);
     }
-    out.detail += out.nvlink ? "" : "NVML not loadable and no native P2P atomics; ";
     return out;
   }
   nvmlDevice_t dev = nullptr;
@@ -153,15 +163,14 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
     out.detail += fmt::format("NVML does not know GPU {}; ", bus);
     return out;
   }
-  std::vector<bool> linked(n, false);
-  for (int p = 0; p < n; ++p) linked[p] = shares_my_gpu(p);
-  bool to_switch = false;
+  std::vector<int> direct(n, 0);
+  int to_switch = 0;  // active links to an NVSwitch, which reach every GPU on it
   for (unsigned l = 0; l < kNvmlMaxLinks; ++l) {
     int active = 0;
     if (nvml->link_state(dev, l, &active) != kNvmlSuccess || !active) continue;
     int type = -1;
     if (nvml->remote_type && nvml->remote_type(dev, l, &type) == kNvmlSuccess && type == kNvmlRemoteSwitch) {
-      to_switch = true;
+      ++to_switch;
       continue;
     }
     NvmlPciInfo pci{};
@@ -169,18 +178,43 @@ LocalProbe probe_topology(CommContext& ctx, int device) {
     PciAddress r{pci.domain, pci.bus, pci.device};
     bool is_rank_gpu = false;
     for (int p = 0; p < n; ++p) {
-      if (addr[p] == r) linked[p] = is_rank_gpu = true;
+      if (addr[p] == r && p != me) {
+        ++direct[p];
+        is_rank_gpu = true;
+      }
     }
-    if (!is_rank_gpu && type < 0) to_switch = true;  // no type query: a link to a non-rank device is a switch
+    if (!is_rank_gpu && type < 0) ++to_switch;  // no type query: a link to a non-rank device is a switch
   }
-  out.nvlink = true;
   for (int p = 0; p < n; ++p) {
-    if (p != me && !linked[p] && !to_switch) {
-      out.nvlink = false;
-      out.detail += fmt::format("no NVLink to rank {}'s GPU; ", p);
-    }
+    if (p == me || shares_my_gpu(p)) continue;
+    out.sightings[p].nvlinks = static_cast<uint8_t>(std::min(direct[p] + to_switch, 255));
+    if (out.sightings[p].nvlinks == 0) out.detail += fmt::format("no NVLink to rank {}'s GPU; ", p);
   }
   return out;
+}
+
+Topology agree_links(CommContext& ctx, const LocalProbe& probe, bool reachable) {
+  const int n = ctx.ranks.world_size;
+  std::vector<uint8_t> mine{static_cast<uint8_t>(reachable ? 1 : 0)};
+  for (const LinkSighting& l : probe.sightings) {
+    mine.push_back(l.nvlinks);
+    mine.push_back(static_cast<uint8_t>(l.p2p));
+  }
+  const auto all = ctx.mesh_all_gather(kTagLinks, mine);
+  std::vector<std::vector<LinkSighting>> rows(n);
+  bool every = true;
+  for (int p = 0; p < n; ++p) {
+    SYMCOMM_CHECK(all[p].size() == mine.size(), kInternal, "bad link message from rank {} ({} bytes)", p,
+                  all[p].size());
+    every = every && all[p][0] == 1;
+    for (int q = 0; q < n; ++q) {
+      const uint8_t p2p = all[p][2 + 2 * q];
+      SYMCOMM_CHECK(p2p <= static_cast<uint8_t>(LinkSighting::P2p::kUnknown), kInternal,
+                    "bad link message from rank {}", p);
+      rows[p].push_back(LinkSighting{.nvlinks = all[p][1 + 2 * q], .p2p = static_cast<LinkSighting::P2p>(p2p)});
+    }
+  }
+  return agree_topology(rows, every);
 }
 
 bool functional_p2p_check(CommContext& ctx, char* const* peer_areas, uint64_t salt) {

@@ -5,13 +5,14 @@
 // visible in this process), (2) NVLink between them with NVML, loaded at run time with dlopen (no link
 // dependency; a GPU whose active links go to an NVSwitch reaches every GPU on it), and (3) a functional
 // check: every rank writes a pattern into every peer's symmetric memory from a kernel, and reads back what
-// the peers wrote into its own. The ranks then exchange their verdicts over the peer mesh and all adopt the
-// AND, so every rank picks the same paths.
+// the peers wrote into its own. The ranks then exchange what they saw and their verdicts over the peer mesh and
+// all compute the same Topology (agree_topology()), so every rank picks the same paths.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "algos/topology.h"
 #include "backends/backend.h"
 
 namespace symcomm::detail {
@@ -22,15 +23,18 @@ struct PciAddress {
 };
 
 struct LocalProbe {
-  bool peer_access = true;  ///< every peer GPU visible here reports P2P access
-  bool nvlink = false;      ///< NVML reports NVLink to every peer GPU (directly or through an NVSwitch)
+  std::vector<LinkSighting> sightings;  ///< of every rank (this rank's own entry unused)
   bool nvml_loaded = false;
-  std::string detail;  ///< human-readable reason of a false
+  std::string detail;  ///< human-readable reasons of the missing links
 };
 
 /// Probes peer access and NVLink from this rank's device to the peers' devices (collective: exchanges PCI
 /// addresses).
 LocalProbe probe_topology(CommContext& ctx, int device);
+
+/// The links every rank agrees on (agree_topology() over every rank's sightings; collective): `reachable` is this
+/// rank's functional P2P check, and the AND of every rank's decides the PCIe links.
+Topology agree_links(CommContext& ctx, const LocalProbe& probe, bool reachable);
 
 /// Every rank writes into every peer's `probe_area` (a symmetric buffer of at least 8*world_size bytes,
 /// mapped at peer_areas[p]) from a kernel, then checks what arrived in its own (collective). True if all

@@ -61,7 +61,12 @@ class HostBackend final : public Backend {
   using Ops = std::vector<std::pair<Request, Algorithm>>;
 
   explicit HostBackend(CommContext& ctx)
-      : ctx_(ctx), segments_(ctx), engine_(ctx, segments_), p2p_(ctx, segments_), allocator_(segments_.heap_bytes()) {
+      : ctx_(ctx),
+        schedules_(ctx.topology),
+        segments_(ctx),
+        engine_(ctx, segments_),
+        p2p_(ctx, segments_),
+        allocator_(segments_.heap_bytes()) {
     caps_.backend = BackendKind::kHost;
     caps_.world_size = ctx.ranks.world_size;
   }
@@ -262,20 +267,7 @@ class HostBackend final : public Backend {
   /// The schedule of an all-reduce, all-gather or reduce-scatter over the communicator's topology; nullptr for
   /// the other collectives and where every pair is linked (or no topology is given). Throws kUnsupported where no
   /// schedule serves the topology.
-  const Schedule* topology_schedule(Collective kind) {
-    if (!ctx_.topology || ctx_.topology->full_mesh()) return nullptr;
-    const int k = kind == Collective::kAllReduce ? 0 : kind == Collective::kAllGather ? 1 : 2;
-    if (k == 2 && kind != Collective::kReduceScatter) return nullptr;
-    std::call_once(schedule_once_[k], [&] {
-      schedules_[k] = k == 0 ? all_reduce_schedule(*ctx_.topology) : gather_schedule(*ctx_.topology, kind);
-    });
-    static constexpr const char* kNames[] = {"all-reduce", "all-gather", "reduce-scatter"};
-    SYMCOMM_CHECK(schedules_[k].has_value(), kUnsupported,
-                  "rank {}: no {} schedule uses only the links of the topology {} (a cycle through every rank, a "
-                  "hybrid cube mesh or every pair linked; docs/design/topology.md)",
-                  ctx_.ranks.rank, kNames[k], ctx_.topology->to_json());
-    return &*schedules_[k];
-  }
+  const Schedule* topology_schedule(Collective kind) { return schedules_.require(kind, ctx_.ranks.rank); }
 
   void execute_one(const Request& r, Algorithm algo) {
     ctx_.throw_if_failed();
@@ -331,9 +323,7 @@ class HostBackend final : public Backend {
 
   CommContext& ctx_;
   Capabilities caps_;
-  std::once_flag schedule_once_[3];
-  std::optional<Schedule> schedules_[3];  ///< topology_schedule()'s (all-reduce, all-gather, reduce-scatter), built at
-                                          ///< their first call
+  TopologySchedules schedules_;  ///< of ctx_.topology
   HostSegments segments_;
   HostEngine engine_;
   HostP2p p2p_;
