@@ -164,7 +164,7 @@ case_def gpu device-deadline include/symcomm/device/signal.h \
   symcomm_gpu_tests "$(barrier_paths missing)" 200 \
   "$SHARED2"
 case_def gpu device-dead-peer include/symcomm/device/signal.h \
-  "  } else if (dead) {" "  } else if (false) {" \
+  "  } else if (dead || ((ld_volatile_u64(&c.control->left_mask) >> peer) & 1)) {" "  } else if (false) {" \
   symcomm_gpu_tests "$(barrier_paths killed)" 200 \
   "$SHARED2"
 case_def gpu device-abort include/symcomm/device/signal.h \

@@ -68,8 +68,12 @@ struct HostControl {
   /// Copy-engine collective in flight: its stream writes the op's header (top bit set) when it starts and 0
   /// when it ends; the host watchdog overwrites a header with 1 to notice an op that stops progressing.
   uint32_t ce_active;
-  uint64_t dead_mask;  ///< host sets bit r when rank r died or left (peer-mesh watchdog)
+  uint64_t dead_mask;  ///< host sets bit r when rank r died (peer-mesh watchdog): every wait gives up
   uint64_t error;      ///< copy of DeviceState::error written by the failing block, read by the host
+  /// Host sets bit r when rank r left cleanly (destroyed its communicator): only the waits for rank r give up,
+  /// as on the host. A rank that ended its last collective and left owes its peers nothing more; one of them may
+  /// still be waiting for a third rank (a topology schedule's neighbour, one step behind).
+  uint64_t left_mask;
 };
 
 /// What every symcomm kernel gets: this rank's view of the communicator's symmetric memory.

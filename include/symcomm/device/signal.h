@@ -137,8 +137,9 @@ __device__ __forceinline__ void announce_op(const DeviceComm& c, uint32_t first_
 }
 
 /// Called every kPollInterval spins of a wait: true (after recording an error) if the wait must give up
-/// because of abort(), a dead peer, a peer proven to run another op than `mine` (this kernel's announcement,
-/// 0: no check; NOTE [op announcements]), the deadline, or an error another block already recorded.
+/// because of abort(), a dead peer, the awaited peer having left, a peer proven to run another op than `mine` (this
+/// kernel's announcement, 0: no check; NOTE [op announcements]), the deadline, or an error another block already
+/// recorded.
 __device__ inline bool poll_give_up(const DeviceComm& c, int peer, uint32_t target, uint64_t deadline_ns,
                                     uint64_t mine = 0) {
   if (comm_failed(c)) return true;
@@ -148,9 +149,9 @@ __device__ inline bool poll_give_up(const DeviceComm& c, int peer, uint32_t targ
   const uint64_t dead = ld_volatile_u64(&c.control->dead_mask);
   if (ld_volatile_u32(&c.control->aborted)) {
     code = DeviceError::kAborted;
-  } else if (dead) {
+  } else if (dead || ((ld_volatile_u64(&c.control->left_mask) >> peer) & 1)) {
     code = DeviceError::kPeerDead;
-    who = (dead >> peer) & 1 ? peer : __ffsll(static_cast<long long>(dead)) - 1;
+    who = dead == 0 || ((dead >> peer) & 1) ? peer : __ffsll(static_cast<long long>(dead)) - 1;
   } else if (mine != 0 && announced_other_op(mine, ld_volatile_u64(announcements(c.signals[c.rank]) + peer))) {
     code = DeviceError::kMismatch;
   } else if (globaltimer_ns() > deadline_ns) {

@@ -151,11 +151,12 @@ void CudaBackend::setup() {
   // Peer liveness -> the device abort path. The callback holds the control block, not the backend.
   std::weak_ptr<ControlBlock> weak = control_;
   if (ctx_.mesh)
-    ctx_.mesh->on_peer_lost([weak](int rank, bool) {
+    ctx_.mesh->on_peer_lost([weak](int rank, bool died) {
       if (auto c = weak.lock()) {
         std::lock_guard lock(c->mu);
         if (c->host) {
-          reinterpret_cast<std::atomic<uint64_t>*>(&c->host->dead_mask)->fetch_or(uint64_t{1} << rank);
+          uint64_t* mask = died ? &c->host->dead_mask : &c->host->left_mask;
+          reinterpret_cast<std::atomic<uint64_t>*>(mask)->fetch_or(uint64_t{1} << rank);
         }
       }
     });

@@ -12,8 +12,8 @@
 // or finds a mismatched op header records the first error in DeviceState::error and copies it into
 // host-mapped memory (HostControl::error). The host reads that word before every launch, in Work::wait()/
 // is_completed(), and in poll_errors(); it becomes a sticky Error naming the rank(s). The peer-mesh
-// watchdog sets HostControl::dead_mask when a peer dies, so kernels spinning on it exit within ~1 ms of
-// the watchdog noticing.
+// watchdog sets HostControl::dead_mask when a peer dies (left_mask when it leaves cleanly: only the waits for it
+// give up), so kernels spinning on it exit within ~1 ms of the watchdog noticing.
 
 #include <nccl.h>
 

@@ -318,7 +318,7 @@ void CopyEngine::watchdog() {
           suspect = -1;
         }
       }
-      failed = v != 0 && (h->aborted || h->dead_mask || h->error);
+      failed = v != 0 && (h->aborted || h->dead_mask || h->left_mask || h->error);  // every peer takes part
     }
     const bool timed_out = v == kMarked && now_ns() - marked_ns > timeout_ns;
     if (v != 0 && (failed || timed_out)) {
@@ -344,9 +344,8 @@ uint64_t CopyEngine::classify(uint32_t header, bool timed_out) {
     std::lock_guard c(control_->mu);
     const device::HostControl* h = control_->host;
     if (h == nullptr || h->aborted) return device::pack_error(DeviceError::kAborted, -1, 0);
-    if (h->dead_mask) {
-      int peer = __builtin_ctzll(h->dead_mask);
-      return device::pack_error(DeviceError::kPeerDead, peer, 0);
+    if (const uint64_t lost = h->dead_mask ? h->dead_mask : h->left_mask) {
+      return device::pack_error(DeviceError::kPeerDead, __builtin_ctzll(lost), 0);
     }
   }
   if (!timed_out) return 0;
