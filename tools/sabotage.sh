@@ -6,7 +6,7 @@
 # back at the end.
 #
 #   BUILD=build CASES=host tools/sabotage.sh        # CPU machine (a configured build directory)
-#   BUILD=build-gpu CASES=gpu tools/sabotage.sh     # GPU machine, after gpu_check.sh's build step
+#   BUILD=build-gpu CASES=gpu tools/sabotage.sh     # GPU machine, after tools/gpu/check.sh's build step
 #   ONLY="ce-mismatch ce-watchdog" BUILD=build-gpu CASES=gpu tools/sabotage.sh   # some cases only
 #
 # Broken binaries built ahead (the GPU machine's time is scarce; a case's rebuild of the kernels takes minutes):
@@ -14,7 +14,7 @@
 #   PREBUILT=dir BUILD=build-gpu CASES=gpu ONLY="ll-give-up" tools/sabotage.sh   # there: runs, builds nothing
 #   CHECK=1 CASES=all tools/sabotage.sh   # only checks that every case's text occurs once (tools/test.sh runs it)
 # PACK writes each case's broken test binary to dir/<case>.<binary> (xz-compressed); PREBUILT runs the
-# baseline with $BUILD's binary (unpacked from gpu_check.sh's prebuilt archive) and the case with dir's.
+# baseline with $BUILD's binary (unpacked from tools/gpu/check.sh's prebuilt archive) and the case with dir's.
 #
 # Prints one line per case (also to $OUT/sabotage.txt when OUT is set; logs in $OUT or /tmp). Exit status:
 # 0 all caught, 1 a case was not caught or its baseline failed, 2 a case could not be applied.

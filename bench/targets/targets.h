@@ -4,7 +4,7 @@
 // Each target carries the number of the requirement that sets it (Result::issue, the table's first column):
 // 3 the CUDA all-reduce and bandwidths, 4 the low-contention collectives, 6 the group and bucket patterns.
 // Every number a target names is computed here from the rows of one or more runs (bench, cebench,
-// contention, group and bucket steps of tools/gpu_check.sh), so that a GPU run prints the verdicts instead
+// contention, group and bucket steps of tools/gpu/check.sh), so that a GPU run prints the verdicts instead
 // of someone reading them off the tables by hand. Only rows of the CUDA backend at the world size asked for
 // (the targets' numbers are for 2 ranks) count. Where several rows share a key (the same
 // collective, size, implementation and mode from two runs), the fastest counts, for symcomm and for NCCL alike.

@@ -44,7 +44,7 @@ struct Tuning {
   /// Host backend: all-reduce payloads up to this many bytes use one-shot, larger ones two-shot.
   size_t host_one_shot_max_bytes = 64 * 1024;
   /// CUDA backend: all-reduce payloads up to this many bytes use one-shot. Measured on 2 x H200
-  /// (tools/gpu_check.sh / tools/gpu_sweep.sh, bf16 sum, CUDA graph, kernel end without fences: NOTE [frame end
+  /// (tools/gpu/check.sh / tools/gpu/sweep.sh, bf16 sum, CUDA graph, kernel end without fences: NOTE [frame end
   /// without fences]), one-shot vs two-shot in us: one-shot ahead at 4 MB in four runs (18.70 vs 19.30; 18.55
   /// vs 19.26; 18.52 vs 19.63; 18.68 vs 19.80), two-shot ahead at 16 MB (57.96 vs 63.76).
   size_t cuda_one_shot_max_bytes = 4 << 20;
@@ -54,7 +54,7 @@ struct Tuning {
   /// CUDA two-shot all-reduce with its output in the symmetric heap: from this many bytes on, the input's
   /// shards are pushed through staging and the results pushed into the peers' outputs (remote stores only)
   /// instead of pulling the peers' inputs (NOTE [two-shot push to output]); SIZE_MAX = never.
-  /// Measured on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
+  /// Measured on 2 x H200 (tools/gpu/sweep.sh, bf16 sum, CUDA graph, 16 MB staging, us, pull /
   /// push): 4 MB 19.26 / 19.62, 16 MB 58.07 / 56.36, 64 MB 207.75 / 200.15, 256 MB 803.19 / 766.64.
   size_t cuda_two_shot_push_min_bytes = 8 << 20;
   /// CUDA two-shot all-reduce: most blocks (0 or 1-256: the signal pad's block slots, device::kMaxBlocks; 512
@@ -81,7 +81,7 @@ struct Tuning {
   size_t cuda_nccl_min_bytes = SIZE_MAX;
   /// CUDA backend: non-empty all_gather / reduce_scatter / all_to_all / broadcast with at most this many bytes
   /// per rank go to NCCL when it is available and low contention was not asked for; 0 = never. Measured on
-  /// 2 x H200 (tools/gpu_check.sh, bf16, 4 KB-1 MB, symcomm's NCCL communicator nonblocking: NOTE [settling
+  /// 2 x H200 (tools/gpu/check.sh, bf16, 4 KB-1 MB, symcomm's NCCL communicator nonblocking: NOTE [settling
   /// NCCL calls]): an eager collective sent to NCCL took 47-95 us against 7.6-12.0 us for the direct kernels,
   /// while in a CUDA graph the direct kernels were 0.88-1.25x NCCL's time (all-gather 5.9-9.3 us vs
   /// 5.6-10.6 us).
@@ -93,7 +93,7 @@ struct Tuning {
   size_t cuda_ll_chunks_per_thread = 1;
   size_t cuda_ll_max_blocks = 128;
   /// CUDA LL all-reduce: threads per block (a multiple of 32, 32-512). Measured on 2 x H200
-  /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 512 threads,
+  /// (tools/gpu/sweep.sh, bf16 sum, CUDA graph, us at 4 KB / 16 KB / 64 KB / 256 KB / 1 MB): 512 threads,
   /// 128 blocks: 2.81 / 3.58 / 3.95 / 5.06 / 9.60 (1 MB: staged); 256 x 256: 3.26 / 3.53 / 3.99 / 5.12;
   /// 128 x 512: 3.19 / 3.58 / 4.00 / 5.21; 64 x 1024: 3.24 / 3.70 / 4.05 / 5.20; LL at 1 MB (128 x 1024): 10.81.
   size_t cuda_ll_block_threads = 512;
@@ -105,21 +105,21 @@ struct Tuning {
   /// CUDA all-gather, reduce-scatter and all-to-all blocks, and broadcast payloads (direct algorithm), of at
   /// most this many bytes (0-1M) use the LL kernels (NOTE [LL all-gather and reduce-scatter], NOTE [LL
   /// broadcast]; capped by the 1 MB LL buffer), larger ones the direct kernels; 0 = never. Measured on 2 x
-  /// H200 (tools/gpu_sweep.sh, bf16, CUDA graph, bench sizes 4 KB-1 MB, i.e. blocks of 2-512 KB): LL all-gather
+  /// H200 (tools/gpu/sweep.sh, bf16, CUDA graph, bench sizes 4 KB-1 MB, i.e. blocks of 2-512 KB): LL all-gather
   /// 2.73-6.50 us against the direct kernels' 5.95-9.28 us, reduce-scatter 2.75-6.46 against 6.38-10.29,
   /// broadcast 2.77-4.05 against 5.88-8.70 (4-256 KB payloads). Blocks between 512 KB and the LL capacity are
   /// not measured; the default equals cuda_ll_max_bytes, the LL all-reduce's range.
   size_t cuda_ll_gather_max_bytes = 512 << 10;
   /// CUDA staged one-shot all-reduce: payload bytes per block before another block is added (16 or more: one
   /// 16-byte vector), and the most blocks (1-256, the signal pad's block slots, device::kMaxBlocks). Measured
-  /// on 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 64 KB / 256 KB / 1 MB, LL off): 16 KB x 32
+  /// on 2 x H200 (tools/gpu/sweep.sh, bf16 sum, CUDA graph, us at 64 KB / 256 KB / 1 MB, LL off): 16 KB x 32
   /// blocks 6.45 / 7.04 / 9.60; 8 KB x 128: 6.14 / 6.99 / 9.25; 4 KB x 128: 6.27 / 6.80 / 9.33.
   size_t cuda_one_shot_block_bytes = 8 << 10;
   size_t cuda_one_shot_max_blocks = 128;
   /// CUDA one-shot all-reduce: payloads above cuda_ll_max_bytes and up to this many bytes (0-4M) use the LL128
   /// kernel (120 bytes of payload per 128-byte line, capped by its buffer, 4 MB; NOTE [LL128 lines] in
   /// src/algos/cuda_all_reduce_ll.cu), larger ones the staged one-shot. 0 = never. Measured on
-  /// 2 x H200 (tools/gpu_sweep.sh, bf16 sum, CUDA graph, us at 256 KB / 1 MB / 4 MB): LL128 4.69 / 7.48 / 18.72
+  /// 2 x H200 (tools/gpu/sweep.sh, bf16 sum, CUDA graph, us at 256 KB / 1 MB / 4 MB): LL128 4.69 / 7.48 / 18.72
   /// (LL off), staged 4.79 / 8.88 / 18.72, LL 4.75 at 256 KB; LL128 with 64 blocks 18.35 at 4 MB but 9.23 at 1 MB.
   size_t cuda_ll128_max_bytes = 2 << 20;
   /// CUDA LL128 all-reduce: lines each 8-lane group carries before another block of 512 threads is added
@@ -163,7 +163,7 @@ struct Config {
   size_t scratch_bytes = size_t{16} << 20;
   /// CUDA backend: the same, in device memory (also the copy engine's staging window). Each round of a
   /// staged kernel ends in a barrier, so larger rounds cost fewer barriers: measured on 2 x H200
-  /// (tools/gpu_sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]).
+  /// (tools/gpu/sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]).
   size_t cuda_scratch_bytes = size_t{128} << 20;
   /// Host backend: bytes of one point-to-point staging chunk (rounded up to 4 KiB). Each ordered pair of ranks has
   /// two in the sender's memory (committed on touch): what a send may leave staged for its receiver, and the round

@@ -14,7 +14,7 @@ namespace {
 
 // Grid: Tuning::cuda_direct_block_bytes / cuda_direct_max_blocks. 128 blocks x 512 threads with the
 // load-once/store-to-all copy reach 357 GB/s bus bandwidth at 256 MB (1.45x NCCL's best); 64 blocks with one
-// copy pass per destination give 298 (measured on 2 x H200 (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum,
+// copy pass per destination give 298 (measured on 2 x H200 (nvidia-h200-x2), `tools/gpu/check.sh` (bf16 sum,
 // symcomm-bench)).
 
 __global__ void __launch_bounds__(kThreads) exchange_kernel(ExchangeParams p) {

@@ -14,7 +14,7 @@ namespace {
 // The grid (payload bytes per block, block cap) is Tuning::cuda_one_shot_block_bytes / _max_blocks. Small
 // payloads run the LL kernel instead (NOTE [LL threshold] in cuda_backend_cuda.h); this staged kernel took
 // 5.5-6.9 us from 4 KB to 256 KB and 23 us at 4 MB in a graph (measured on 2 x H200
-// (nvidia-h200-x2), `tools/gpu_check.sh` (bf16 sum, symcomm-bench), run 1, 16 KB per block, 32 blocks).
+// (nvidia-h200-x2), `tools/gpu/check.sh` (bf16 sum, symcomm-bench), run 1, 16 KB per block, 32 blocks).
 
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) all_reduce_one_shot_kernel(AllReduceOneShotParams p) {

@@ -460,7 +460,7 @@ void dispatch_type_op(DataType dtype, ReduceOp op, F&& f) {
 /// World size as a template argument: 1 and 2 (the common NVLink pair) get an instance with a 2-source
 /// register footprint; every other size runs the kMaxDeviceRanks instance. f(RankTag<kR>). Kernels that keep
 /// kR sources in flight per thread must size their unrolling so that the kR = 8 instance does not spill
-/// (tools/spills.sh; kLLBatch in cuda_all_reduce_ll.cu).
+/// (tools/gpu/spills.sh; kLLBatch in cuda_all_reduce_ll.cu).
 template <class F>
 void dispatch_ranks(int world_size, F&& f) {
   if (world_size <= 2) {
@@ -472,7 +472,7 @@ void dispatch_ranks(int world_size, F&& f) {
 
 /// dispatch_ranks() with a third instance, kR = 4, for 3 and 4 ranks: for kernels that keep kR lines per chunk
 /// in registers and poll them together (the LL and LL128 kernels, NOTE [LL concurrent polling] in
-/// cuda_all_reduce_ll.cu), whose 8-rank instance spills at sm_90 (tools/spills.sh) where 4 ranks need half its
+/// cuda_all_reduce_ll.cu), whose 8-rank instance spills at sm_90 (tools/gpu/spills.sh) where 4 ranks need half its
 /// lines. f(RankTag<kR>).
 template <class F>
 void dispatch_ranks_to_four(int world_size, F&& f) {

@@ -14,7 +14,7 @@ namespace {
 
 // Grid: Tuning::cuda_direct_block_bytes / cuda_direct_max_blocks (of the output's bytes); 128 blocks give
 // 328 GB/s bus bandwidth at 256 MB, 1.41x NCCL's best (measured on 2 x H200 (nvidia-h200-x2),
-// `tools/gpu_check.sh` (bf16 sum, symcomm-bench)).
+// `tools/gpu/check.sh` (bf16 sum, symcomm-bench)).
 
 template <class T, int kOp, int kR>
 __global__ void __launch_bounds__(kThreads) reduce_scatter_kernel(ReduceScatterParams p) {

@@ -1,4 +1,4 @@
-// The positive controls of the compute-sanitizer runs (tools/gpu_check.sh, step `sanitize`), one per tool. In
+// The positive controls of the compute-sanitizer runs (tools/gpu/check.sh, step `sanitize`), one per tool. In
 // every rank, forked from the test binary as in every GPU test, a kernel does the one thing its tool exists to
 // report, once:
 //   - memcheck: one byte stored past the end of a 100-byte cudaMalloc buffer (it lands in the allocation's

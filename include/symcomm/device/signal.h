@@ -107,7 +107,7 @@ __device__ __forceinline__ bool comm_failed(const DeviceComm& c) { return ld_vol
 /// announces advances it. Kernels of a failed communicator return before announcing (NOTE [failed
 /// communicator]). `mine` is a value, not a load of a slot of one's own: the polling loops must keep no more
 /// addresses live (reading this rank's own announcement from its pad made the 2-rank bf16 LL128 kernel spill
-/// 88-112 bytes per thread, and a call out of line 212; tools/spills.sh).
+/// 88-112 bytes per thread, and a call out of line 212; tools/gpu/spills.sh).
 __device__ __forceinline__ uint64_t* announcements(uint32_t* pad) {
   return reinterpret_cast<uint64_t*>(pad + kSignalSlots) + kHeaderSlots;
 }

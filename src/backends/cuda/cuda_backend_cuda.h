@@ -35,7 +35,7 @@ namespace symcomm::detail {
 // NOTE [LL threshold] One-shot all-reduces up to Tuning::cuda_ll_max_bytes (and the LL buffer's capacity,
 // kLLPayloadBytes) use the LL kernel (data carries its own flags; cuda_all_reduce_ll.cu), larger ones the
 // staged one-shot (push, one barrier per round). LL moves twice the bytes over NVLink but saves the fence and
-// the flag round trip. Measured on 2 x H200 with tools/gpu_check.sh (bf16 sum, CUDA graph, us per
+// the flag round trip. Measured on 2 x H200 with tools/gpu/check.sh (bf16 sum, CUDA graph, us per
 // op): staged one-shot 5.5 / 6.1 / 6.3 / 6.9 / 9.8 at 4 K / 16 K / 64 K / 256 K / 1 M; LL 2.7 / 4.5 /
 // 5.4 / 6.0 / 11.9; two-shot 11.2 at 1 M. LL wins up to 256 KB and loses at 1 MB.
 inline constexpr size_t kLLPayloadBytes = 1 << 20;     // LL buffer capacity (payload) per source rank and parity

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# gpu_check.sh: the one command for the GPU machine. Configures and builds with Ninja (build-gpu), runs the
+# check.sh: the one command for the GPU machine. Configures and builds with Ninja (build-gpu), runs the
 # GPU tests, runs symcomm-bench on the CUDA backend under symcomm-run, writes logs and JSON under $OUT
 # (at most 8 files, flat) and prints a short summary table last.
 #
-#   OUT=/tmp/out tools/gpu_check.sh            # everything
-#   GPU_CHECK_STEPS="build tests" tools/gpu_check.sh
-#   BENCH_ARGS="--max-bytes 64M" tools/gpu_check.sh
-#   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket sanitize sabotage" tools/gpu_check.sh
+#   OUT=/tmp/out tools/gpu/check.sh            # everything
+#   GPU_CHECK_STEPS="build tests" tools/gpu/check.sh
+#   BENCH_ARGS="--max-bytes 64M" tools/gpu/check.sh
+#   GPU_CHECK_STEPS="build tests bench cebench contention fused group bucket sanitize sabotage" tools/gpu/check.sh
 #   (everything; sabotage rebuilds parts of the tree several times)
-#   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu_check.sh   (the full 1000 cycles)
-#   GPU_CHECK_STEPS="build shared" tools/gpu_check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
+#   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu/check.sh   (the full 1000 cycles)
+#   GPU_CHECK_STEPS="build shared" tools/gpu/check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
 #
-#   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu_check.sh   (here, on the CPU machine: see "prebuilt" below)
+#   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu/check.sh   (here, on the CPU machine: see "prebuilt" below)
 #
 # Prebuilt binaries: the `pack` step (no GPU needed) builds the GPU tests, symcomm-bench and symcomm-run in
 # $BUILD and writes them with a stamp of the sources to .gpu-prebuilt.tgz (~29 MB; carry it to the machine).
@@ -26,7 +26,7 @@ set -uo pipefail
 # NVLink multicast (NVLS) must stay off for every program started here.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
 BUILD=${BUILD:-$ROOT/build-gpu}
 STEPS=${GPU_CHECK_STEPS:-"build tests bench"}
@@ -120,7 +120,7 @@ fi
 # SHARD_LIST: which of them this call runs (default all), each under SHARD_TIMEOUT seconds (default 420). Every
 # shard's output goes to gpu_tests.log, one line per shard to the summary, and the summary names the shards
 # not run, with the command line that runs them.
-#   GPU_CHECK_STEPS=tests SHARDS=8 SHARD_LIST="0 1" tools/gpu_check.sh
+#   GPU_CHECK_STEPS=tests SHARDS=8 SHARD_LIST="0 1" tools/gpu/check.sh
 default_shards() {
   local w=$1
   if [ "$w" -le 4 ]; then echo 8; else echo 16; fi

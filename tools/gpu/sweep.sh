@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# gpu_sweep.sh: runs symcomm-bench once per tuning setting and collects the ratio tables, for choosing a
-# Tuning default from measurements (config.h cites the sweep it came from). Needs a build (tools/gpu_check.sh's
+# sweep.sh: runs symcomm-bench once per tuning setting and collects the ratio tables, for choosing a
+# Tuning default from measurements (config.h cites the sweep it came from). Needs a build (tools/gpu/check.sh's
 # build step). Settings are ';'-separated lists of SYMCOMM_* assignments (an empty one = the defaults):
 #
-#   OUT=/tmp/sw SWEEP="; SYMCOMM_CUDA_LL_BLOCK_THREADS=128 SYMCOMM_CUDA_LL_MAX_BLOCKS=512" tools/gpu_sweep.sh
+#   OUT=/tmp/sw SWEEP="; SYMCOMM_CUDA_LL_BLOCK_THREADS=128 SYMCOMM_CUDA_LL_MAX_BLOCKS=512" tools/gpu/sweep.sh
 #   BENCH_ARGS="--collective all_reduce --min-bytes 4K --max-bytes 1M" ...   (default: all-reduce, 4 KB-1 MB)
 #
 # Writes $OUT/sweep.txt (one table per setting) and $OUT/sweep_N.json.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-gpu}
 OUT=${OUT:-/tmp/symcomm-sweep}
 mkdir -p "$OUT"

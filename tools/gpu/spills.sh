@@ -5,9 +5,9 @@
 # to thousands of bytes in an instance that runs (see NOTE in src/algos/cuda_all_reduce_ll.cu, kLLBatch) are
 # register pressure in the hot loop.
 #
-#   BUILD=build-cuda tools/spills.sh [file.cu ...]     # default: every src/algos/*.cu
+#   BUILD=build-cuda tools/gpu/spills.sh [file.cu ...]     # default: every src/algos/*.cu
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-cuda}
 [[ $BUILD == /* ]] || BUILD=$ROOT/$BUILD
 MIN=${MIN:-1}  # report spills of at least this many bytes (stores)
