@@ -191,9 +191,11 @@ class Communicator {
   /// a communicator of another size with the same settings, pass the Config this one was created with: here
   /// every resolved value that differs from Tuning's default would count as set explicitly.
   const Config& config() const;
-  /// Whether every rank reaches every peer's memory directly: host backend always; CUDA backend when every
-  /// pair of GPUs is NVLink-connected with peer access. Without it the CUDA backend runs every collective
-  /// through NCCL, and forcing another Algorithm throws Error(kUnsupported).
+  /// Whether every rank reaches every peer's memory directly and its collectives may use all of it: host
+  /// backend always; CUDA backend when every pair of GPUs is NVLink-connected with peer access and no topology
+  /// file (Config::topology_file) restricts the links. Without peer access the CUDA backend runs every collective
+  /// through NCCL, and forcing another Algorithm throws Error(kUnsupported); with a restricting topology file its
+  /// all-reduces, all-gathers and reduce-scatters run the topology's schedule (docs/design/topology.md).
   bool full_peer_access() const;
 
   /// Allocates `bytes` from the symmetric heap: the same offset on every rank, mapped by every peer.

@@ -181,9 +181,6 @@ std::optional<Schedule> all_reduce_schedule(const Topology& t) {
   return std::nullopt;
 }
 
-namespace {
-
-/// The index of `kind` in TopologySchedules' tables, or -1 for a collective without a schedule.
 int schedule_index(Collective kind) {
   switch (kind) {
     case Collective::kAllReduce: return 0;
@@ -192,8 +189,6 @@ int schedule_index(Collective kind) {
     default: return -1;
   }
 }
-
-}  // namespace
 
 const Schedule* TopologySchedules::find(Collective kind) {
   const int k = schedule_index(kind);

@@ -74,6 +74,9 @@ std::optional<Schedule> all_reduce_schedule(const Topology& t);
 /// The reduce-scatter (kind kReduceScatter) or all-gather (kAllGather) schedule of the topology, or nothing.
 std::optional<Schedule> gather_schedule(const Topology& t, Collective kind);
 
+/// 0, 1 and 2 for all-reduce, all-gather and reduce-scatter (the collectives with schedules), -1 for the others.
+int schedule_index(Collective kind);
+
 /// The all-reduce, all-gather and reduce-scatter schedules of a communicator's topology (Config::topology_file),
 /// each built at its first use. Thread-safe.
 class TopologySchedules {

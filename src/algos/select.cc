@@ -1,5 +1,6 @@
 #include "algos/select.h"
 
+#include "algos/schedule.h"
 #include "base/check.h"
 
 namespace symcomm::detail {
@@ -98,9 +99,7 @@ Tuning measured_cuda_tuning(const Tuning& t, int world_size) {
 
 namespace {
 
-bool schedulable(Collective c) {
-  return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter;
-}
+bool schedulable(Collective c) { return schedule_index(c) >= 0; }
 
 /// select_cuda() where the topology leaves pairs unlinked (Capabilities::restricted_links): the schedule whatever
 /// symcomm algorithm is asked for (checked as elsewhere; the path is KernelPath::kScheduled), NCCL where asked for,

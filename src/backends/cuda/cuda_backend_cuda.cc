@@ -177,8 +177,7 @@ void CudaBackend::setup() {
     probe_areas[p] = comm_.scratch[p];
   }
 
-  // Capabilities, agreed by all ranks.
-  // The links, agreed by all ranks: the kernels need NVLink between every pair (or one shared GPU).
+  // Capabilities, agreed by all ranks: the links (the kernels need NVLink between every pair, or one shared GPU).
   LocalProbe probe = probe_topology(ctx_, device_);
   bool p2p = n <= device::kMaxDeviceRanks && functional_p2p_check(ctx_, probe_areas.data(), 0x5c0ffee5a11d00dull ^ n);
   if (!p2p || !probe.detail.empty()) {
@@ -252,13 +251,11 @@ void CudaBackend::setup() {
 void CudaBackend::setup_schedules(size_t half) {
   const int n = ctx_.ranks.world_size, me = ctx_.ranks.rank;
   caps_.restricted_links = true;
-  int k = 0;
   for (Collective kind : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
     if (const Schedule* sch = schedules_.find(kind)) {
-      plans_[k] = make_schedule_plan(*sch, n, me);
+      plans_[schedule_index(kind)] = make_schedule_plan(*sch, n, me);
       caps_.schedules |= 1u << static_cast<int>(kind);
     }
-    ++k;
   }
   for (int p = 0; p < n; ++p) inbox_peers_[p] = static_cast<char*>(heap_->peer_ptr(inbox_, p));
   // The parity counter (zeroed: every rank starts at the same half), then the reduce-scatter's work area: one

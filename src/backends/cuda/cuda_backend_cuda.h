@@ -118,7 +118,7 @@ class CudaBackend final : public Backend {
   void* inbox_ = nullptr;        ///< the schedules' inboxes (symmetric heap), where the links are restricted
   char* inbox_peers_[device::kMaxDeviceRanks] = {};  ///< rank p's inbox as mapped here
   size_t inbox_half_bytes_ = 0;
-  SchedulePlan plans_[3];        ///< this rank's plans: all-reduce, all-gather, reduce-scatter
+  SchedulePlan plans_[3];        ///< this rank's plans, by schedule_index()
   char* sched_state_ = nullptr;  ///< device memory: the parity counter, then the reduce-scatter's work area
   size_t sched_state_bytes_ = 0;
   // ---- end of topology schedules ----

@@ -244,7 +244,6 @@ void CudaBackend::launch(const Request& r, Algorithm algo, cudaStream_t s) {
 // its neighbours' inboxes and its own buffers; nothing in the heap is read in place, so no heap places.
 void CudaBackend::launch_scheduled(const Request& r, cudaStream_t s) {
   const Tuning& t = ctx_.config.tuning;
-  const int k = r.kind == Collective::kAllReduce ? 0 : r.kind == Collective::kAllGather ? 1 : 2;
   cuda::ScheduledParams p{.comm = comm_,
                           .kind = r.kind,
                           .in = r.in,
@@ -260,7 +259,7 @@ void CudaBackend::launch_scheduled(const Request& r, cudaStream_t s) {
                           .parity = reinterpret_cast<uint32_t*>(sched_state_),
                           .block_bytes = t.cuda_direct_block_bytes,
                           .max_blocks = t.cuda_direct_max_blocks,
-                          .plan = plans_[k]};
+                          .plan = plans_[schedule_index(r.kind)]};
   std::copy(std::begin(inbox_peers_), std::end(inbox_peers_), std::begin(p.inbox));
   cuda::launch_scheduled(p, s);
 }
