@@ -1,0 +1,103 @@
+#pragma once
+/// \file multinode.h
+/// Communicators that span nodes (library symcomm::symcomm_mpi, built when MPI is found): symcomm inside each node
+/// (its shared-memory heap and algorithms), MPI between the nodes. docs/design/multinode.md describes the paths.
+///
+/// All-reduce, all-gather, reduce-scatter, broadcast and barrier run hierarchically (a node stage on symcomm,
+/// an inter-node stage on MPI among the ranks of one local index, a node stage again) or flat (the whole job
+/// on MPI), chosen by size from thresholds every rank agrees on; all-to-all and point-to-point run on MPI.
+/// Every call has the semantics, argument rules and results of the same call on a one-node Communicator
+/// (ranks are the MPI communicator's ranks), except that 16-bit float sums of the hierarchical path round
+/// once per stage (exact for values a 16-bit float holds at every stage).
+///
+/// Faults: every wait polls, beside its own progress, the abort flag, the deadline (Config::timeout) and the
+/// liveness of every rank on this host, so a rank that dies on the host (any fake node, or the same real node)
+/// fails every survivor's pending and later calls with Error(kPeerDead) naming it, and abort() fails them with
+/// kAborted; MPI's error handler on the communicators symcomm makes is MPI_ERRORS_RETURN, so an MPI error is an
+/// Error(kSystem). A rank that dies on another real node is MPI's to report: mpirun ends the job by default.
+
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+
+#include "symcomm/communicator.h"
+#include "symcomm/node_path.h"
+
+namespace symcomm {
+
+struct MultiNodeOptions {
+  /// The node communicators' options (backend kHost; the CUDA backend between nodes needs NCCL, not built here:
+  /// Error(kUnsupported)). Its config (or Config::from_env()) also gives the deadline of the inter-node waits.
+  CommOptions node;
+  /// Declares nodes of this many consecutive ranks (the last may be smaller), so one machine can run the
+  /// multi-node paths; 0: the real nodes (MPI_COMM_TYPE_SHARED).
+  int fake_node_size = 0;
+  /// Fake nodes take ranks round-robin (rank r on node r % nodes, as `mpirun --map-by node` places them) instead
+  /// of consecutively.
+  bool fake_round_robin = false;
+  /// Sizes (bytes, as detail::path_bytes counts them) from which kAuto takes the hierarchical path, as
+  /// "all_reduce=64K,all_gather=256K,..." over the compiled-in table (nullopt: that table). Must be equal on every
+  /// rank (Error(kMismatch) otherwise).
+  std::optional<std::string> min_bytes;
+};
+
+/// Per-call options.
+struct NodeCollOptions {
+  Hierarchy hierarchy = Hierarchy::kAuto;
+};
+
+class MultiNodeCommunicator {
+ public:
+  /// Collective over `comm` (MPI must be initialised; MPI_THREAD_SERIALIZED or more if several threads call
+  /// symcomm or MPI). Splits it into nodes and, per local index, into the inter-node communicators, and creates
+  /// each node's symcomm communicator. Throws Error(kInvalidArgument) for bad options, Error(kMismatch) where the
+  /// ranks' options differ.
+  static std::unique_ptr<MultiNodeCommunicator> create(MPI_Comm comm, const MultiNodeOptions& options = {});
+  ~MultiNodeCommunicator();
+  MultiNodeCommunicator(const MultiNodeCommunicator&) = delete;
+  MultiNodeCommunicator& operator=(const MultiNodeCommunicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  int node() const;  ///< this rank's node; nodes are numbered by their lowest rank
+  int num_nodes() const;
+  int local_rank() const;  ///< index within the node, by rank
+  int local_world_size() const;
+  /// This node's symcomm communicator (ranks numbered by local index).
+  Communicator& node_communicator();
+  /// The MPI communicator of this rank's local index: one rank per node, ranked by node (MPI_COMM_NULL where the
+  /// nodes differ in size).
+  MPI_Comm inter_node_communicator() const;
+
+  /// The collectives of Communicator, with its conventions (counts per rank; in == out allowed for all-reduce and
+  /// broadcast; in place for all-gather when in == out + rank*count; root a rank of this communicator).
+  void all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, const NodeCollOptions& o = {});
+  void all_gather(const void* in, void* out, size_t count, DataType dtype, const NodeCollOptions& o = {});
+  void reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                      const NodeCollOptions& o = {});
+  void broadcast(const void* in, void* out, size_t count, DataType dtype, int root, const NodeCollOptions& o = {});
+  void all_to_all(const void* in, void* out, size_t count, DataType dtype, const NodeCollOptions& o = {});
+  void barrier(const NodeCollOptions& o = {});
+  /// Point-to-point on MPI (NCCL's matching: the k-th send from A to B is the k-th receive on B from A). A send
+  /// returns once its buffer may be reused.
+  void send(const void* buf, size_t count, DataType dtype, int peer);
+  void recv(void* buf, size_t count, DataType dtype, int peer);
+
+  /// The path of the last collective this process issued.
+  NodePath last_path() const;
+  /// Local, non-blocking: every pending and later call fails with Error(kAborted); the node communicator is
+  /// aborted too. MPI operations already started are left to MPI (an MPI collective cannot be cancelled).
+  void abort();
+  bool is_aborted() const;
+  /// Throws the sticky error (a dead rank, a timeout, abort), if any.
+  void check() const;
+
+  class Impl;
+
+ private:
+  explicit MultiNodeCommunicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace symcomm

@@ -1,0 +1,197 @@
+#include "algos/node_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+
+#include "base/check.h"
+
+namespace symcomm::detail {
+
+bool NodeLayout::uniform() const {
+  for (const auto& m : members) {
+    if (m.size() != members.front().size()) return false;
+  }
+  return !members.empty();
+}
+
+int NodeLayout::node_size() const { return uniform() ? static_cast<int>(members.front().size()) : 0; }
+
+bool NodeLayout::blocked() const {
+  const int l = node_size();
+  if (l == 0) return false;
+  for (int r = 0; r < world_size; ++r) {
+    if (node_of[r] != r / l || local_of[r] != r % l) return false;
+  }
+  return true;
+}
+
+NodeLayout make_node_layout(const std::vector<int64_t>& key) {
+  NodeLayout out;
+  out.world_size = static_cast<int>(key.size());
+  out.node_of.resize(key.size());
+  out.local_of.resize(key.size());
+  std::map<int64_t, int> index;  // key -> node, nodes numbered by their lowest rank
+  for (int r = 0; r < out.world_size; ++r) {
+    auto [it, fresh] = index.try_emplace(key[r], out.num_nodes());
+    if (fresh) out.members.emplace_back();
+    out.node_of[r] = it->second;
+    out.local_of[r] = static_cast<int>(out.members[it->second].size());
+    out.members[it->second].push_back(r);
+  }
+  return out;
+}
+
+std::vector<int64_t> fake_node_keys(int world_size, int node_size, bool round_robin) {
+  SYMCOMM_CHECK_ARG(node_size >= 1, "fake node size {} must be at least 1", node_size);
+  const int nodes = (world_size + node_size - 1) / node_size;
+  std::vector<int64_t> keys(world_size);
+  for (int r = 0; r < world_size; ++r) keys[r] = round_robin ? r % nodes : r / node_size;
+  return keys;
+}
+
+size_t NodeThresholds::of(Collective c) const {
+  switch (c) {
+    case Collective::kAllReduce: return all_reduce;
+    case Collective::kAllGather: return all_gather;
+    case Collective::kReduceScatter: return reduce_scatter;
+    case Collective::kBroadcast: return broadcast;
+    case Collective::kBarrier: return barrier;
+    case Collective::kAllToAll: break;
+  }
+  return SIZE_MAX;
+}
+
+std::string NodeThresholds::to_string() const {
+  return fmt::format("all_reduce={},all_gather={},reduce_scatter={},broadcast={},barrier={}", all_reduce, all_gather,
+                     reduce_scatter, broadcast, barrier);
+}
+
+// The compiled-in thresholds are estimates, not measurements: on real nodes the inter-node link is the slow one
+// and the cost model (docs/design/multinode.md) puts the crossovers lower; a job sets measured ones through
+// MultiNodeOptions::min_bytes.
+NodeThresholds default_node_thresholds(int num_nodes, int node_size) {
+  NodeThresholds t;
+  t.all_reduce = 256 << 10;
+  t.all_gather = 256 << 10;
+  t.reduce_scatter = 256 << 10;
+  t.broadcast = 1 << 20;
+  t.barrier = SIZE_MAX;  // one MPI barrier beats node, engine, node
+  if (num_nodes >= 3 || node_size >= 4) {
+    t.all_reduce = 64 << 10;
+    t.reduce_scatter = 128 << 10;
+  }
+  return t;
+}
+
+NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds base) {
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    at = comma + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    SYMCOMM_CHECK_ARG(eq != std::string::npos, "multinode thresholds: '{}' is not name=bytes", item);
+    const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+    SYMCOMM_CHECK_ARG(end != value.c_str(), "multinode thresholds: '{}' has no byte count", item);
+    size_t scale = 1;
+    const std::string suffix(end);
+    if (suffix == "K" || suffix == "k")
+      scale = size_t{1} << 10;
+    else if (suffix == "M" || suffix == "m")
+      scale = size_t{1} << 20;
+    else if (suffix == "G" || suffix == "g")
+      scale = size_t{1} << 30;
+    else if (suffix == "max")
+      scale = 0;
+    else
+      SYMCOMM_CHECK_ARG(suffix.empty(), "multinode thresholds: '{}' has an unknown suffix", item);
+    const size_t bytes = scale == 0 ? SIZE_MAX : static_cast<size_t>(v) * scale;
+    const auto c = parse_collective(name);
+    SYMCOMM_CHECK_ARG(c && *c != Collective::kAllToAll, "multinode thresholds: unknown collective '{}'", name);
+    switch (*c) {
+      case Collective::kAllReduce: base.all_reduce = bytes; break;
+      case Collective::kAllGather: base.all_gather = bytes; break;
+      case Collective::kReduceScatter: base.reduce_scatter = bytes; break;
+      case Collective::kBroadcast: base.broadcast = bytes; break;
+      case Collective::kBarrier: base.barrier = bytes; break;
+      case Collective::kAllToAll: break;
+    }
+  }
+  return base;
+}
+
+size_t path_bytes(Collective c, size_t count, DataType dtype, int world_size) {
+  switch (c) {
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: return count * dtype_size(dtype) * static_cast<size_t>(world_size);
+    case Collective::kBarrier: return 0;
+    default: return count * dtype_size(dtype);
+  }
+}
+
+NodePath choose_node_path(const NodeLayout& layout, Collective c, size_t bytes, Hierarchy asked,
+                          const NodeThresholds& thresholds) {
+  if (asked == Hierarchy::kFlat) return NodePath::kFlat;
+  if (layout.num_nodes() == 1) return NodePath::kNode;
+  const bool can = c != Collective::kAllToAll && layout.uniform() && layout.node_size() > 1;
+  if (asked == Hierarchy::kHierarchical) {
+    SYMCOMM_CHECK_ARG(can, "{} has no hierarchical path {}", to_string(c),
+                      c == Collective::kAllToAll ? "(it runs on the inter-node engine)"
+                      : layout.uniform()         ? "with one rank per node"
+                                                 : "on nodes of different sizes");
+    return NodePath::kHierarchical;
+  }
+  return can && bytes >= thresholds.of(c) ? NodePath::kHierarchical : NodePath::kFlat;
+}
+
+int reduce_scatter_source_block(const NodeLayout& layout, int i) {
+  const int n_nodes = layout.num_nodes();
+  return layout.members[i % n_nodes][i / n_nodes];
+}
+
+int all_gather_target_block(const NodeLayout& layout, int i) { return reduce_scatter_source_block(layout, i); }
+
+namespace {
+// Seconds -> µs for `bytes` over GB/s.
+double transfer_us(double bytes, double GBps) { return GBps > 0 ? bytes / (GBps * 1e3) : 0; }
+}  // namespace
+
+double model_flat_all_reduce_us(const NodeModel& m, double bytes) {
+  const double w = static_cast<double>(m.num_nodes) * m.node_size;
+  // A ring per rank of the node (as NCCL builds them), each carrying 1/node_size of the data across one inter-node
+  // link: every rank moves 2(W-1)/W of the buffer over its intra links and its share of the inter-node links.
+  const double moved = 2 * (w - 1) / w * bytes;
+  const double bw =
+      std::max(transfer_us(moved, m.intra.bandwidth_GBps), transfer_us(moved / m.node_size, m.inter.bandwidth_GBps));
+  return 2 * (w - 1) * m.inter.latency_us + bw;
+}
+
+double model_hierarchical_all_reduce_us(const NodeModel& m, double bytes) {
+  const double l = m.node_size, n = m.num_nodes;
+  const double node_stage = (l - 1) * m.intra.latency_us + transfer_us((l - 1) / l * bytes, m.intra.bandwidth_GBps);
+  const double inter =
+      2 * (n - 1) * m.inter.latency_us + transfer_us(2 * (n - 1) / n * bytes / l, m.inter.bandwidth_GBps);
+  return 2 * node_stage + inter;
+}
+
+}  // namespace symcomm::detail
+
+namespace symcomm {
+
+std::string_view to_string(NodePath p) {
+  switch (p) {
+    case NodePath::kNone: return "none";
+    case NodePath::kNode: return "node";
+    case NodePath::kHierarchical: return "hierarchical";
+    case NodePath::kFlat: return "flat";
+  }
+  return "invalid";
+}
+
+}  // namespace symcomm

@@ -1,0 +1,86 @@
+#pragma once
+// Planning of the collectives of a communicator that spans nodes (symcomm/multinode.h): which rank sits on which
+// node, which path a call takes (one node, hierarchical, or the whole job on the inter-node engine), the block
+// orders of the hierarchical all-gather and reduce-scatter, and the alpha-beta cost model of docs/design/multinode.md.
+// Pure functions of values every rank has in common, so every rank plans the same.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "symcomm/node_path.h"
+#include "symcomm/types.h"
+
+namespace symcomm::detail {
+
+/// Where every rank of the job sits.
+struct NodeLayout {
+  int world_size = 0;
+  /// Nodes are numbered by their lowest rank; within a node, ranks are numbered by rank (local index).
+  std::vector<int> node_of, local_of;
+  /// members[n][l]: the rank with local index l on node n.
+  std::vector<std::vector<int>> members;
+
+  int num_nodes() const { return static_cast<int>(members.size()); }
+  /// Every node holds the same number of ranks (the hierarchical algorithms need it).
+  bool uniform() const;
+  /// Ranks per node where uniform(), else 0.
+  int node_size() const;
+  /// Ranks are numbered node by node (node n holds ranks n*L .. n*L+L-1): the hierarchical all-gather and
+  /// reduce-scatter then need no reordering copy.
+  bool blocked() const;
+};
+
+/// `key[r]`: any value, equal for the ranks of one node (a host identity, or r / fake node size).
+NodeLayout make_node_layout(const std::vector<int64_t>& key);
+/// Keys of fake nodes of `node_size` ranks (the last node may be smaller): consecutive ranks, or round-robin
+/// (rank r on node r % ceil(world_size / node_size)).
+std::vector<int64_t> fake_node_keys(int world_size, int node_size, bool round_robin = false);
+
+/// Sizes from which the hierarchical path is taken by kAuto, per collective (bytes as in path_bytes()).
+struct NodeThresholds {
+  size_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, broadcast = 0, barrier = 0;
+  size_t of(Collective c) const;
+  /// "SYMCOMM_MULTINODE_MIN_BYTES"-style text: "all_reduce=65536,all_gather=0,...".
+  std::string to_string() const;
+};
+/// The compiled-in thresholds for a layout (estimates: docs/design/multinode.md).
+NodeThresholds default_node_thresholds(int num_nodes, int node_size);
+/// Parses "name=bytes,..." (names as in to_string(Collective); sizes with K/M/G suffixes) over `base`.
+/// Throws Error(kInvalidArgument) naming what it cannot read.
+NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds base);
+
+/// The bytes a call's selection looks at: all-reduce and broadcast their buffer, all-gather its output,
+/// reduce-scatter its input (world_size * count elements), barrier 0.
+size_t path_bytes(Collective c, size_t count, DataType dtype, int world_size);
+
+/// The path of a call. all-to-all (and anything else) runs flat across nodes; a layout of one node runs on
+/// symcomm; a layout whose nodes differ in size, or hold one rank each, runs flat. Throws
+/// Error(kInvalidArgument) where kHierarchical is asked for a call or layout that has no hierarchical path.
+NodePath choose_node_path(const NodeLayout& layout, Collective c, size_t bytes, Hierarchy asked,
+                          const NodeThresholds& thresholds);
+
+/// The hierarchical reduce-scatter reorders its input so that the node-level reduce-scatter hands local index
+/// l the blocks of every rank with local index l: block i of the reordered buffer is block
+/// reduce_scatter_source_block(i) of the input (i = l * num_nodes + n).
+int reduce_scatter_source_block(const NodeLayout& layout, int i);
+/// The hierarchical all-gather gathers block i = l * num_nodes + n (local index l, node n) in its scratch;
+/// it belongs at block all_gather_target_block(i) of the output.
+int all_gather_target_block(const NodeLayout& layout, int i);
+
+/// Alpha-beta cost model (docs/design/multinode.md).
+struct LinkModel {
+  double latency_us = 0;      ///< per step
+  double bandwidth_GBps = 0;  ///< intra: per rank; inter: per rank's share of the node's links
+};
+struct NodeModel {
+  int num_nodes = 2, node_size = 8;
+  LinkModel intra, inter;
+};
+/// Predicted time (µs) of a `bytes` all-reduce: flat ring over every rank (every step as slow as its inter-node
+/// hop) and hierarchical (node reduce-scatter, inter-node ring all-reduce of the shard, node all-gather).
+double model_flat_all_reduce_us(const NodeModel& m, double bytes);
+double model_hierarchical_all_reduce_us(const NodeModel& m, double bytes);
+
+}  // namespace symcomm::detail

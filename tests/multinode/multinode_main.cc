@@ -1,0 +1,87 @@
+// main() of symcomm_multinode_tests, one process per rank under mpirun.
+//   symcomm_multinode_tests [gtest flags]   every test on every rank; exit 1 on any rank's failure, on every rank
+//   symcomm_multinode_tests --kill=V        rank V dies (SIGKILL) in the middle of a loop of hierarchical
+//                                           all-reduces; every survivor must fail with kPeerDead naming V and
+//                                           prints "survivor <rank>: ok" (tests/multinode/check_kill.sh counts them)
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "symcomm/multinode.h"
+
+namespace {
+
+// Ranks other than 0 print only their failures, each line prefixed with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed()) std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name(), r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+int kill_run(int victim) {
+  using namespace symcomm;
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MultiNodeOptions o;
+  o.fake_node_size = 2;
+  Config c;
+  c.timeout = std::chrono::seconds(60);
+  o.node.config = c;
+  auto comm = MultiNodeCommunicator::create(MPI_COMM_WORLD, o);
+  std::vector<float> x(1 << 16, 1.0f);
+  for (int it = 0; it < 1000000; ++it) {
+    if (it == 50 && me == victim) ::kill(::getpid(), SIGKILL);
+    try {
+      comm->all_reduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kMax, {Hierarchy::kHierarchical});
+    } catch (const Error& e) {
+      const bool named = std::find(e.ranks().begin(), e.ranks().end(), victim) != e.ranks().end();
+      std::printf("survivor %d: %s after %d all-reduces: %s\n", me,
+                  e.code() == ErrorCode::kPeerDead && named ? "ok" : "WRONG ERROR", it, e.what());
+      std::fflush(stdout);
+      // The job cannot finalise with a dead rank; the survivors leave without MPI_Finalize, after a pause that lets
+      // every survivor see the victim gone before the others are.
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::_Exit(e.code() == ErrorCode::kPeerDead && named ? 0 : 1);
+    }
+  }
+  std::printf("survivor %d: NO ERROR although rank %d died\n", me, victim);
+  std::fflush(stdout);
+  std::_Exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--kill=", 7) == 0) return kill_run(std::atoi(argv[i] + 7));
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
+  }
+  int failed = RUN_ALL_TESTS() != 0;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && failed) std::fprintf(stderr, "multinode tests: a rank failed (its lines start with [rank k])\n");
+  MPI_Finalize();
+  return failed;
+}
