@@ -150,12 +150,10 @@ NodePath choose_node_path(const NodeLayout& layout, Collective c, size_t bytes, 
   return can && bytes >= thresholds.of(c) ? NodePath::kHierarchical : NodePath::kFlat;
 }
 
-int reduce_scatter_source_block(const NodeLayout& layout, int i) {
+int local_major_rank(const NodeLayout& layout, int i) {
   const int n_nodes = layout.num_nodes();
   return layout.members[i % n_nodes][i / n_nodes];
 }
-
-int all_gather_target_block(const NodeLayout& layout, int i) { return reduce_scatter_source_block(layout, i); }
 
 namespace {
 // Seconds -> µs for `bytes` over GB/s.

@@ -61,13 +61,11 @@ size_t path_bytes(Collective c, size_t count, DataType dtype, int world_size);
 NodePath choose_node_path(const NodeLayout& layout, Collective c, size_t bytes, Hierarchy asked,
                           const NodeThresholds& thresholds);
 
-/// The hierarchical reduce-scatter reorders its input so that the node-level reduce-scatter hands local index
-/// l the blocks of every rank with local index l: block i of the reordered buffer is block
-/// reduce_scatter_source_block(i) of the input (i = l * num_nodes + n).
-int reduce_scatter_source_block(const NodeLayout& layout, int i);
-/// The hierarchical all-gather gathers block i = l * num_nodes + n (local index l, node n) in its scratch;
-/// it belongs at block all_gather_target_block(i) of the output.
-int all_gather_target_block(const NodeLayout& layout, int i);
+/// The rank at block i = l * num_nodes + n (local index l, node n) of the hierarchical stages' buffers, which hold
+/// blocks local index by local index: the reduce-scatter reorders its input so (the node stage then hands local
+/// index l the blocks of every rank with local index l), and the all-gather's node stage gathers so (each block
+/// then goes to its rank's place in the output).
+int local_major_rank(const NodeLayout& layout, int i);
 
 /// Alpha-beta cost model (docs/design/multinode.md).
 struct LinkModel {

@@ -37,6 +37,17 @@ struct Request {
   std::string describe() const;
 };
 
+/// The request of a collective / of a point-to-point operation, as the entry points build them.
+inline Request make_request(Collective kind, const void* in, void* out, size_t count, DataType dtype,
+                            ReduceOp op = ReduceOp::kSum, int root = 0, const CollOptions& o = {}) {
+  return Request{
+      .kind = kind, .in = in, .out = out, .count = count, .dtype = dtype, .op = op, .root = root, .options = o};
+}
+inline Request make_p2p(P2pDir dir, const void* in, void* out, size_t count, DataType dtype, int peer,
+                        const CollOptions& o = {}) {
+  return Request{.in = in, .out = out, .count = count, .dtype = dtype, .options = o, .p2p = dir, .peer = peer};
+}
+
 /// Backend-independent argument checks: enums valid, root or peer in range, element and byte counts do not
 /// overflow, non-null buffers where count > 0, reductions only for reducing collectives, no algorithm forced on a
 /// point-to-point operation other than kDirect. Throws Error(kInvalidArgument) naming the field.

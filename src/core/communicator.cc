@@ -28,6 +28,8 @@ namespace symcomm {
 
 using detail::CommContext;
 using detail::CommCore;
+using detail::make_p2p;
+using detail::make_request;
 using detail::P2pDir;
 using detail::Request;
 
@@ -440,17 +442,6 @@ void* Communicator::peer_ptr(const void* ptr, int peer) const {
   SYMCOMM_CHECK_ARG(p != nullptr, "{} is not in the symmetric heap", ptr);
   return p;
 }
-
-namespace {
-Request make_request(Collective kind, const void* in, void* out, size_t count, DataType dtype, ReduceOp op, int root,
-                     const CollOptions& o) {
-  return Request{
-      .kind = kind, .in = in, .out = out, .count = count, .dtype = dtype, .op = op, .root = root, .options = o};
-}
-Request make_p2p(P2pDir dir, const void* in, void* out, size_t count, DataType dtype, int peer, const CollOptions& o) {
-  return Request{.in = in, .out = out, .count = count, .dtype = dtype, .options = o, .p2p = dir, .peer = peer};
-}
-}  // namespace
 
 void Communicator::all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                               const CollOptions& o) {

@@ -136,19 +136,6 @@ bool process_gone(int pid) {
   return state == 'Z' || state == 'X';
 }
 
-detail::Request request(Collective kind, const void* in, void* out, size_t count, DataType dtype,
-                        ReduceOp op = ReduceOp::kSum, int root = 0) {
-  detail::Request r;
-  r.kind = kind;
-  r.in = in;
-  r.out = out;
-  r.count = count;
-  r.dtype = dtype;
-  r.op = op;
-  r.root = root;
-  return r;
-}
-
 constexpr size_t kIdentityBytes = 160;
 constexpr size_t kOptionBytes = 512;
 
@@ -261,7 +248,6 @@ MultiNodeCommunicator::Impl::Impl(MPI_Comm comm, const MultiNodeOptions& options
                             all[differ[0]].options),
                 __FILE__, __LINE__, differ);
   }
-  thresholds_ = detail::parse_node_thresholds(min_bytes, {});  // validated before the layout is known
   std::vector<int64_t> keys(world);
   for (int p = 0; p < world; ++p) {
     keys[p] = all[p].node_key;
@@ -423,7 +409,7 @@ void MultiNodeCommunicator::Impl::node_all_reduce(const void* in, void* out, siz
 
 void MultiNodeCommunicator::Impl::all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                                              Hierarchy h) {
-  const detail::Request r = request(Collective::kAllReduce, in, out, count, dtype, op);
+  const detail::Request r = detail::make_request(Collective::kAllReduce, in, out, count, dtype, op);
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (count == 0) return;
@@ -464,7 +450,7 @@ void MultiNodeCommunicator::Impl::all_reduce(const void* in, void* out, size_t c
 }
 
 void MultiNodeCommunicator::Impl::all_gather(const void* in, void* out, size_t count, DataType dtype, Hierarchy h) {
-  const detail::Request r = request(Collective::kAllGather, in, out, count, dtype);
+  const detail::Request r = detail::make_request(Collective::kAllGather, in, out, count, dtype);
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (count == 0) return;
@@ -482,7 +468,7 @@ void MultiNodeCommunicator::Impl::all_gather(const void* in, void* out, size_t c
       return wait(req, "the inter-node all-gather");
     }
     // Inter-node all-gather of this rank's block among its local index, node all-gather of those N blocks, then
-    // every block to its rank's place (detail::all_gather_target_block).
+    // every block to its rank's place (detail::local_major_rank).
     auto* across = static_cast<uint8_t*>(scratch(0, block * n_nodes));
     auto* gathered = static_cast<uint8_t*>(scratch(1, block * world));
     MPI_Request req;
@@ -490,14 +476,14 @@ void MultiNodeCommunicator::Impl::all_gather(const void* in, void* out, size_t c
     wait(req, "the inter-node all-gather");
     wait(node_comm_->all_gather_async(across, gathered, count * n_nodes, dtype), "the node all-gather");
     for (int b = 0; b < world; ++b) {
-      std::memcpy(o + detail::all_gather_target_block(layout_, b) * block, gathered + b * block, block);
+      std::memcpy(o + detail::local_major_rank(layout_, b) * block, gathered + b * block, block);
     }
   });
 }
 
 void MultiNodeCommunicator::Impl::reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                                                  Hierarchy h) {
-  const detail::Request r = request(Collective::kReduceScatter, in, out, count, dtype, op);
+  const detail::Request r = detail::make_request(Collective::kReduceScatter, in, out, count, dtype, op);
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (count == 0) return;
@@ -517,11 +503,11 @@ void MultiNodeCommunicator::Impl::reduce_scatter(const void* in, void* out, size
                 "MPI_Ireduce_scatter_block");
       wait(req, "the inter-node reduce-scatter");
     } else {
-      // Input blocks reordered local index by local index (detail::reduce_scatter_source_block), node
+      // Input blocks reordered local index by local index (detail::local_major_rank), node
       // reduce-scatter of N blocks each, inter-node reduce-scatter among this rank's local index.
       auto* ordered = static_cast<uint8_t*>(scratch(0, block * world));
       for (int b = 0; b < world; ++b) {
-        std::memcpy(ordered + b * block, i + detail::reduce_scatter_source_block(layout_, b) * block, block);
+        std::memcpy(ordered + b * block, i + detail::local_major_rank(layout_, b) * block, block);
       }
       auto* partial = static_cast<uint8_t*>(scratch(1, block * n_nodes));
       wait(node_comm_->reduce_scatter_async(ordered, partial, count * n_nodes, dtype, sop), "the node reduce-scatter");
@@ -536,7 +522,7 @@ void MultiNodeCommunicator::Impl::reduce_scatter(const void* in, void* out, size
 
 void MultiNodeCommunicator::Impl::broadcast(const void* in, void* out, size_t count, DataType dtype, int root,
                                             Hierarchy h) {
-  const detail::Request r = request(Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root);
+  const detail::Request r = detail::make_request(Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root);
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (count == 0) return;
@@ -565,7 +551,7 @@ void MultiNodeCommunicator::Impl::broadcast(const void* in, void* out, size_t co
 }
 
 void MultiNodeCommunicator::Impl::all_to_all(const void* in, void* out, size_t count, DataType dtype, Hierarchy h) {
-  const detail::Request r = request(Collective::kAllToAll, in, out, count, dtype);
+  const detail::Request r = detail::make_request(Collective::kAllToAll, in, out, count, dtype);
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (count == 0) return;
@@ -580,7 +566,7 @@ void MultiNodeCommunicator::Impl::all_to_all(const void* in, void* out, size_t c
 }
 
 void MultiNodeCommunicator::Impl::barrier(Hierarchy h) {
-  const detail::Request r = request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kFloat32);
+  const detail::Request r = detail::make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kFloat32);
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (path == NodePath::kNode) return wait(node_comm_->barrier_async(), "the barrier");
@@ -597,9 +583,8 @@ void MultiNodeCommunicator::Impl::barrier(Hierarchy h) {
 }
 
 void MultiNodeCommunicator::Impl::point_to_point(bool send, void* buf, size_t count, DataType dtype, int peer) {
-  detail::Request r = request(Collective::kBarrier, buf, buf, count, dtype);
-  r.p2p = send ? detail::P2pDir::kSend : detail::P2pDir::kRecv;
-  r.peer = peer;
+  const detail::Request r =
+      detail::make_p2p(send ? detail::P2pDir::kSend : detail::P2pDir::kRecv, buf, buf, count, dtype, peer);
   guarded(r, [&] {
     SYMCOMM_CHECK_ARG(peer != rank_, "{} to itself outside a group", send ? "send" : "recv");
     const size_t es = dtype_size(dtype);

@@ -52,12 +52,14 @@ void fill(uint8_t* p, size_t count, DataType d, uint64_t seed, int rank, size_t 
   }
 }
 
-// Checks `count` elements at p against want(i), then the canary behind them; reports the first mismatch.
+// Checks `count` elements at p against want(i), within the tolerance of `op` (exact but for float avg), then the
+// canary behind them; reports the first mismatch.
 template <class F>
-void expect_elements(const uint8_t* p, size_t count, DataType d, F want, const std::string& what) {
+void expect_elements(const uint8_t* p, size_t count, DataType d, F want, const std::string& what,
+                     ReduceOp op = ReduceOp::kSum) {
   for (size_t i = 0; i < count; ++i) {
     const double got = detail::load_element(d, p, i), w = want(i);
-    if (std::fabs(got - w) > tolerance(ReduceOp::kSum, d, w)) {
+    if (std::fabs(got - w) > tolerance(op, d, w)) {
       ADD_FAILURE() << what << ": element " << i << " is " << got << ", expected " << w;
       return;
     }
@@ -128,15 +130,8 @@ TEST_P(MultiNode, AllReduceEveryDtypeOpAndPath) {
             }
             const std::string what = fmt::format("all_reduce {} {} count {} {} {}", to_string(d), to_string(op), count,
                                                  kPathNames[static_cast<int>(h)], in_place ? "in place" : "");
-            for (size_t i = 0; i < count; ++i) {
-              const double want = expected_reduction(seed, n, i, op, d);
-              const double got = detail::load_element(d, out.data(), i);
-              if (std::fabs(got - want) > tolerance(op, d, want)) {
-                ADD_FAILURE() << what << ": element " << i << " is " << got << ", expected " << want;
-                break;
-              }
-            }
-            for (size_t i = 0; i < kCanary; ++i) ASSERT_EQ(out[count * es + i], kPoison) << what << ": canary";
+            expect_elements(
+                out.data(), count, d, [&](size_t i) { return expected_reduction(seed, n, i, op, d); }, what, op);
           }
         }
       }
@@ -159,15 +154,9 @@ TEST_P(MultiNode, ReduceScatterEveryDtypeOpAndPath) {
           comm_->reduce_scatter(in.data(), out.data(), count, d, op, {h});
           const std::string what = fmt::format("reduce_scatter {} {} count {} {}", to_string(d), to_string(op), count,
                                                kPathNames[static_cast<int>(h)]);
-          for (size_t i = 0; i < count; ++i) {
-            const double want = expected_reduction(seed, n, me * count + i, op, d);
-            const double got = detail::load_element(d, out.data(), i);
-            if (std::fabs(got - want) > tolerance(op, d, want)) {
-              ADD_FAILURE() << what << ": element " << i << " is " << got << ", expected " << want;
-              break;
-            }
-          }
-          for (size_t i = 0; i < kCanary; ++i) ASSERT_EQ(out[count * es + i], kPoison) << what << ": canary";
+          expect_elements(
+              out.data(), count, d, [&](size_t i) { return expected_reduction(seed, n, me * count + i, op, d); }, what,
+              op);
         }
       }
     }
