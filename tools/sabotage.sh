@@ -68,6 +68,11 @@ case_def host schedule-plan-slots src/algos/schedule_plan.cc \
   "p.apply[applies++] = PlanApply{static_cast<uint8_t>(x.chunk), static_cast<uint8_t>(slots[i])," \
   "p.apply[applies++] = PlanApply{static_cast<uint8_t>(x.chunk), static_cast<uint8_t>(0)," \
   symcomm_unit_tests 'SchedulePlan.*' 60
+# The hierarchical stages hold blocks local index by local index (algos/node_plan.h): taking them node by node,
+# the all-gather puts blocks at other ranks' places.
+case_def host node-block-order src/algos/node_plan.cc \
+  "return layout.members[i % n_nodes][i / n_nodes];" "return layout.members[i / layout.node_size()][i % layout.node_size()];" \
+  symcomm_unit_tests 'LocalMajorRank.*' 60
 # The staged two-shot leaves out of scratch only the slice no peer reads (NOTE [two-shot staging]): leaving out more,
 # a peer reduces stale scratch bytes.
 case_def host two-shot-unread src/backends/host/host_two_shot.cc \

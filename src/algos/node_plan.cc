@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <map>
 
@@ -65,26 +66,50 @@ size_t NodeThresholds::of(Collective c) const {
 }
 
 std::string NodeThresholds::to_string() const {
-  return fmt::format("all_reduce={},all_gather={},reduce_scatter={},broadcast={},barrier={}", all_reduce, all_gather,
-                     reduce_scatter, broadcast, barrier);
+  const auto text = [](size_t b) { return b == SIZE_MAX ? std::string("max") : std::to_string(b); };
+  return fmt::format("all_reduce={},all_gather={},reduce_scatter={},broadcast={},barrier={}", text(all_reduce),
+                     text(all_gather), text(reduce_scatter), text(broadcast), text(barrier));
 }
 
-// The compiled-in thresholds are estimates, not measurements: on real nodes the inter-node link is the slow one
-// and the cost model (docs/design/multinode.md) puts the crossovers lower; a job sets measured ones through
-// MultiNodeOptions::min_bytes.
+// The compiled-in thresholds: the crossovers symcomm-multinode-bench measured on fake nodes of one 16-core x86 host
+// (4-16 ranks as 2-4 nodes of 2, 4 and 8; docs/design/multinode.md), where MPI between the nodes runs over shared
+// memory as fast as the node's own paths. Real nodes, with the slower link between them, favour the hierarchical
+// path more; a job sets its own through MultiNodeOptions::min_bytes. The hierarchical all-gather won there only
+// between 16 KB and 256 KB (1.1-2.1x) and lost above 1 MB (0.4-0.8x), which one threshold cannot express: flat.
 NodeThresholds default_node_thresholds(int num_nodes, int node_size) {
+  (void)num_nodes;
   NodeThresholds t;
-  t.all_reduce = 256 << 10;
-  t.all_gather = 256 << 10;
-  t.reduce_scatter = 256 << 10;
-  t.broadcast = 1 << 20;
-  t.barrier = SIZE_MAX;  // one MPI barrier beats node, engine, node
-  if (num_nodes >= 3 || node_size >= 4) {
-    t.all_reduce = 64 << 10;
-    t.reduce_scatter = 128 << 10;
-  }
+  t.all_reduce = node_size >= 8 ? 4 << 10 : node_size >= 4 ? 16 << 10 : 64 << 10;
+  t.reduce_scatter = node_size >= 4 ? 4 << 10 : 16 << 10;
+  t.broadcast = node_size >= 8 ? 64 << 10 : 256 << 10;
+  t.all_gather = SIZE_MAX;
+  t.barrier = SIZE_MAX;  // one MPI barrier beats node, inter-node, node: 0.15-0.27x
   return t;
 }
+
+namespace {
+// "<digits>[K|M|G]" of one "name=bytes" item.
+size_t parse_threshold_bytes(const std::string& item, const std::string& value) {
+  SYMCOMM_CHECK_ARG(!value.empty() && value[0] >= '0' && value[0] <= '9',
+                    "multinode thresholds: '{}' has no byte count", item);
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+  SYMCOMM_CHECK_ARG(errno != ERANGE, "multinode thresholds: '{}' is out of range", item);
+  const std::string suffix(end);
+  size_t scale = 1;
+  if (suffix == "K" || suffix == "k")
+    scale = size_t{1} << 10;
+  else if (suffix == "M" || suffix == "m")
+    scale = size_t{1} << 20;
+  else if (suffix == "G" || suffix == "g")
+    scale = size_t{1} << 30;
+  else
+    SYMCOMM_CHECK_ARG(suffix.empty(), "multinode thresholds: '{}' has an unknown suffix", item);
+  SYMCOMM_CHECK_ARG(v <= SIZE_MAX / scale, "multinode thresholds: '{}' is out of range", item);
+  return static_cast<size_t>(v) * scale;
+}
+}  // namespace
 
 NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds base) {
   size_t at = 0;
@@ -96,22 +121,7 @@ NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds bas
     const size_t eq = item.find('=');
     SYMCOMM_CHECK_ARG(eq != std::string::npos, "multinode thresholds: '{}' is not name=bytes", item);
     const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
-    SYMCOMM_CHECK_ARG(end != value.c_str(), "multinode thresholds: '{}' has no byte count", item);
-    size_t scale = 1;
-    const std::string suffix(end);
-    if (suffix == "K" || suffix == "k")
-      scale = size_t{1} << 10;
-    else if (suffix == "M" || suffix == "m")
-      scale = size_t{1} << 20;
-    else if (suffix == "G" || suffix == "g")
-      scale = size_t{1} << 30;
-    else if (suffix == "max")
-      scale = 0;
-    else
-      SYMCOMM_CHECK_ARG(suffix.empty(), "multinode thresholds: '{}' has an unknown suffix", item);
-    const size_t bytes = scale == 0 ? SIZE_MAX : static_cast<size_t>(v) * scale;
+    const size_t bytes = value == "max" ? SIZE_MAX : parse_threshold_bytes(item, value);
     const auto c = parse_collective(name);
     SYMCOMM_CHECK_ARG(c && *c != Collective::kAllToAll, "multinode thresholds: unknown collective '{}'", name);
     switch (*c) {

@@ -325,7 +325,11 @@ void MultiNodeCommunicator::Impl::watch(const char* what, Clock::time_point star
 void MultiNodeCommunicator::Impl::wait(MPI_Request& req, const char* what) {
   const Clock::time_point start = Clock::now();
   Clock::time_point last_look = start;
-  detail::PollPause pause;
+  // NOTE [MPI progress] Open MPI's nonblocking collectives advance only inside MPI calls: each MPI_Test moves a
+  // multi-round collective by about one round. With the 1 ms sleeps of the default pause, a flat 4 MB float32
+  // all-reduce over 4 ranks took 190 ms instead of 1.6 ms (16-core x86 host, Open MPI 4.1). So the wait spins
+  // (yielding) for its first second, as MPI's own blocking waits do, and then tests at least every 100 us.
+  detail::PollPause pause(std::chrono::seconds(1), std::chrono::microseconds(10), std::chrono::microseconds(100));
   for (;;) {
     int done = 0;
     check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
