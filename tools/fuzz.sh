@@ -4,10 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-CC=clang CXX=clang++ cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYMCOMM_WITH_CUDA=OFF \
-  -DSYMCOMM_WITH_MPI=OFF -DSYMCOMM_BUILD_BENCH=OFF -DSYMCOMM_FUZZ=ON \
-  -DSYMCOMM_SANITIZE=address,undefined,fuzzer-no-link >/dev/null
-cmake --build build-fuzz --target symcomm_store_fuzz -j "$(nproc)"
+cmake --preset fuzz >/dev/null  # CMakePresets.json: clang, ASan + UBSan + coverage, the fuzzer only
+cmake --build --preset fuzz -j "$(nproc)"
 mkdir -p build-fuzz/corpus
 SYMCOMM_LOG=error UBSAN_OPTIONS=halt_on_error=1 build-fuzz/tests/symcomm_store_fuzz -max_total_time="$seconds" -max_len=4096 \
   -print_final_stats=1 build-fuzz/corpus
