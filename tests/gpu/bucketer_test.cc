@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "backend_cases/bucketer_cases.h"
 #include "gpu_test_util.h"
 #include "harness/rank_harness.h"
 
@@ -188,45 +189,27 @@ TEST(GpuBucketer, CapturedFlushReplaysWithChangingInputs) {
   });
 }
 
-TEST(GpuBucketer, InvalidUseThrows) {
-  const int n = testing::gpu_test_world();
-  testing::expect_success(n, [](RankEnv& env) {
+TEST(GpuBucketer, InvalidUseThrowsAndLeavesEverythingUsable) {
+  testing::expect_success(testing::gpu_test_world(), [](RankEnv& env) {
+    CudaMemory mem;
+    testing::bucketer_rules_case(env, mem);
+  });
+}
+
+// Pageable host memory is refused when recorded, as by Communicator::reduce_scatter; accepted, it would fault
+// the copy kernel at the flush (a sticky kCuda error: the communicator unusable).
+TEST(GpuBucketer, PageableHostMemoryIsRefused) {
+  testing::expect_success(testing::gpu_test_world(), [](RankEnv& env) {
     auto comm = env.make_comm(cuda_comm_options());
-    const int world = comm->world_size();
     ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 1});
-    void* in = nullptr;
-    GPU_CHECK(cudaMalloc(&in, world * 64 * 4));
-    GPU_CHECK(cudaMemset(in, 0, world * 64 * 4));
-    auto code = [](auto&& f) {
-      try {
-        f();
-      } catch (const Error& e) {
-        return e.code();
-      }
-      return ErrorCode::kInternal;
-    };
-    auto noop = [](const void*, size_t) {};
-    EXPECT_EQ(code([&] { b.reduce_scatter_async(in, 64, DataType::kFloat32, ReduceOp::kSum, nullptr); }),
-              ErrorCode::kInvalidArgument);
-    EXPECT_EQ(code([&] { b.reduce_scatter_async(nullptr, 64, DataType::kFloat32, ReduceOp::kSum, noop); }),
-              ErrorCode::kInvalidArgument);
-    b.reduce_scatter_async(in, 64, DataType::kFloat32, ReduceOp::kSum, noop);
-    EXPECT_EQ(code([&] { b.teardown(); }), ErrorCode::kInvalidArgument);
-    const void* view = nullptr;
-    b.reduce_scatter_async(in, 64, DataType::kFloat32, ReduceOp::kSum, [&](const void* r, size_t) { view = r; });
-    b.flush();
-    EXPECT_EQ(code([&] { b.reduce_scatter_async(view, 16, DataType::kFloat32, ReduceOp::kSum, noop); }),
-              ErrorCode::kInvalidArgument);
-    // Pageable host memory is refused when recorded, as by Communicator::reduce_scatter; accepted, it would
-    // fault the copy kernel at the flush (a sticky kCuda error: the communicator unusable).
-    std::vector<float> pageable(world * 64, 1.0f);
-    EXPECT_EQ(code([&] { b.reduce_scatter_async(pageable.data(), 64, DataType::kFloat32, ReduceOp::kSum, noop); }),
-              ErrorCode::kInvalidArgument);
+    std::vector<float> pageable(comm->world_size() * 64, 1.0f);
+    testing::expect_error(ErrorCode::kInvalidArgument, [&] {
+      b.reduce_scatter_async(pageable.data(), 64, DataType::kFloat32, ReduceOp::kSum, [](const void*, size_t) {});
+    });
     EXPECT_EQ(b.pending(), 0u);
     b.teardown();
     GPU_CHECK(cudaDeviceSynchronize());
     comm->check();
-    cudaFree(in);
   });
 }
 

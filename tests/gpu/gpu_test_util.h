@@ -8,8 +8,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "harness/test_memory.h"
 #include "symcomm/communicator.h"
 #include "symcomm/memory.h"
 
@@ -97,6 +100,39 @@ void expect_gpu_usable();
 /// Elements of the float32 device array `dev` (count elements) that differ from the float32 sum over `world`
 /// ranks of input_value(kFloat32, kSum, seed, rank, first + i); every element on a failed copy.
 size_t count_wrong_sum(const float* dev, size_t count, uint64_t seed, int world, size_t first = 0);
+
+/// The CUDA backend's memory for the bodies of tests/backend_cases/: cudaMalloc'd buffers, copies after a device
+/// synchronisation (the communicator's calls run on the caller's stream, which may be any).
+class CudaMemory final : public testing::TestMemory {
+ public:
+  const char* name() const override { return "cuda"; }
+  CommOptions options() const override { return cuda_comm_options(); }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+    return p;
+  }
+  void release(void* p) override { check(cudaFree(p), "cudaFree"); }
+  void write(void* dst, const void* src, size_t bytes) override {
+    sync();
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  }
+  void read(void* dst, const void* src, size_t bytes) override {
+    sync();
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
+  }
+  void set(void* dst, uint8_t byte, size_t bytes) override {
+    sync();
+    check(cudaMemset(dst, byte, bytes), "cudaMemset");
+    sync();
+  }
+  void sync() override { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+ private:
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  }
+};
 
 /// True where the test ranks share GPUs (SYMCOMM_SHARED_GPU=1, testing::gpu_test_world()): NCCL, which refuses
 /// two ranks on one GPU, is never created there (Config::shared_gpu).

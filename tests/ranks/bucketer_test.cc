@@ -1,7 +1,8 @@
 // ReduceScatterBucketer on the host backend: random sequences of bucketed reduce-scatters (mixed dtypes, ops,
 // counts including 0 and larger than a bucket, explicit flushes, teardowns) must give, element for element,
 // what the same reduce-scatters give one by one on poisoned outputs; and what they give must equal the
-// independent reference of test_values.h. Invalid uses throw kInvalidArgument and leave everything usable.
+// independent reference of test_values.h. Invalid uses throw kInvalidArgument and leave everything usable (the
+// body of tests/backend_cases/bucketer_cases.h, which the GPU program runs too).
 
 #include "symcomm/bucketer.h"
 
@@ -15,7 +16,9 @@
 #include <optional>
 #include <stdexcept>
 
+#include "backend_cases/bucketer_cases.h"
 #include "harness/rank_harness.h"
+#include "harness/test_memory.h"
 #include "harness/test_values.h"
 
 namespace symcomm::testing {
@@ -167,70 +170,13 @@ void expect_invalid(F&& f, const char* what) {
 }
 
 TEST(HostBucketerRules, InvalidUseThrowsAndLeavesEverythingUsable) {
-  expect_success(2, [](RankEnv& env) {
-    auto comm = env.make_comm();
-    const int me = env.info.rank;
-    expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 0}); }, "zero capacity");
-    expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = -1}); }, "negative capacity");
-    expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = std::nan("")}); }, "NaN capacity");
-    // 2 ranks: 8192 MiB is 4 GiB per rank, one past the 32-bit offsets of the copy list.
-    expect_invalid([&] { ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 8192}); }, "capacity of 4 GiB per rank");
-    { ReduceScatterBucketer ok(*comm, {.bucket_cap_mb = 8191}); }  // allocates nothing until a flush
-    ReduceScatterBucketer b(*comm, {.bucket_cap_mb = 1});
-    std::vector<float> in(2 * 8, static_cast<float>(me + 1));
-    std::vector<float> got(8, -1.0f);
-    auto copy_out = [&](const void* r, size_t c) { std::memcpy(got.data(), r, c * sizeof(float)); };
-    expect_invalid([&] { b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum, nullptr); },
-                   "null callback");
-    expect_invalid([&] { b.reduce_scatter_async(nullptr, 8, DataType::kFloat32, ReduceOp::kSum, copy_out); },
-                   "null input");
-    expect_invalid([&] { b.reduce_scatter_async(in.data(), 8, static_cast<DataType>(99), ReduceOp::kSum, copy_out); },
-                   "dtype");
-    expect_invalid(
-        [&] { b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, static_cast<ReduceOp>(42), copy_out); }, "op");
-    // (A callback that copies nothing: GCC would warn about copy_out's memcpy of SIZE_MAX / 4 floats, which
-    // the rejection never reaches.)
-    expect_invalid(
-        [&] {
-          b.reduce_scatter_async(in.data(), SIZE_MAX / 4, DataType::kFloat32, ReduceOp::kSum,
-                                 [](const void*, size_t) {});
-        },
-        "byte-size overflow");
-    EXPECT_EQ(b.pending(), 0u) << "a rejected call records nothing";
-
-    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum, copy_out);
-    EXPECT_EQ(b.pending(), 1u);
-    EXPECT_EQ(got[0], -1.0f) << "nothing runs before the flush";
-    expect_invalid([&] { b.teardown(); }, "teardown with pending work");
-    EXPECT_EQ(b.pending(), 1u);
-    b.flush();
-    EXPECT_EQ(got, std::vector<float>(8, 3.0f));
-
-    // A result view points into the bucket: feeding it back as an input is rejected.
-    const void* view = nullptr;
-    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum, [&](const void* r, size_t) { view = r; });
-    b.flush();
-    ASSERT_NE(view, nullptr);
-    expect_invalid([&] { b.reduce_scatter_async(view, 4, DataType::kFloat32, ReduceOp::kSum, copy_out); },
-                   "input inside the bucket");
-
-    // A throwing callback does not stop the others; its exception comes out of flush().
-    int ran = 0;
-    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum,
-                           [](const void*, size_t) { throw std::runtime_error("callback failed"); });
-    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kSum, [&](const void*, size_t) { ++ran; });
-    EXPECT_THROW(b.flush(), std::runtime_error);
-    EXPECT_EQ(ran, 1);
-    EXPECT_EQ(b.pending(), 0u);
-
-    b.teardown();
-    b.teardown();  // nothing to free: fine
-    std::fill(got.begin(), got.end(), -1.0f);
-    b.reduce_scatter_async(in.data(), 8, DataType::kFloat32, ReduceOp::kMax, copy_out);  // reallocates
-    b.flush();
-    EXPECT_EQ(got, std::vector<float>(8, 2.0f));
-    comm->barrier();  // the communicator stayed in step
-  });
+  for (int world : {1, 2, 3}) {
+    SCOPED_TRACE(world);
+    expect_success(world, [](RankEnv& env) {
+      HostMemory mem;
+      bucketer_rules_case(env, mem);
+    });
+  }
 }
 
 // NOTE [callback storage]: callables of any capture size, move-only ones and over-aligned ones are each

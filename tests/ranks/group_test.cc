@@ -5,7 +5,9 @@
 
 #include <cstring>
 
+#include "backend_cases/group_cases.h"
 #include "harness/rank_harness.h"
+#include "harness/test_memory.h"
 #include "harness/test_values.h"
 
 namespace symcomm::testing {
@@ -94,6 +96,14 @@ TEST_P(HostGroups, AsyncGroupWorkWaitsForEverything) {
 
 TEST_P(HostGroups, RaiiGroupRunsAtScopeEnd) {
   expect_success(GetParam(), [](RankEnv& env) { run_groups(env, Style::kRaii); });
+}
+
+// The body the GPU program runs too (tests/backend_cases/group_cases.h).
+TEST_P(HostGroups, GroupedAllReducesMatchTheReference) {
+  expect_success(GetParam(), [](RankEnv& env) {
+    HostMemory mem;
+    grouped_all_reduces_case(env, mem);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, HostGroups, ::testing::Values(1, 2, 3, 4),

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "backend_cases/split_cases.h"
 #include "harness/rank_harness.h"
+#include "harness/test_memory.h"
 
 namespace symcomm::testing {
 namespace {
@@ -31,6 +33,17 @@ void expect_sum(Communicator& comm, const std::vector<int32_t>& bases, const cha
   size_t wrong = 0;
   for (size_t i = 0; i < kCount; ++i) wrong += out[i] != total + comm.world_size() * static_cast<int32_t>(i);
   EXPECT_EQ(wrong, 0u) << what;
+}
+
+// The body the GPU program runs too (tests/backend_cases/split_cases.h), at an odd and an even world size.
+TEST(Split, PairsReduceExactlyBesideAndAfterTheParent) {
+  for (int world : {3, 4}) {
+    SCOPED_TRACE(world);
+    expect_success(world, [](RankEnv& env) {
+      HostMemory mem;
+      split_pairs_case(env, mem);
+    });
+  }
 }
 
 // 5 ranks: ranks 0-3 split by parity with keys that reverse their order, rank 4 opts out. Then: the children
