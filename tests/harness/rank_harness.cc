@@ -47,6 +47,7 @@ constexpr const char* kToken = "rank-harness-token";
     RankEnv env;
     env.info = RankInfo{rank, world_size, rank, world_size};
     env.config = options.config;
+    env.job_id = std::to_string(::getppid()) + "." + std::to_string(page->store_port.load());
     env.store = Store::connect(StoreOptions{.host = "127.0.0.1",
                                             .port = static_cast<uint16_t>(page->store_port.load()),
                                             .token = kToken,

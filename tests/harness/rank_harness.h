@@ -20,6 +20,10 @@ struct RankEnv {
   RankInfo info;
   Config config;                 ///< test defaults: 3 s timeout (NOTE [test timeout scale]), small heap
   std::shared_ptr<Store> store;  ///< connected to the job's store (hosted by rank 0's process)
+  /// Names this job apart from every other on the host while it runs (the test process and the store's port):
+  /// a token for what the ranks name on the host themselves, such as peer-mesh sockets, so that jobs run at
+  /// the same time never meet.
+  std::string job_id;
   /// Creates a communicator over `store` with options.config defaulting to `config`.
   std::unique_ptr<Communicator> make_comm(CommOptions options = {});
 };

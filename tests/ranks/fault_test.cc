@@ -159,7 +159,7 @@ TEST(Faults, PeerMeshNamesTheDeadRankInSendAndReceive) {
   expect_success(
       n,
       [&](RankEnv& env) {
-        auto mesh = detail::PeerMesh::create(*env.store, "meshdeath", env.info, "", detail::Deadline(20s));
+        auto mesh = detail::PeerMesh::create(*env.store, "meshdeath", env.info, env.job_id, detail::Deadline(20s));
         store_barrier(*env.store, "meshdeath/up", n);
         if (env.info.rank == victim) {
           std::this_thread::sleep_for(200ms);  // the survivors are waiting by then
@@ -223,7 +223,7 @@ TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
             env.store->set("victim_pid", std::to_string(::getpid()));
             die(DeathKind::kSigkill);
           }).detach();
-          detail::PeerMesh::create(*env.store, "meshgone", mesh_ranks, "", detail::Deadline(20s));
+          detail::PeerMesh::create(*env.store, "meshgone", mesh_ranks, env.job_id, detail::Deadline(20s));
           ADD_FAILURE() << "the victim's mesh creation returned";
           return;
         }
@@ -231,7 +231,7 @@ TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
         while (!process_gone(victim)) std::this_thread::sleep_for(1ms);
         auto t0 = SteadyClock::now();
         Error e = expect_error(ErrorCode::kPeerDead, [&] {
-          detail::PeerMesh::create(*env.store, "meshgone", mesh_ranks, "", detail::Deadline(20s));
+          detail::PeerMesh::create(*env.store, "meshgone", mesh_ranks, env.job_id, detail::Deadline(20s));
         });
         auto took = SteadyClock::now() - t0;
         EXPECT_EQ(e.ranks(), std::vector<int>{0}) << e.what();  // mesh rank 0: harness rank 1
@@ -250,10 +250,11 @@ TEST(Faults, PeerMeshConnectToARankThatDiedAfterPublishingGetsPeerDead) {
 TEST(Faults, PeerMeshCreationFailsWhenTheLowerRankClosesWithoutAccepting) {
   HarnessOptions opts;
   opts.timeout = 60s;
-  const std::string token = "mesh-token", prefix = "unaccepted";
+  const std::string prefix = "unaccepted";
   expect_success(
       2,
       [&](RankEnv& env) {
+        const std::string token = "mesh-token-" + env.job_id;  // this job's sockets only
         if (env.info.rank == 0) {
           // White-box, as peer_mesh.cc's connect_all(): bind mesh_socket_name() in the abstract namespace, listen,
           // publish "<prefix>/pid/<rank>" and "<prefix>/mesh/<rank>" (each the pid). A hello frame is a 16-byte
@@ -327,10 +328,11 @@ bool closed_by_peer(int fd, std::chrono::milliseconds limit) {
 TEST(Faults, PeerMeshCreationCompletesDespiteStrangersOnItsSocket) {
   HarnessOptions opts;
   opts.timeout = 40s;  // a hang fails the test here, not at the harness's default 120 s
-  const std::string token = "mesh-token", prefix = "strangers";
+  const std::string prefix = "strangers";
   expect_success(
       2,
       [&](RankEnv& env) {
+        const std::string token = "mesh-token-" + env.job_id;  // this job's sockets only
         if (env.info.rank == 0) {
           auto mesh = detail::PeerMesh::create(*env.store, prefix, env.info, token, detail::Deadline(10s));
           const int64_t created = now_ns();
