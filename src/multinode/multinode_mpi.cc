@@ -173,6 +173,10 @@ class MultiNodeCommunicator::Impl {
   // Waits for an MPI request or a node Work, watching the abort flag, the deadline and the host's ranks.
   void wait(MPI_Request& req, const char* what);
   void wait(const std::shared_ptr<Work>& work, const char* what);
+  /// Issues a node collective and waits for it; errors name world ranks, also those the node communicator
+  /// raises when the call is issued (a peer it has already seen die).
+  template <class Issue>
+  void run_node(Issue&& issue, const char* what);
   void watch(const char* what, Clock::time_point start, Clock::time_point* last_look);
   [[noreturn]] void rethrow_node_error(const Error& e, const char* what);
 
@@ -368,6 +372,17 @@ void MultiNodeCommunicator::Impl::wait(const std::shared_ptr<Work>& work, const 
   }
 }
 
+template <class Issue>
+void MultiNodeCommunicator::Impl::run_node(Issue&& issue, const char* what) {
+  std::shared_ptr<Work> work;
+  try {
+    work = issue();
+  } catch (const Error& e) {
+    rethrow_node_error(e, what);
+  }
+  wait(work, what);
+}
+
 template <class F>
 void MultiNodeCommunicator::Impl::guarded(const detail::Request& r, F&& body) {
   detail::validate_request(r, layout_.world_size);
@@ -408,7 +423,7 @@ void MultiNodeCommunicator::Impl::mpi_all_reduce(void* buf, size_t count, DataTy
 
 void MultiNodeCommunicator::Impl::node_all_reduce(const void* in, void* out, size_t count, DataType dtype,
                                                   ReduceOp op) {
-  wait(node_comm_->all_reduce_async(in, out, count, dtype, op), "the node all-reduce");
+  run_node([&] { return node_comm_->all_reduce_async(in, out, count, dtype, op); }, "the node all-reduce");
 }
 
 void MultiNodeCommunicator::Impl::all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
@@ -438,10 +453,10 @@ void MultiNodeCommunicator::Impl::all_reduce(const void* in, void* out, size_t c
     const auto* i = static_cast<const uint8_t*>(in);
     if (shard > 0) {
       void* s = scratch(0, shard * es);
-      wait(node_comm_->reduce_scatter_async(i, s, shard, dtype, sop), "the node reduce-scatter");
+      run_node([&] { return node_comm_->reduce_scatter_async(i, s, shard, dtype, sop); }, "the node reduce-scatter");
       mpi_all_reduce(s, shard, dtype, sop, inter_, "the inter-node all-reduce");
       if (op == ReduceOp::kAvg) detail::host_divide(dtype, s, shard, world);
-      wait(node_comm_->all_gather_async(s, o, shard, dtype), "the node all-gather");
+      run_node([&] { return node_comm_->all_gather_async(s, o, shard, dtype); }, "the node all-gather");
     }
     if (tail > 0) {
       void* t = scratch(1, tail * es);
@@ -458,7 +473,8 @@ void MultiNodeCommunicator::Impl::all_gather(const void* in, void* out, size_t c
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (count == 0) return;
-    if (path == NodePath::kNode) return wait(node_comm_->all_gather_async(in, out, count, dtype), "the all-gather");
+    if (path == NodePath::kNode)
+      return run_node([&] { return node_comm_->all_gather_async(in, out, count, dtype); }, "the all-gather");
     const int world = layout_.world_size, n_nodes = layout_.num_nodes();
     const size_t es = dtype_size(dtype), block = count * es;
     auto* o = static_cast<uint8_t*>(out);
@@ -478,7 +494,8 @@ void MultiNodeCommunicator::Impl::all_gather(const void* in, void* out, size_t c
     MPI_Request req;
     check_mpi(MPI_Iallgather(in, n, mpi_type(dtype), across, n, mpi_type(dtype), inter_, &req), "MPI_Iallgather");
     wait(req, "the inter-node all-gather");
-    wait(node_comm_->all_gather_async(across, gathered, count * n_nodes, dtype), "the node all-gather");
+    run_node([&] { return node_comm_->all_gather_async(across, gathered, count * n_nodes, dtype); },
+             "the node all-gather");
     for (int b = 0; b < world; ++b) {
       std::memcpy(o + detail::local_major_rank(layout_, b) * block, gathered + b * block, block);
     }
@@ -492,7 +509,8 @@ void MultiNodeCommunicator::Impl::reduce_scatter(const void* in, void* out, size
     const NodePath path = plan(r, h);
     if (count == 0) return;
     if (path == NodePath::kNode) {
-      return wait(node_comm_->reduce_scatter_async(in, out, count, dtype, op), "the reduce-scatter");
+      return run_node([&] { return node_comm_->reduce_scatter_async(in, out, count, dtype, op); },
+                      "the reduce-scatter");
     }
     const int world = layout_.world_size, n_nodes = layout_.num_nodes();
     const size_t es = dtype_size(dtype), block = count * es;
@@ -514,7 +532,8 @@ void MultiNodeCommunicator::Impl::reduce_scatter(const void* in, void* out, size
         std::memcpy(ordered + b * block, i + detail::local_major_rank(layout_, b) * block, block);
       }
       auto* partial = static_cast<uint8_t*>(scratch(1, block * n_nodes));
-      wait(node_comm_->reduce_scatter_async(ordered, partial, count * n_nodes, dtype, sop), "the node reduce-scatter");
+      run_node([&] { return node_comm_->reduce_scatter_async(ordered, partial, count * n_nodes, dtype, sop); },
+               "the node reduce-scatter");
       MPI_Request req;
       check_mpi(MPI_Ireduce_scatter_block(partial, out, n, mpi_type(dtype), mpi_op(sop, dtype), inter_, &req),
                 "MPI_Ireduce_scatter_block");
@@ -531,7 +550,7 @@ void MultiNodeCommunicator::Impl::broadcast(const void* in, void* out, size_t co
     const NodePath path = plan(r, h);
     if (count == 0) return;
     if (path == NodePath::kNode) {
-      return wait(node_comm_->broadcast_async(in, out, count, dtype, root), "the broadcast");
+      return run_node([&] { return node_comm_->broadcast_async(in, out, count, dtype, root); }, "the broadcast");
     }
     const size_t es = dtype_size(dtype);
     if (rank_ == root && in != out) std::memmove(out, in, count * es);
@@ -549,7 +568,7 @@ void MultiNodeCommunicator::Impl::broadcast(const void* in, void* out, size_t co
       }
     }
     if (path == NodePath::kHierarchical) {
-      wait(node_comm_->broadcast_async(out, out, count, dtype, root_local), "the node broadcast");
+      run_node([&] { return node_comm_->broadcast_async(out, out, count, dtype, root_local); }, "the node broadcast");
     }
   });
 }
@@ -559,7 +578,8 @@ void MultiNodeCommunicator::Impl::all_to_all(const void* in, void* out, size_t c
   guarded(r, [&] {
     const NodePath path = plan(r, h);
     if (count == 0) return;
-    if (path == NodePath::kNode) return wait(node_comm_->all_to_all_async(in, out, count, dtype), "the all-to-all");
+    if (path == NodePath::kNode)
+      return run_node([&] { return node_comm_->all_to_all_async(in, out, count, dtype); }, "the all-to-all");
     const size_t bytes = count * dtype_size(dtype) * layout_.world_size;
     if (overlaps(in, bytes, out, bytes)) in = std::memcpy(scratch(2, bytes), in, bytes);
     const int n = mpi_count(count, "all-to-all");
@@ -573,16 +593,16 @@ void MultiNodeCommunicator::Impl::barrier(Hierarchy h) {
   const detail::Request r = detail::make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kFloat32);
   guarded(r, [&] {
     const NodePath path = plan(r, h);
-    if (path == NodePath::kNode) return wait(node_comm_->barrier_async(), "the barrier");
+    if (path == NodePath::kNode) return run_node([&] { return node_comm_->barrier_async(); }, "the barrier");
     MPI_Request req;
     if (path == NodePath::kFlat) {
       check_mpi(MPI_Ibarrier(world_, &req), "MPI_Ibarrier");
       return wait(req, "the inter-node barrier");
     }
-    wait(node_comm_->barrier_async(), "the node barrier");
+    run_node([&] { return node_comm_->barrier_async(); }, "the node barrier");
     check_mpi(MPI_Ibarrier(inter_, &req), "MPI_Ibarrier");
     wait(req, "the inter-node barrier");
-    wait(node_comm_->barrier_async(), "the node barrier");
+    run_node([&] { return node_comm_->barrier_async(); }, "the node barrier");
   });
 }
 

@@ -3,6 +3,10 @@
 //   symcomm_multinode_tests --kill=V        rank V dies (SIGKILL) in the middle of a loop of hierarchical
 //                                           all-reduces; every survivor must fail with kPeerDead naming V and
 //                                           prints "survivor <rank>: ok" (tests/multinode/check_kill.sh counts them)
+//   symcomm_multinode_tests --kill-idle=V   the same, but the survivors pause 1.5 s before the all-reduce that
+//                                           follows the death, so that V's node mates call a node communicator
+//                                           that has already seen it die (the error then comes when the call is
+//                                           issued)
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -32,7 +36,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
-int kill_run(int victim) {
+int kill_run(int victim, bool idle) {
   using namespace symcomm;
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -45,6 +49,7 @@ int kill_run(int victim) {
   std::vector<float> x(1 << 16, 1.0f);
   for (int it = 0; it < 1000000; ++it) {
     if (it == 50 && me == victim) ::kill(::getpid(), SIGKILL);
+    if (it == 50 && idle) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     try {
       comm->all_reduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kMax, {Hierarchy::kHierarchical});
     } catch (const Error& e) {
@@ -71,7 +76,8 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--kill=", 7) == 0) return kill_run(std::atoi(argv[i] + 7));
+    if (std::strncmp(argv[i], "--kill=", 7) == 0) return kill_run(std::atoi(argv[i] + 7), false);
+    if (std::strncmp(argv[i], "--kill-idle=", 12) == 0) return kill_run(std::atoi(argv[i] + 12), true);
   }
   ::testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {
