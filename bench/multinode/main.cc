@@ -220,7 +220,7 @@ int run(int argc, char** argv) {
   }
 
   // Thresholds: the smallest measured size from which the hierarchical path is faster at every larger size.
-  detail::NodeThresholds t = detail::default_node_thresholds(n_nodes, l);
+  detail::NodeThresholds t = detail::default_node_thresholds(l);
   for (Collective c : colls) {
     size_t from = SIZE_MAX;
     for (auto it = rows.rbegin(); it != rows.rend(); ++it) {

@@ -76,8 +76,7 @@ std::string NodeThresholds::to_string() const {
 // memory as fast as the node's own paths. Real nodes, with the slower link between them, favour the hierarchical
 // path more; a job sets its own through MultiNodeOptions::min_bytes. The hierarchical all-gather won there only
 // between 16 KB and 256 KB (1.1-2.1x) and lost above 1 MB (0.4-0.8x), which one threshold cannot express: flat.
-NodeThresholds default_node_thresholds(int num_nodes, int node_size) {
-  (void)num_nodes;
+NodeThresholds default_node_thresholds(int node_size) {
   NodeThresholds t;
   t.all_reduce = node_size >= 8 ? 4 << 10 : node_size >= 4 ? 16 << 10 : 64 << 10;
   t.reduce_scatter = node_size >= 4 ? 4 << 10 : 16 << 10;

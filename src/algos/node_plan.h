@@ -45,9 +45,9 @@ struct NodeThresholds {
   /// "SYMCOMM_MULTINODE_MIN_BYTES"-style text: "all_reduce=65536,all_gather=0,...".
   std::string to_string() const;
 };
-/// The compiled-in thresholds for a layout (measured on fake nodes of one host: docs/design/multinode.md; they
-/// depend on the ranks per node only).
-NodeThresholds default_node_thresholds(int num_nodes, int node_size);
+/// The compiled-in thresholds for nodes of `node_size` ranks (measured on fake nodes of one host:
+/// docs/design/multinode.md).
+NodeThresholds default_node_thresholds(int node_size);
 /// Parses "name=bytes,..." (names as in to_string(Collective); sizes with K/M/G suffixes) over `base`.
 /// Throws Error(kInvalidArgument) naming what it cannot read.
 NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds base);

@@ -103,7 +103,7 @@ TEST(NodeThresholds, ParseSetsOnlyTheNamedCollectives) {
 }
 
 TEST(NodeThresholds, TextRoundTrips) {
-  NodeThresholds t = default_node_thresholds(2, 8);
+  NodeThresholds t = default_node_thresholds(8);
   t.all_gather = 12345;
   const NodeThresholds back = parse_node_thresholds(t.to_string(), NodeThresholds{});
   EXPECT_EQ(back.to_string(), t.to_string());
@@ -152,7 +152,7 @@ TEST(ChooseNodePath, ThresholdIsTheFirstHierarchicalSize) {
 
 TEST(ChooseNodePath, OneNodeRunsOnSymcommUnlessFlatIsAsked) {
   const NodeLayout l = make_node_layout({3, 3, 3, 3});
-  const NodeThresholds t = default_node_thresholds(1, 4);
+  const NodeThresholds t = default_node_thresholds(4);
   for (Hierarchy h : {Hierarchy::kAuto, Hierarchy::kHierarchical}) {
     EXPECT_EQ(choose_node_path(l, Collective::kAllReduce, 8, h, t), NodePath::kNode);
     EXPECT_EQ(choose_node_path(l, Collective::kAllToAll, 8, h, t), NodePath::kNode);
@@ -178,7 +178,7 @@ TEST(ChooseNodePath, LayoutsWithoutAHierarchicalPathRunFlatOrRefuseIt) {
 TEST(ChooseNodePath, DefaultThresholdsKeepBarrierFlat) {
   for (int nodes : {2, 3, 8}) {
     for (int size : {2, 4, 8}) {
-      const NodeThresholds t = default_node_thresholds(nodes, size);
+      const NodeThresholds t = default_node_thresholds(size);
       EXPECT_EQ(t.barrier, SIZE_MAX);
       const NodeLayout l = make_node_layout(fake_node_keys(nodes * size, size));
       EXPECT_EQ(choose_node_path(l, Collective::kBarrier, 0, Hierarchy::kAuto, t), NodePath::kFlat);
