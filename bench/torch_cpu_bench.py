@@ -54,11 +54,7 @@ def main():
         for nbytes in SIZES:
             s, g = by[("symcomm", nbytes)], by[("gloo", nbytes)]
             print(f"{nbytes:>10} {s:>12.1f} {g:>12.1f} {g / s:>13.2f}")
-        line = json.dumps(records)
-        print(line)
-        if args.json:
-            with open(args.json, "w") as f:
-                f.write(line + "\n")
+        emit(records, args.json)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -159,8 +159,13 @@ struct Config {
   /// Bytes of symmetric heap each rank reserves for alloc() (host backend: virtual, committed on touch).
   size_t heap_bytes = size_t{1} << 30;
   /// Host backend: bytes of staging memory per rank used when a collective's buffers are not in the
-  /// symmetric heap. Large collectives are processed in rounds of at most half of this.
-  size_t scratch_bytes = size_t{16} << 20;
+  /// symmetric heap. Large collectives are processed in rounds of at most half of this, so a round's staged data
+  /// stays in the cores' caches while the peers read it. Measured on the CI machine (2 cores of an AMD EPYC VM,
+  /// 1 MB L2 per core, 32 MB L3; 2 ranks, float32 sum, ordinary buffers, `symcomm-bench --backend host -c
+  /// all_reduce -b 1M -e 64M -f 4 -w 5 -n 20 --batches 5 --extra plain`, median of 5 runs, us at 1 / 4 / 16 /
+  /// 64 MB): 16 MB 58.3 / 295.3 / 2395.6 / 8955.1, 2 MB 52.9 / 208.7 / 1746.1 / 7601.0, 1 MB 61.0 / 223.3 /
+  /// 1737.7 / 7776.6; heap buffers (zero-copy, rounds alike) within noise of each other.
+  size_t scratch_bytes = size_t{2} << 20;
   /// CUDA backend: the same, in device memory (also the copy engine's staging window). Each round of a
   /// staged kernel ends in a barrier, so larger rounds cost fewer barriers: measured on 2 x H200
   /// (tools/gpu/sweep.sh, bf16 sum, CUDA graph; NOTE [two-shot push to output]).

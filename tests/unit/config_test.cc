@@ -165,7 +165,7 @@ TEST(ConfigFromEnv, DefaultsWhenNothingIsSet) {
   Config c = Config::from_env();
   EXPECT_EQ(c.timeout, std::chrono::milliseconds(300000));
   EXPECT_EQ(c.heap_bytes, size_t{1} << 30);
-  EXPECT_EQ(c.scratch_bytes, size_t{16} << 20);
+  EXPECT_EQ(c.scratch_bytes, size_t{2} << 20);
   EXPECT_EQ(c.cuda_scratch_bytes, size_t{128} << 20);
   EXPECT_EQ(c.log_level, LogLevel::kWarn);
   EXPECT_FALSE(c.debug_checks);
