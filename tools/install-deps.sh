@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ git libgtest-dev libgmock-dev libfmt-dev libcli11-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin clang-format clang libclang-rt-14-dev
-          libopenblas-dev python3 python3-dev python3-pybind11 python3-numpy python3-pytest python3-torch)
+          libopenblas-dev libdlpack-dev python3 python3-dev python3-pybind11 python3-numpy python3-pytest python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

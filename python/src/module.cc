@@ -2,13 +2,17 @@
 // (the package symcomm in python/symcomm wraps it; docs/python.md).
 //
 // NOTE [python buffers]
-// - Every array is checked before the library is called. Host backend: a numpy.ndarray (else TypeError).
-//   CUDA backend: an object with __cuda_array_interface__ (a torch CUDA tensor, a CuPy or Numba array; else
-//   TypeError), or the pair (pointer, count) or (pointer, shape) of ints for wrappers that checked their
-//   tensors themselves, with `dtype` naming the element type. Either way of a supported dtype in native byte
-//   order (else TypeError), C-contiguous (else ValueError); outputs also writeable and of the input's dtype and
-//   the element count the collective needs (else ValueError / TypeError). A failed check runs nothing and
-//   leaves the communicator usable, like the library's own Error(kInvalidArgument).
+// - Every array is checked before the library is called. Host backend: a numpy.ndarray, an object with
+//   __array_interface__ (viewed through numpy.asarray, no copy), or an object with __dlpack__ whose memory is on
+//   the CPU (a torch CPU tensor, a JAX CPU array); else TypeError. CUDA backend: an object with
+//   __cuda_array_interface__ (a torch CUDA tensor, a CuPy or Numba array), an object with __dlpack__ whose memory
+//   is on a GPU (else TypeError), or the pair (pointer, count) or (pointer, shape) of ints for wrappers that
+//   checked their tensors themselves, with `dtype` naming the element type. Either way of a supported dtype in
+//   native byte order (else TypeError), C-contiguous (else ValueError); outputs also writeable and of the
+//   input's dtype and the element count the collective needs (else ValueError / TypeError). A failed check runs
+//   nothing and leaves the communicator usable, like the library's own Error(kInvalidArgument).
+// - DLPack (NOTE [python dlpack]): the exported tensor is held (its deleter runs) until the call no longer uses
+//   the memory, like the arrays themselves.
 // - CUDA backend: a call is enqueued on `stream` (an int: a cudaStream_t, 0 the legacy default stream; None:
 //   the input's interface stream if it names one, else 0) and returns without waiting, like NCCL; the caller
 //   keeps the buffers alive until the stream has passed the call (stream-ordered allocators such as torch's
@@ -21,6 +25,7 @@
 //   discards does not free buffers the collective still uses. Calls recorded in a group keep their arrays
 //   until the outermost group level ends (group_end() or group_cancel()). close() waits for pending calls
 //   before it destroys the communicator.
+#include <dlpack.h>  // libdlpack-dev's, or the one torch ships (python/CMakeLists.txt)
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -87,6 +92,7 @@ DataType data_type(const py::dtype& d, const char* what) {
 /// One checked array argument.
 struct Buffer {
   py::object owner;  ///< the array object (kept referenced by `*_async` calls)
+  py::object keep;   ///< what else must live while the call uses the memory (a consumed DLPack tensor), or None
   void* ptr = nullptr;
   DataType dtype = DataType::kFloat32;
   size_t count = 0;  ///< elements
@@ -121,6 +127,7 @@ Buffer checked_numpy(const py::handle& o, const char* what, bool writeable, cons
   if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(what) + ": the array is not C-contiguous");
   if (writeable && !a.writeable()) throw py::value_error(std::string(what) + ": the array is read-only");
   Buffer b{.owner = a,
+           .keep = py::none(),
            .ptr = const_cast<void*>(a.data()),
            .dtype = dtype,
            .count = static_cast<size_t>(a.size()),
@@ -152,6 +159,7 @@ Buffer checked_cuda_interface(const py::handle& o, const char* what, bool writea
   const auto shape = cai["shape"].cast<std::vector<int64_t>>();
   const auto data = cai["data"].cast<std::pair<uintptr_t, bool>>();
   Buffer b{.owner = py::reinterpret_borrow<py::object>(o),
+           .keep = py::none(),
            .ptr = reinterpret_cast<void*>(data.first),
            .dtype = DataType::kFloat32,
            .count = 1,
@@ -197,6 +205,7 @@ Buffer checked_pointer(const py::tuple& t, const char* what, const std::string& 
                           "float32, float64, int8, uint8, int32, int64 (got '" + as_dtype + "')");
   }
   Buffer b{.owner = t,
+           .keep = py::none(),
            .ptr = reinterpret_cast<void*>(t[0].cast<uintptr_t>()),
            .dtype = *dtype,
            .count = 1,
@@ -216,24 +225,143 @@ Buffer checked_pointer(const py::tuple& t, const char* what, const std::string& 
   return b;
 }
 
+// NOTE [python dlpack]
+// An object with __dlpack__ is asked for a DLPack tensor (the unversioned capsule "dltensor", which every
+// producer still gives when no max_version is passed). The capsule is renamed "used_dltensor", as the protocol
+// asks of a consumer, and its DLManagedTensor's deleter runs when a capsule of this module that owns it dies:
+// Buffer::keep holds that for as long as the call holds the array. On the CUDA backend `stream` names the stream the call will
+// run on (the protocol's numbering: 1 the legacy default stream, 2 the per-thread one, else a cudaStream_t), so
+// the producer orders its pending work on that memory before it. DLPack 0.6 has no read-only flag; NumPy refuses
+// to export a read-only array instead.
+
+/// The DataType of a DLPack element type; nullopt for one symcomm has no type for. With `as_dtype` "bfloat16",
+/// 16-bit integers hold bfloat16 bits (as for NumPy arrays).
+std::optional<DataType> dlpack_type(DLDataType t, const std::string& as_dtype) {
+  if (t.lanes != 1) return std::nullopt;
+  if (as_dtype == "bfloat16") {
+    return (t.code == kDLInt || t.code == kDLUInt) && t.bits == 16 ? std::optional(DataType::kBFloat16) : std::nullopt;
+  }
+  for (auto [code, bits, dtype] : {std::tuple{kDLFloat, 16, DataType::kFloat16}, std::tuple{kDLFloat, 32, DataType::kFloat32},
+                                   std::tuple{kDLFloat, 64, DataType::kFloat64}, std::tuple{kDLBfloat, 16, DataType::kBFloat16},
+                                   std::tuple{kDLInt, 8, DataType::kInt8}, std::tuple{kDLInt, 32, DataType::kInt32},
+                                   std::tuple{kDLInt, 64, DataType::kInt64}, std::tuple{kDLUInt, 8, DataType::kUInt8}}) {
+    if (t.code == static_cast<uint8_t>(code) && t.bits == bits) return dtype;
+  }
+  return std::nullopt;
+}
+
+/// "float32", "bfloat16", "uint16", ... of a DLPack element type, for errors.
+std::string dlpack_type_name(DLDataType t) {
+  const char* kind = t.code == kDLInt     ? "int"
+                     : t.code == kDLUInt  ? "uint"
+                     : t.code == kDLFloat ? "float"
+                     : t.code == kDLBfloat ? "bfloat"
+                     : t.code == kDLComplex ? "complex"
+                                           : "code " ;
+  std::string name = kind + std::to_string(t.bits);
+  if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
+  return name;
+}
+
+/// An object with __dlpack__ (NOTE [python dlpack]): its memory must be host memory on the host backend
+/// (`cuda` false), GPU memory on the CUDA backend.
+Buffer checked_dlpack(const py::handle& o, const char* what, const std::string& as_dtype, bool cuda,
+                      const py::object& stream) {
+  if (!as_dtype.empty() && as_dtype != "bfloat16")
+    throw py::value_error("dtype '" + as_dtype + "' is unknown ('bfloat16', or '' for the array's)");
+  // The protocol's __dlpack_device__ tells where the memory is before a stream is handed to the producer.
+  auto where = [&](int device_type) {
+    const bool host = device_type == kDLCPU || device_type == kDLCUDAHost;
+    const bool gpu = device_type == kDLCUDA || device_type == kDLCUDAManaged;
+    if (cuda ? !gpu : !host) {
+      throw py::type_error(std::string(what) + ": the DLPack tensor of " + type_name(o) + " is in " +
+                           (host ? "host" : "device") + " memory (device type " + std::to_string(device_type) +
+                           "); the " + (cuda ? "CUDA backend needs GPU memory" : "host backend needs host memory"));
+    }
+  };
+  if (py::hasattr(o, "__dlpack_device__")) where(o.attr("__dlpack_device__")().cast<std::pair<int, int>>().first);
+  py::object capsule;
+  if (cuda) {
+    intptr_t s = stream.is_none() ? 0 : stream.cast<intptr_t>();
+    capsule = o.attr("__dlpack__")(py::arg("stream") = s == 0 ? 1 : s);
+  } else {
+    capsule = o.attr("__dlpack__")();
+  }
+  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
+    throw py::type_error(std::string(what) + ": __dlpack__ of " + type_name(o) + " did not give a DLPack tensor");
+  }
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+  // Owns the consumed tensor from here on: its deleter runs when this capsule dies.
+  py::capsule guard(managed, [](void* p) {
+    auto* tensor = static_cast<DLManagedTensor*>(p);
+    if (tensor->deleter != nullptr) tensor->deleter(tensor);
+  });
+  const DLTensor& t = managed->dl_tensor;
+  where(static_cast<int>(t.device.device_type));
+  std::optional<DataType> dtype = dlpack_type(t.dtype, as_dtype);
+  if (!dtype) {
+    throw py::type_error(std::string(what) + ": dtype " + dlpack_type_name(t.dtype) +
+                         (as_dtype.empty() ? " is not supported (float16, bfloat16, float32, float64, int8, uint8, "
+                                             "int32, int64)"
+                                           : " cannot hold bfloat16 (an int16 or uint16 array can)"));
+  }
+  Buffer b{.owner = py::reinterpret_borrow<py::object>(o),
+           .keep = guard,
+           .ptr = static_cast<uint8_t*>(t.data) + t.byte_offset,
+           .dtype = *dtype,
+           .count = 1,
+           .shape = std::vector<int64_t>(t.shape, t.shape + t.ndim),
+           .type_label = dlpack_type_name(t.dtype),
+           .stream = std::nullopt};
+  for (int64_t extent : b.shape) b.count *= static_cast<size_t>(extent);
+  if (t.strides != nullptr && b.count > 0) {
+    int64_t expected = 1;
+    for (int i = t.ndim; i-- > 0;) {
+      if (t.shape[i] != 1 && t.strides[i] != expected) {
+        throw py::value_error(std::string(what) + ": the array is not C-contiguous");
+      }
+      expected *= t.shape[i];
+    }
+  }
+  return b;
+}
+
 /// Checks `o` as an input (`writeable` false) or output array of a collective on a communicator of the host
-/// (`cuda` false) or the CUDA backend.
-Buffer checked(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype, bool cuda) {
-  if (!cuda) return checked_numpy(o, what, writeable, as_dtype);
+/// (`cuda` false) or the CUDA backend; `stream` is the call's (NOTE [python dlpack]).
+Buffer checked(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype, bool cuda,
+               const py::object& stream = py::none()) {
+  if (!cuda) {
+    if (py::isinstance<py::array>(o)) return checked_numpy(o, what, writeable, as_dtype);
+    py::module_ numpy = py::module_::import("numpy");
+    if (py::isinstance(o, numpy.attr("generic"))) {  // a NumPy scalar is a value, not memory to reduce into
+      throw py::type_error(std::string(what) + ": expected an array, got the NumPy scalar " + type_name(o) +
+                           " (numpy.asarray() makes a 0-d array of it)");
+    }
+    if (py::hasattr(o, "__array_interface__")) {
+      Buffer b = checked_numpy(numpy.attr("asarray")(o), what, writeable, as_dtype);
+      b.keep = b.owner;  // the view; the caller's object is what the call returns
+      b.owner = py::reinterpret_borrow<py::object>(o);
+      return b;
+    }
+    if (py::hasattr(o, "__dlpack__")) return checked_dlpack(o, what, as_dtype, false, stream);
+    throw py::type_error(std::string(what) + ": expected a numpy.ndarray, an object with __array_interface__ or a "
+                         "CPU tensor with __dlpack__ on the host backend, got " + type_name(o));
+  }
   if (py::isinstance<py::tuple>(o) && py::len(o) == 2) {
     return checked_pointer(py::reinterpret_borrow<py::tuple>(o), what, as_dtype);
   }
-  if (!py::hasattr(o, "__cuda_array_interface__")) {
-    throw py::type_error(std::string(what) + ": expected a CUDA array (an object with __cuda_array_interface__, "
-                         "such as a torch CUDA tensor or a CuPy array) on the CUDA backend, got " + type_name(o));
-  }
-  return checked_cuda_interface(o, what, writeable, as_dtype);
+  if (py::hasattr(o, "__cuda_array_interface__")) return checked_cuda_interface(o, what, writeable, as_dtype);
+  if (py::hasattr(o, "__dlpack__")) return checked_dlpack(o, what, as_dtype, true, stream);
+  throw py::type_error(std::string(what) + ": expected a CUDA array (an object with __cuda_array_interface__ or "
+                       "__dlpack__, such as a torch CUDA tensor or a CuPy array) on the CUDA backend, got " +
+                       type_name(o));
 }
 
 /// Checks the output `out` against the input: same dtype, `count` elements.
 Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, const char* rule,
-                      const std::string& as_dtype, bool cuda) {
-  Buffer b = checked(out, "out", true, as_dtype, cuda);
+                      const std::string& as_dtype, bool cuda, const py::object& stream = py::none()) {
+  Buffer b = checked(out, "out", true, as_dtype, cuda, stream);
   if (b.dtype != in.dtype) throw py::type_error("out: dtype " + b.type_label + " differs from the input's " + in.type_label);
   if (b.count != count) {
     throw py::value_error("out: " + std::to_string(b.count) + " elements, expected " + std::to_string(count) + " (" +
@@ -244,6 +372,16 @@ Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, con
 
 /// The TensorRef (include/symcomm/fused.h) of a checked array: its data, dtype and shape.
 TensorRef tensor_ref(const Buffer& b) { return TensorRef{.data = b.data(), .dtype = b.dtype, .shape = b.shape}; }
+
+/// What a call must keep referenced while it uses these buffers: each one's array and what else it holds.
+std::vector<py::object> refs(std::initializer_list<const Buffer*> buffers) {
+  std::vector<py::object> out;
+  for (const Buffer* b : buffers) {
+    out.push_back(b->owner);
+    if (b->keep && !b->keep.is_none()) out.push_back(b->keep);
+  }
+  return out;
+}
 
 /// symcomm._core.HeapBuffer: bytes of a communicator's symmetric heap (Communicator::alloc), or a peer's copy of
 /// them (Communicator::peer_ptr), described by the array interface of its memory: __cuda_array_interface__ on the
@@ -401,10 +539,10 @@ class PyCommunicator {
   py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
                         const std::string& as_dtype, const py::object& stream,
                         const std::string& algorithm, const std::string& contention) {
-    Buffer in = input(x, "x", as_dtype);
-    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
+    Buffer in = input(x, "x", as_dtype, stream);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
-    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+    return submit(refs({&in, &o}), o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.all_reduce_async(in.data(), o.data(), in.count, in.dtype, op, opts);
       c.all_reduce(in.data(), o.data(), in.count, in.dtype, op, opts);
       return std::shared_ptr<Work>();
@@ -414,10 +552,11 @@ class PyCommunicator {
   py::object all_gather(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
                         const py::object& stream,
                         const std::string& algorithm, const std::string& contention) {
-    Buffer in = input(x, "x", as_dtype);
-    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype, cuda_);
+    Buffer in = input(x, "x", as_dtype, stream);
+    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype, cuda_,
+                              stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
-    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+    return submit(refs({&in, &o}), o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype, opts);
       c.all_gather(in.data(), o.data(), in.count, in.dtype, opts);
       return std::shared_ptr<Work>();
@@ -427,12 +566,12 @@ class PyCommunicator {
   py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
                             const std::string& as_dtype, const py::object& stream,
                             const std::string& algorithm, const std::string& contention) {
-    Buffer in = input(x, "x", as_dtype);
+    Buffer in = input(x, "x", as_dtype, stream);
     divisible(in);
     Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", as_dtype,
-                              cuda_);
+                              cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
-    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+    return submit(refs({&in, &o}), o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.reduce_scatter_async(in.data(), o.data(), o.count, in.dtype, op, opts);
       c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op, opts);
       return std::shared_ptr<Work>();
@@ -442,10 +581,10 @@ class PyCommunicator {
   py::object broadcast(const py::handle& x, const py::handle& out, int root, bool async, const std::string& as_dtype,
                        const py::object& stream,
                        const std::string& algorithm, const std::string& contention) {
-    Buffer in = input(x, "x", as_dtype);
-    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
+    Buffer in = input(x, "x", as_dtype, stream);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
-    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+    return submit(refs({&in, &o}), o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root, opts);
       c.broadcast(in.data(), o.data(), in.count, in.dtype, root, opts);
       return std::shared_ptr<Work>();
@@ -462,23 +601,22 @@ class PyCommunicator {
       throw py::value_error("bs and outs: " + std::to_string(py::len(bs)) + " weights but " +
                             std::to_string(py::len(outs)) + " outputs");
     }
-    Buffer a = input(a_shard, "a_shard", as_dtype);
-    std::vector<py::object> keep{a.owner};
+    Buffer a = input(a_shard, "a_shard", as_dtype, stream);
+    std::vector<py::object> keep = refs({&a});
     std::vector<TensorRef> b_refs, out_refs;
     for (size_t i = 0; i < py::len(bs); ++i) {
       const std::string b_what = "bs[" + std::to_string(i) + "]", out_what = "outs[" + std::to_string(i) + "]";
-      Buffer b = input(bs[i], b_what.c_str(), as_dtype);
-      Buffer o = checked(outs[i], out_what.c_str(), true, as_dtype, cuda_);
+      Buffer b = input(bs[i], b_what.c_str(), as_dtype, stream);
+      Buffer o = checked(outs[i], out_what.c_str(), true, as_dtype, cuda_, stream);
       b_refs.push_back(tensor_ref(b));
       out_refs.push_back(tensor_ref(o));
-      keep.push_back(b.owner);
-      keep.push_back(o.owner);
+      for (py::object& r : refs({&b, &o})) keep.push_back(std::move(r));
     }
     std::optional<TensorRef> gathered;
     if (!a_gathered.is_none()) {
-      Buffer g = checked(a_gathered, "a_gathered", true, as_dtype, cuda_);
+      Buffer g = checked(a_gathered, "a_gathered", true, as_dtype, cuda_, stream);
       gathered = tensor_ref(g);
-      keep.push_back(g.owner);
+      for (py::object& r : refs({&g})) keep.push_back(std::move(r));
     }
     const TensorRef a_ref = tensor_ref(a);
     const CollOptions opts = coll_options(stream, a);
@@ -498,12 +636,12 @@ class PyCommunicator {
   /// all_gather_matmul.
   void matmul_reduce_scatter(const py::handle& a, const py::handle& b, ReduceOp op, int scatter_dim,
                              const py::handle& out, const std::string& as_dtype, const py::object& stream) {
-    Buffer ab = input(a, "a", as_dtype);
-    Buffer bb = input(b, "b", as_dtype);
-    Buffer ob = checked(out, "out", true, as_dtype, cuda_);
+    Buffer ab = input(a, "a", as_dtype, stream);
+    Buffer bb = input(b, "b", as_dtype, stream);
+    Buffer ob = checked(out, "out", true, as_dtype, cuda_, stream);
     const TensorRef a_ref = tensor_ref(ab), b_ref = tensor_ref(bb), out_ref = tensor_ref(ob);
     const CollOptions opts = coll_options(stream, ab);
-    submit({ab.owner, bb.owner, ob.owner}, py::none(), false, [&](Communicator& c, bool) {
+    submit(refs({&ab, &bb, &ob}), py::none(), false, [&](Communicator& c, bool) {
       FusedOptions fused;
       if (cuda_) {
         fused.workspace = workspace(c, matmul_reduce_scatter_workspace_bytes(world_size_, a_ref, b_ref, scatter_dim));
@@ -516,11 +654,11 @@ class PyCommunicator {
   py::object all_to_all(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
                         const py::object& stream,
                         const std::string& algorithm, const std::string& contention) {
-    Buffer in = input(x, "x", as_dtype);
+    Buffer in = input(x, "x", as_dtype, stream);
     divisible(in);
-    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_);
+    Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
-    return submit({in.owner, o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+    return submit(refs({&in, &o}), o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.all_to_all_async(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
       c.all_to_all(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
       return std::shared_ptr<Work>();
@@ -530,7 +668,7 @@ class PyCommunicator {
   /// send / recv (include/symcomm/communicator.h): x's elements to rank `peer`, or from it into `out` (returned).
   py::object send(const py::handle& x, int peer, bool async, const std::string& as_dtype) {
     Buffer in = input(x, "x", as_dtype);
-    return submit({in.owner}, py::none(), async, [&](Communicator& c, bool a) {
+    return submit(refs({&in}), py::none(), async, [&](Communicator& c, bool a) {
       if (a) return c.send_async(in.data(), in.count, in.dtype, peer);
       c.send(in.data(), in.count, in.dtype, peer);
       return std::shared_ptr<Work>();
@@ -539,7 +677,7 @@ class PyCommunicator {
 
   py::object recv(const py::handle& out, int peer, bool async, const std::string& as_dtype) {
     Buffer o = checked(out, "out", true, as_dtype, cuda_);
-    return submit({o.owner}, o.owner, async, [&](Communicator& c, bool a) {
+    return submit(refs({&o}), o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.recv_async(o.data(), o.count, o.dtype, peer);
       c.recv(o.data(), o.count, o.dtype, peer);
       return std::shared_ptr<Work>();
@@ -628,6 +766,25 @@ class PyCommunicator {
   void group_cancel() {
     end_group_level([](Communicator& c) { c.group_cancel(); });
   }
+  /// Ends the group level like group_end() and returns one Work for every collective of the group; the arrays of
+  /// the group stay referenced until it completes (NOTE [python buffers]).
+  py::object group_end_async() {
+    std::vector<py::object> keep = group_depth_ == 1 ? group_keep_ : std::vector<py::object>{};
+    std::shared_ptr<Work> work;
+    end_group_level([&work](Communicator& c) { work = c.group_end_async(); });
+    auto pending = std::make_shared<Pending>(Pending{std::move(work), std::move(keep)});
+    pending_.push_back(pending);
+    return py::cast(PyWork(std::move(pending), py::none()));
+  }
+
+  /// Communicator::split (collective): the communicator of the ranks that pass `color` (>= 0), ranked by `key`
+  /// (None: this rank), ties by rank; None for a rank that passes -1 (symcomm._core.SPLIT_NOCOLOR).
+  std::unique_ptr<PyCommunicator> split(int color, std::optional<int> key) {
+    std::unique_ptr<Communicator> child =
+        locked([&](Communicator& c) { return c.split(color, key.value_or(rank_)); });
+    if (!child) return nullptr;
+    return std::make_unique<PyCommunicator>(std::shared_ptr<Communicator>(std::move(child)));
+  }
 
   /// Local and non-blocking: pending and later collectives fail with Error(kAborted). Does nothing once closed.
   void abort() {
@@ -666,8 +823,9 @@ class PyCommunicator {
   }
 
  private:
-  Buffer input(const py::handle& o, const char* what, const std::string& as_dtype) const {
-    return checked(o, what, false, as_dtype, cuda_);
+  Buffer input(const py::handle& o, const char* what, const std::string& as_dtype,
+               const py::object& stream = py::none()) const {
+    return checked(o, what, false, as_dtype, cuda_, stream);
   }
 
   void divisible(const Buffer& in) const {
@@ -835,6 +993,8 @@ PYBIND11_MODULE(_core, m) {
       },
       "The backends this build of symcomm has ('host', and 'cuda' where nvcc was found at build time).");
 
+  m.attr("SPLIT_NOCOLOR") = kSplitNoColor;
+
   py::class_<PyHeapBuffer>(m, "HeapBuffer")
       .def_readonly("ptr", &PyHeapBuffer::ptr)
       .def_readonly("nbytes", &PyHeapBuffer::nbytes)
@@ -898,6 +1058,8 @@ PYBIND11_MODULE(_core, m) {
       .def("group_start", &PyCommunicator::group_start)
       .def("group_end", &PyCommunicator::group_end)
       .def("group_cancel", &PyCommunicator::group_cancel)
+      .def("group_end_async", &PyCommunicator::group_end_async)
+      .def("split", &PyCommunicator::split, py::arg("color"), py::arg("key") = py::none())
       .def("abort", &PyCommunicator::abort)
       .def("close", &PyCommunicator::close);
 }

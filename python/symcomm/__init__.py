@@ -1,5 +1,6 @@
-"""symcomm: collectives between the processes of one node, for NumPy arrays on the host backend and CUDA arrays
-(torch CUDA tensors, CuPy arrays: anything with __cuda_array_interface__) on the CUDA backend.
+"""symcomm: collectives between the processes of one node, for host arrays on the host backend (NumPy arrays,
+anything with __array_interface__, CPU tensors with __dlpack__ such as torch's) and CUDA arrays (torch CUDA
+tensors, CuPy arrays: anything with __cuda_array_interface__ or __dlpack__) on the CUDA backend.
 
     import numpy as np, symcomm
     with symcomm.Communicator.from_env() as comm:      # RANK, WORLD_SIZE, ... from symcomm-run or torchrun
@@ -25,7 +26,10 @@ import numpy as _np  # noqa: E402
 from ._core import Error, ReduceOp, Work, backends  # noqa: E402
 from . import _core  # noqa: E402
 
-__all__ = ["Communicator", "Error", "ReduceOp", "Work", "DTYPES", "OPS", "backends"]
+__all__ = ["Communicator", "Error", "ReduceOp", "Work", "DTYPES", "OPS", "SPLIT_NOCOLOR", "backends"]
+
+#: The color of a rank that joins none of the communicators Communicator.split() makes.
+SPLIT_NOCOLOR = _core.SPLIT_NOCOLOR
 
 #: NumPy dtypes the collectives accept (symcomm's bfloat16 has no NumPy dtype).
 DTYPES = (_np.float16, _np.float32, _np.float64, _np.int8, _np.uint8, _np.int32, _np.int64)
@@ -50,15 +54,22 @@ def _reduce_op(op):
 
 
 def _array(x, name="x"):
-    if not isinstance(x, _np.ndarray) and not hasattr(x, "__cuda_array_interface__"):
-        raise TypeError(f"{name}: expected a numpy.ndarray or a CUDA array, got {type(x).__name__}")
+    if isinstance(x, _np.generic):
+        raise TypeError(f"{name}: expected an array, got the NumPy scalar {type(x).__name__} (numpy.asarray() makes a "
+                        "0-d array of it)")
+    if not (isinstance(x, _np.ndarray) or hasattr(x, "__cuda_array_interface__") or hasattr(x, "__array_interface__")
+            or hasattr(x, "__dlpack__")):
+        raise TypeError(f"{name}: expected a numpy.ndarray, an object with __array_interface__, "
+                        f"__cuda_array_interface__ or __dlpack__, got {type(x).__name__}")
+    if not hasattr(x, "shape") and hasattr(x, "__array_interface__"):
+        return _np.asarray(x)  # a view, for the shape of outputs allocated here
     return x
 
 
 def _empty(x, shape):
     """A new array of x's kind (NumPy, torch, or the module of x's type, e.g. CuPy), dtype and device."""
-    if isinstance(x, _np.ndarray):
-        return _np.empty(shape, dtype=x.dtype)
+    if isinstance(x, _np.ndarray) or (hasattr(x, "__array_interface__") and not hasattr(x, "new_empty")):
+        return _np.empty(shape, dtype=_np.asarray(x).dtype)
     if hasattr(x, "new_empty"):  # torch
         return x.new_empty(shape)
     import sys  # noqa: PLC0415 - only for CUDA arrays of other libraries
@@ -99,6 +110,23 @@ class Communicator:
         LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, SYMCOMM_TOKEN) and SYMCOMM_* settings. backend
         "cuda" uses GPU `device` (-1: LOCAL_RANK), which becomes the calling thread's current device."""
         return cls(_core.Communicator.from_env(backend, int(device)))
+
+    @classmethod
+    def create(cls, rank, world_size, token, host="127.0.0.1", port=0, on_store_started=None, backend="host",
+               device=-1):
+        """Collective: creates the communicator from explicit rendezvous arguments. Rank 0 serves the store at
+        host:port (port 0: a free port, which it passes to on_store_started(port) once the store is up, so that it
+        can be handed to the other ranks); every rank connects there with the same `token` (a shared secret of the
+        job). backend and device as in from_env()."""
+        return cls(_core.Communicator.create(int(rank), int(world_size), str(token), host=str(host), port=int(port),
+                                             on_store_started=on_store_started, backend=backend, device=int(device)))
+
+    def split(self, color, key=None):
+        """Collective over every rank, like ncclCommSplit: the ranks that pass the same color (>= 0) form a new
+        Communicator, ranked by key (None: this rank's rank), ties by rank; a rank that passes SPLIT_NOCOLOR (-1)
+        takes part and gets None. The new communicator is independent of this one: either may be closed first."""
+        impl = self._impl.split(int(color), None if key is None else int(key))
+        return None if impl is None else Communicator(impl)
 
     @property
     def rank(self):
@@ -264,6 +292,11 @@ class Communicator:
 
     def group_cancel(self):
         self._impl.group_cancel()
+
+    def group_end_async(self):
+        """Ends the group like group_end() and returns one Work for all of its collectives (wait() returns None;
+        the outputs hold their results once it has completed)."""
+        return self._impl.group_end_async()
 
     @contextlib.contextmanager
     def group(self):

@@ -454,3 +454,43 @@ def test_subgroup_of_one_rank(nccl):
         dist.all_reduce(x, group=solo)
         same(x, want, "all_reduce on a group of one rank")
     dist.barrier()
+
+
+class DlpackOnly:
+    """A CUDA tensor seen only through __dlpack__, as JAX arrays are: _core must take the DLPack path."""
+
+    def __init__(self, t):
+        self.t, self.shape, self.streams = t, t.shape, []
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        return self.t.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_core_takes_dlpack_cuda_tensors(nccl):
+    dist.all_reduce(torch.zeros(1, device=dev()))  # makes the group's CUDA communicator
+    core = dist.group.WORLD._cuda  # noqa: SLF001 - symcomm.torch's _core communicator
+    for dtype in (torch.bfloat16, torch.float32, torch.int64):
+        seed = seed_of("dlpack", dtype)
+        x, ref = inp(seed, 4099, dtype, "sum"), inp(seed, 4099, dtype, "sum")
+        out = poisoned(4099, dtype)
+        wx, wout = DlpackOnly(x), DlpackOnly(out)
+        core.all_reduce(wx, wout, symcomm.ReduceOp.SUM, False)  # stream None: the legacy default stream
+        assert wx.streams == [1] and wout.streams == [1]
+        dist.all_reduce(ref, group=nccl)
+        same(out, ref, f"DLPack all_reduce {dname(dtype)}")
+    side = torch.cuda.Stream()
+    x = inp(seed_of("dlpack stream"), 1001, torch.float32, "sum")
+    ref = x.clone()
+    out = poisoned(1001, torch.float32)
+    wx = DlpackOnly(x)
+    core.all_reduce(wx, DlpackOnly(out), symcomm.ReduceOp.SUM, False, stream=side.cuda_stream)
+    assert wx.streams == [side.cuda_stream]
+    side.synchronize()
+    dist.all_reduce(ref, group=nccl)
+    same(out, ref, "DLPack all_reduce on a side stream")
+    with pytest.raises(TypeError, match="host backend needs host memory|CUDA backend needs GPU memory"):
+        core.all_reduce(torch.ones(4), torch.ones(4), symcomm.ReduceOp.SUM, False)
