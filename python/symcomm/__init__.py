@@ -26,7 +26,8 @@ import numpy as _np  # noqa: E402
 from ._core import Error, ReduceOp, Work, backends  # noqa: E402
 from . import _core  # noqa: E402
 
-__all__ = ["Communicator", "Error", "ReduceOp", "Work", "DTYPES", "OPS", "SPLIT_NOCOLOR", "backends"]
+__all__ = ["Communicator", "Error", "MultiNodeCommunicator", "ReduceOp", "Work", "DTYPES", "OPS", "SPLIT_NOCOLOR",
+           "backends"]
 
 #: The color of a rank that joins none of the communicators Communicator.split() makes.
 SPLIT_NOCOLOR = _core.SPLIT_NOCOLOR
@@ -87,7 +88,69 @@ def _blocks(x, world_size, what):
     return x.shape[0] // world_size
 
 
-class Communicator:
+# The output of each collective when the caller gives none (`out` None), for every communicator class.
+
+def _out_like(x, out):
+    return _empty(x, x.shape) if out is None else out
+
+
+def _out_gathered(x, out, world_size):
+    return _empty(x, (world_size,) + tuple(x.shape)) if out is None else out
+
+
+def _out_scattered(x, out, world_size):
+    if out is not None:
+        return out
+    return _empty(x, (_blocks(x, world_size, "reduce_scatter"),) + tuple(x.shape[1:]))
+
+
+def _out_exchanged(x, out, world_size):
+    if out is not None:
+        return out
+    _blocks(x, world_size, "all_to_all")
+    return _empty(x, x.shape)
+
+
+class _Handle:
+    """What every communicator class has: the compiled object behind it, its place in the job, its state and its
+    end (close() is collective; abort() local and non-blocking; check() raises the sticky error, never waits)."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def rank(self):
+        return self._impl.rank
+
+    @property
+    def world_size(self):
+        return self._impl.world_size
+
+    @property
+    def closed(self):
+        return self._impl.closed
+
+    def check(self):
+        """Raises the sticky error (a dead peer, a timeout, abort), if any; never waits."""
+        self._impl.check()
+
+    def close(self):
+        """Waits for pending *_async calls, if any, and destroys the communicator; idempotent."""
+        self._impl.close()
+
+    def abort(self):
+        """Local and non-blocking: pending and later calls raise symcomm.Error (code 'aborted')."""
+        self._impl.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Communicator(_Handle):
     """A communicator of every rank of the job (symcomm::Communicator).
 
     Create it with Communicator.from_env(); close() (or leaving a `with` block) destroys it. Arguments are
@@ -100,9 +163,6 @@ class Communicator:
     returns without waiting, like NCCL; Work.wait() waits for the device work. Sends and receives are not
     available there (symcomm.Error, code 'unsupported').
     """
-
-    def __init__(self, impl):
-        self._impl = impl
 
     @classmethod
     def from_env(cls, backend="host", device=-1):
@@ -129,14 +189,6 @@ class Communicator:
         return None if impl is None else Communicator(impl)
 
     @property
-    def rank(self):
-        return self._impl.rank
-
-    @property
-    def world_size(self):
-        return self._impl.world_size
-
-    @property
     def backend(self):
         return self._impl.backend
 
@@ -144,29 +196,6 @@ class Communicator:
     def device(self):
         """The CUDA device of a CUDA communicator; -1 on the host backend."""
         return self._impl.device
-
-    @property
-    def closed(self):
-        return self._impl.closed
-
-    def check(self):
-        """Raises the communicator's sticky error (a dead peer, a timeout, abort), if any; never waits."""
-        self._impl.check()
-
-    def close(self):
-        """Waits for pending *_async calls and destroys the communicator; idempotent."""
-        self._impl.close()
-
-    def abort(self):
-        """Local and non-blocking: pending and later collectives raise symcomm.Error (code 'aborted')."""
-        self._impl.abort()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     # Collectives. `out` None allocates the output; `out is x` runs in place (all_reduce, broadcast,
     # all_to_all). async_op=True (or the *_async methods) returns a Work. `stream`: CUDA backend only.
@@ -177,16 +206,14 @@ class Communicator:
         """out = op over the ranks of x, element by element; out has x's shape."""
         x = _array(x)
         op = _reduce_op(op)
-        if out is None:
-            out = _empty(x, x.shape)
+        out = _out_like(x, out)
         return self._impl.all_reduce(x, out, op, async_op, stream=stream, algorithm=algorithm,
                                    contention=contention)
 
     def all_gather(self, x, out=None, async_op=False, stream=None, algorithm="", contention=""):
         """out[r] = x of rank r: shape (world_size, *x.shape), or any array of world_size * x.size elements."""
         x = _array(x)
-        if out is None:
-            out = _empty(x, (self.world_size,) + tuple(x.shape))
+        out = _out_gathered(x, out, self.world_size)
         return self._impl.all_gather(x, out, async_op, stream=stream, algorithm=algorithm,
                                    contention=contention)
 
@@ -195,9 +222,7 @@ class Communicator:
         (x.shape[0] // world_size, *x.shape[1:]). In place: out = that block of x (a view)."""
         x = _array(x)
         op = _reduce_op(op)
-        if out is None:
-            rows = _blocks(x, self.world_size, "reduce_scatter")
-            out = _empty(x, (rows,) + tuple(x.shape[1:]))
+        out = _out_scattered(x, out, self.world_size)
         return self._impl.reduce_scatter(x, out, op, async_op, stream=stream, algorithm=algorithm,
                                    contention=contention)
 
@@ -212,9 +237,7 @@ class Communicator:
     def all_to_all(self, x, out=None, async_op=False, stream=None, algorithm="", contention=""):
         """Block p of out (along the leading dimension) is block `rank` of rank p's x; out has x's shape."""
         x = _array(x)
-        if out is None:
-            _blocks(x, self.world_size, "all_to_all")
-            out = _empty(x, x.shape)
+        out = _out_exchanged(x, out, self.world_size)
         return self._impl.all_to_all(x, out, async_op, stream=stream, algorithm=algorithm,
                                    contention=contention)
 
@@ -311,3 +334,6 @@ class Communicator:
             self._impl.group_cancel()
             raise
         self._impl.group_end()
+
+
+from .multinode import MultiNodeCommunicator  # noqa: E402 - uses the helpers above

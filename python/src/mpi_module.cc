@@ -1,0 +1,293 @@
+// symcomm._mpi: symcomm::MultiNodeCommunicator (symcomm/multinode.h) for host arrays, in jobs started by mpirun
+// (symcomm.MultiNodeCommunicator in python/symcomm/multinode.py wraps it; docs/python.md). Built where MPI is found.
+//
+// NOTE [python MPI]
+// - MPI is initialised by the first create() unless the program did it itself (mpi4py, say); MPI_THREAD_MULTIPLE is
+//   asked for. The module then finalises it when the interpreter exits, after closing every communicator still
+//   open, unless a communicator saw a peer die (MPI_Finalize would wait for it).
+// - Open MPI opens its components with dlopen, and they need libmpi's symbols in the global scope, where the
+//   libraries of a Python extension are not: before MPI_Init the module reopens the libmpi it was linked with with
+//   RTLD_GLOBAL.
+// - Arrays are checked as by symcomm._core (NOTE [python buffers]). Every call holds one process-wide mutex (the
+//   MPI library may give less than MPI_THREAD_MULTIPLE) and releases the GIL; abort() takes neither, so another
+//   thread can abort a call that waits.
+#include <dlfcn.h>
+#include <mpi.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "buffers.h"
+#include "symcomm/error.h"
+#include "symcomm/multinode.h"
+
+namespace symcomm::python {
+namespace {
+
+PyObject* g_error_type = nullptr;  ///< symcomm.Error, from symcomm._core
+std::mutex g_call_mu;              ///< one MPI-using call at a time in this process
+bool g_initialized_mpi = false;    ///< this module called MPI_Init_thread
+bool g_peer_died = false;          ///< a communicator reported a dead peer: MPI_Finalize would wait for it
+
+void ensure_mpi() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) throw py::value_error("MPI was finalised in this process; it cannot be initialised again");
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&MPI_Init_thread), &info) != 0 && info.dli_fname != nullptr) {
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);  // NOTE [python MPI]; the handle stays open
+  }
+  int provided = 0;
+  py::gil_scoped_release release;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    throw Error(ErrorCode::kSystem, "MPI_Init_thread failed", __FILE__, __LINE__);
+  }
+  g_initialized_mpi = true;
+}
+
+Hierarchy parse_hierarchy(const std::string& h) {
+  if (h == "auto") return Hierarchy::kAuto;
+  if (h == "hierarchical") return Hierarchy::kHierarchical;
+  if (h == "flat") return Hierarchy::kFlat;
+  throw py::value_error("hierarchy '" + h + "' is unknown (auto, hierarchical, flat)");
+}
+
+class PyMultiNode;
+std::vector<PyMultiNode*> g_open;  ///< communicators not yet closed (guarded by the GIL)
+
+/// symcomm._mpi.MultiNodeCommunicator: owns a MultiNodeCommunicator over MPI_COMM_WORLD until close().
+class PyMultiNode {
+ public:
+  static std::unique_ptr<PyMultiNode> create(int fake_node_size, bool fake_round_robin,
+                                             std::optional<std::string> min_bytes) {
+    if (fake_node_size < 0) throw py::value_error("fake_node_size " + std::to_string(fake_node_size) + " is negative");
+    ensure_mpi();
+    MultiNodeOptions options;
+    options.fake_node_size = fake_node_size;
+    options.fake_round_robin = fake_round_robin;
+    options.min_bytes = std::move(min_bytes);
+    std::unique_ptr<MultiNodeCommunicator> comm;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(g_call_mu);
+      comm = MultiNodeCommunicator::create(MPI_COMM_WORLD, options);
+    }
+    return std::make_unique<PyMultiNode>(std::move(comm));
+  }
+
+  explicit PyMultiNode(std::unique_ptr<MultiNodeCommunicator> comm)
+      : comm_(std::move(comm)),
+        rank_(comm_->rank()),
+        world_size_(comm_->world_size()),
+        node_(comm_->node()),
+        num_nodes_(comm_->num_nodes()),
+        local_rank_(comm_->local_rank()),
+        local_world_size_(comm_->local_world_size()) {
+    g_open.push_back(this);
+  }
+  ~PyMultiNode() {
+    try {
+      close();
+    } catch (...) {  // destruction reports nothing; close() raises
+      PyErr_Clear();
+    }
+  }
+  PyMultiNode(const PyMultiNode&) = delete;
+  PyMultiNode& operator=(const PyMultiNode&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int node() const { return node_; }
+  int num_nodes() const { return num_nodes_; }
+  int local_rank() const { return local_rank_; }
+  int local_world_size() const { return local_world_size_; }
+  bool closed() const {
+    std::lock_guard lock(ptr_mu_);
+    return comm_ == nullptr;
+  }
+  std::string last_path() const {
+    std::lock_guard lock(ptr_mu_);
+    return comm_ ? std::string(to_string(comm_->last_path())) : "none";
+  }
+
+  py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy) {
+    Buffer in = checked(x, "x", false, "", false);
+    Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
+    const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
+    run([&](MultiNodeCommunicator& c) { c.all_reduce(in.data(), o.data(), in.count, in.dtype, op, opts); });
+    return o.owner;
+  }
+
+  py::object all_gather(const py::handle& x, const py::handle& out, const std::string& hierarchy) {
+    Buffer in = checked(x, "x", false, "", false);
+    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", "", false);
+    const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
+    run([&](MultiNodeCommunicator& c) { c.all_gather(in.data(), o.data(), in.count, in.dtype, opts); });
+    return o.owner;
+  }
+
+  py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy) {
+    Buffer in = checked(x, "x", false, "", false);
+    divisible(in);
+    Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", "", false);
+    const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
+    run([&](MultiNodeCommunicator& c) { c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op, opts); });
+    return o.owner;
+  }
+
+  py::object broadcast(const py::handle& x, const py::handle& out, int root, const std::string& hierarchy) {
+    Buffer in = checked(x, "x", false, "", false);
+    Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
+    const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
+    run([&](MultiNodeCommunicator& c) { c.broadcast(in.data(), o.data(), in.count, in.dtype, root, opts); });
+    return o.owner;
+  }
+
+  py::object all_to_all(const py::handle& x, const py::handle& out, const std::string& hierarchy) {
+    Buffer in = checked(x, "x", false, "", false);
+    divisible(in);
+    Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
+    const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
+    run([&](MultiNodeCommunicator& c) {
+      c.all_to_all(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
+    });
+    return o.owner;
+  }
+
+  void barrier(const std::string& hierarchy) {
+    const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
+    run([&](MultiNodeCommunicator& c) { c.barrier(opts); });
+  }
+
+  void send(const py::handle& x, int peer) {
+    Buffer in = checked(x, "x", false, "", false);
+    run([&](MultiNodeCommunicator& c) { c.send(in.data(), in.count, in.dtype, peer); });
+  }
+
+  py::object recv(const py::handle& out, int peer) {
+    Buffer o = checked(out, "out", true, "", false);
+    run([&](MultiNodeCommunicator& c) { c.recv(o.data(), o.count, o.dtype, peer); });
+    return o.owner;
+  }
+
+  void check() {
+    run([](MultiNodeCommunicator& c) { c.check(); });
+  }
+
+  /// Local and non-blocking: pending and later calls fail with Error(kAborted). Does nothing once closed.
+  void abort() {
+    std::lock_guard lock(ptr_mu_);
+    if (comm_) comm_->abort();
+  }
+
+  /// Destroys the communicator (collective, like its creation: every rank closes it); idempotent.
+  void close() {
+    std::erase(g_open, this);
+    std::unique_ptr<MultiNodeCommunicator> comm;
+    {
+      std::lock_guard lock(ptr_mu_);
+      comm = std::move(comm_);
+    }
+    if (!comm) return;
+    py::gil_scoped_release release;
+    std::lock_guard lock(g_call_mu);
+    comm.reset();
+  }
+
+ private:
+  void divisible(const Buffer& in) const {
+    if (in.count % world_size_ != 0) {
+      throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
+                            std::to_string(world_size_));
+    }
+  }
+
+  /// Runs `f` on the communicator without the GIL, one call at a time in the process (NOTE [python MPI]).
+  template <class F>
+  void run(F&& f) {
+    MultiNodeCommunicator* comm = nullptr;
+    {
+      std::lock_guard lock(ptr_mu_);
+      comm = comm_.get();
+    }
+    if (comm == nullptr) throw py::value_error("the communicator is closed");
+    try {
+      py::gil_scoped_release release;
+      std::lock_guard lock(g_call_mu);
+      f(*comm);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kPeerDead) g_peer_died = true;
+      throw;
+    }
+  }
+
+  mutable std::mutex ptr_mu_;  ///< guards comm_ (abort() reads it while a call runs)
+  std::unique_ptr<MultiNodeCommunicator> comm_;
+  int rank_, world_size_, node_, num_nodes_, local_rank_, local_world_size_;
+};
+
+/// At interpreter exit: closes what is still open, then finalises MPI if this module initialised it.
+void finalize() {
+  while (!g_open.empty()) g_open.back()->close();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_initialized_mpi && !finalized && !g_peer_died) {
+    py::gil_scoped_release release;
+    MPI_Finalize();
+  }
+}
+
+}  // namespace
+}  // namespace symcomm::python
+
+PYBIND11_MODULE(_mpi, m) {
+  using namespace symcomm;          // NOLINT(google-build-using-namespace)
+  using namespace symcomm::python;  // NOLINT(google-build-using-namespace)
+  m.doc() = "symcomm communicators that span nodes (MPI between them) for host arrays; use symcomm.MultiNodeCommunicator";
+
+  py::module_ core = py::module_::import("symcomm._core");
+  g_error_type = core.attr("Error").ptr();
+  Py_INCREF(g_error_type);
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      set_python_error(g_error_type, e);
+    }
+  });
+  py::module_::import("atexit").attr("register")(py::cpp_function(&finalize));
+
+  py::class_<PyMultiNode>(m, "MultiNodeCommunicator")
+      .def_static("create", &PyMultiNode::create, py::arg("fake_node_size") = 0, py::arg("fake_round_robin") = false,
+                  py::arg("min_bytes") = py::none())
+      .def_property_readonly("rank", &PyMultiNode::rank)
+      .def_property_readonly("world_size", &PyMultiNode::world_size)
+      .def_property_readonly("node", &PyMultiNode::node)
+      .def_property_readonly("num_nodes", &PyMultiNode::num_nodes)
+      .def_property_readonly("local_rank", &PyMultiNode::local_rank)
+      .def_property_readonly("local_world_size", &PyMultiNode::local_world_size)
+      .def_property_readonly("closed", &PyMultiNode::closed)
+      .def_property_readonly("last_path", &PyMultiNode::last_path)
+      .def("all_reduce", &PyMultiNode::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("hierarchy"))
+      .def("all_gather", &PyMultiNode::all_gather, py::arg("x"), py::arg("out"), py::arg("hierarchy"))
+      .def("reduce_scatter", &PyMultiNode::reduce_scatter, py::arg("x"), py::arg("out"), py::arg("op"),
+           py::arg("hierarchy"))
+      .def("broadcast", &PyMultiNode::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("hierarchy"))
+      .def("all_to_all", &PyMultiNode::all_to_all, py::arg("x"), py::arg("out"), py::arg("hierarchy"))
+      .def("barrier", &PyMultiNode::barrier, py::arg("hierarchy"))
+      .def("send", &PyMultiNode::send, py::arg("x"), py::arg("peer"))
+      .def("recv", &PyMultiNode::recv, py::arg("out"), py::arg("peer"))
+      .def("check", &PyMultiNode::check)
+      .def("abort", &PyMultiNode::abort)
+      .def("close", &PyMultiNode::close);
+}

@@ -1,0 +1,152 @@
+"""symcomm.MultiNodeCommunicator (symcomm._mpi) under mpirun, with fake nodes: every collective on each path, dtype
+and op against the known result, point-to-point, layouts and argument errors.
+
+    mpirun -np 4 python3 -m pytest tests/python/mpi_multinode.py          # 2 nodes of 2 ranks
+    SYMCOMM_TEST_ROUND_ROBIN=1 mpirun -np 6 python3 -m pytest ...          # 3 nodes of 2, ranks dealt round-robin
+
+Not named test_*.py: run_ranks.py runs this folder under symcomm-run, which is no MPI job.
+"""
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from conftest import DTYPES, OPS, Guarded, assert_same, reduce_expected, values
+
+import symcomm
+from symcomm.multinode import HIERARCHIES
+
+FAKE_NODE_SIZE = int(os.environ.get("SYMCOMM_TEST_FAKE_NODE_SIZE", "2"))
+ROUND_ROBIN = os.environ.get("SYMCOMM_TEST_ROUND_ROBIN") == "1"
+
+
+def seed_of(*parts):
+    return zlib.crc32(repr(parts).encode())
+
+
+@pytest.fixture(scope="module")
+def mn():
+    c = symcomm.MultiNodeCommunicator.create(fake_node_size=FAKE_NODE_SIZE, fake_round_robin=ROUND_ROBIN)
+    yield c
+    c.barrier()
+    c.close()
+
+
+def expected_path(mn, hierarchy):
+    return {"hierarchical": "hierarchical", "flat": "flat"}.get(hierarchy)
+
+
+def test_layout(mn):
+    ws, r = mn.world_size, mn.rank
+    nodes = -(-ws // FAKE_NODE_SIZE)
+    assert mn.num_nodes == nodes
+    if ROUND_ROBIN:
+        assert (mn.node, mn.local_rank) == (r % nodes, r // nodes)
+    else:
+        assert (mn.node, mn.local_rank) == (r // FAKE_NODE_SIZE, r % FAKE_NODE_SIZE)
+    sizes = mn.all_gather(np.array([mn.local_world_size], np.int32)).ravel()
+    nodes_of = mn.all_gather(np.array([mn.node], np.int32)).ravel()
+    assert all(sizes[p] == np.count_nonzero(nodes_of == nodes_of[p]) for p in range(ws))
+
+
+@pytest.mark.parametrize("hierarchy", HIERARCHIES)
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_all_reduce(mn, dtype, op, hierarchy):
+    seed = seed_of("ar", np.dtype(dtype).name, op, hierarchy)
+    n = 1031
+    x = values(seed, mn.rank, n, dtype, op)
+    out = Guarded(n, dtype)
+    got = mn.all_reduce(x, op=op, out=out.array, hierarchy=hierarchy)
+    assert got is out.array
+    assert_same(got, reduce_expected(seed, mn.world_size, n, dtype, op), f"all_reduce {op} {hierarchy}")
+    assert out.guards_intact()
+    want = expected_path(mn, hierarchy)
+    assert want is None or mn.last_path == want
+
+
+@pytest.mark.parametrize("hierarchy", HIERARCHIES)
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float64], ids=lambda d: np.dtype(d).name)
+def test_gathers_and_scatters(mn, dtype, hierarchy):
+    ws, me, n = mn.world_size, mn.rank, 37
+    seed = seed_of("moves", np.dtype(dtype).name, hierarchy)
+    g = mn.all_gather(values(seed, me, n, dtype), hierarchy=hierarchy)
+    assert g.shape == (ws, n)
+    assert_same(g, np.stack([values(seed, r, n, dtype) for r in range(ws)]), "all_gather")
+    out = Guarded((n,), dtype)
+    mn.reduce_scatter(values(seed + 1, me, ws * n, dtype, "sum"), out=out.array, hierarchy=hierarchy)
+    assert_same(out.array, reduce_expected(seed + 1, ws, n, dtype, "sum", offset=me * n), "reduce_scatter")
+    assert out.guards_intact()
+    for root in range(ws):
+        b = values(seed + 2, me, n, dtype)
+        got = mn.broadcast(b, root, hierarchy=hierarchy)
+        assert got is b
+        assert_same(b, values(seed + 2, root, n, dtype), f"broadcast from {root}")
+    x = values(seed + 3, me, ws * n, dtype)
+    a = mn.all_to_all(x, hierarchy="flat" if hierarchy == "hierarchical" else hierarchy)  # MPI's only
+    want = np.concatenate([values(seed + 3, p, ws * n, dtype)[me * n:(me + 1) * n] for p in range(ws)])
+    assert_same(a, want, "all_to_all")
+    mn.barrier(hierarchy=hierarchy)
+
+
+def test_large_all_reduce_in_place(mn):
+    seed = seed_of("large")
+    n = (3 << 20) + 5  # past the node scratch's rounds, with a tail the node count does not divide
+    x = values(seed, mn.rank, n, np.float32, "sum")
+    mn.all_reduce(x, out=x, hierarchy="hierarchical")
+    assert_same(x, reduce_expected(seed, mn.world_size, n, np.float32, "sum"), "in place, 12 MB")
+
+
+def test_send_recv_pairs(mn):
+    me, ws = mn.rank, mn.world_size
+    peer = me ^ 1
+    if peer >= ws:
+        pytest.skip("an odd world size leaves the last rank without a partner")
+    mine = values(seed_of("p2p", me), me, 100003, np.int32)
+    got = np.zeros(100003, np.int32)
+    if me % 2 == 0:
+        mn.send(mine, peer)
+        mn.recv(got, peer)
+    else:
+        mn.recv(got, peer)
+        mn.send(mine, peer)
+    assert_same(got, values(seed_of("p2p", peer), peer, 100003, np.int32), "message")
+
+
+def test_torch_cpu_tensors(mn):
+    torch = pytest.importorskip("torch")
+    t = torch.full((3, 5), float(mn.rank + 1))
+    got = mn.all_reduce(t, hierarchy="hierarchical")
+    assert isinstance(got, torch.Tensor)
+    assert torch.equal(got, torch.full((3, 5), float(mn.world_size * (mn.world_size + 1) // 2)))
+
+
+def test_argument_errors(mn):
+    with pytest.raises(ValueError, match="hierarchy 'tree' is unknown"):
+        mn.all_reduce(np.ones(4, np.float32), hierarchy="tree")
+    with pytest.raises(ValueError, match="not divisible"):
+        mn.reduce_scatter(np.ones(mn.world_size + 1, np.float32), out=np.ones(1, np.float32))
+    with pytest.raises(TypeError, match="int16"):
+        mn.all_gather(np.ones(4, np.int16))
+    with pytest.raises(ValueError, match="elements, expected"):
+        mn.all_reduce(np.ones(4, np.float32), out=np.ones(5, np.float32))
+    with pytest.raises(symcomm.Error) as e:
+        mn.broadcast(np.ones(4, np.float32), root=mn.world_size)
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(symcomm.Error, match="all_to_all has no hierarchical path") as e:
+        mn.all_to_all(np.ones(mn.world_size, np.float32), hierarchy="hierarchical")
+    assert e.value.code == "invalid_argument"
+    mn.barrier()  # still usable, in step
+
+
+def test_closed_communicator_refuses_calls(mn):
+    other = symcomm.MultiNodeCommunicator.create(fake_node_size=FAKE_NODE_SIZE, fake_round_robin=ROUND_ROBIN)
+    got = other.all_reduce(np.array([1], np.int64))
+    assert got[0] == mn.world_size
+    other.close()
+    other.close()  # idempotent
+    assert other.closed
+    with pytest.raises(ValueError, match="closed"):
+        other.barrier()
