@@ -80,9 +80,42 @@ class MultiNodeCommunicator {
   void all_to_all(const void* in, void* out, size_t count, DataType dtype, const NodeCollOptions& o = {});
   void barrier(const NodeCollOptions& o = {});
   /// Point-to-point on MPI (NCCL's matching: the k-th send from A to B is the k-th receive on B from A). A send
-  /// returns once its buffer may be reused.
+  /// returns once its buffer may be reused. Outside a group the peer must be another rank.
   void send(const void* buf, size_t count, DataType dtype, int peer);
   void recv(void* buf, size_t count, DataType dtype, int peer);
+
+  /// Asynchronous forms. The arguments are checked at once (Error(kInvalidArgument), nothing issued, the
+  /// communicator usable); the call then runs on this communicator's progress thread, after every call issued before
+  /// it, and the Work completes when it has (wait() rethrows its error). The buffers must stay valid until then.
+  /// From the first asynchronous call on, synchronous calls are handed to that thread too, and waited for, so that
+  /// every call runs in issue order. The thread calls MPI: MPI must be initialised with MPI_THREAD_SERIALIZED or
+  /// more (MPI_THREAD_MULTIPLE where the program calls MPI itself meanwhile), else Error(kUnsupported).
+  std::shared_ptr<Work> all_reduce_async(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                         const NodeCollOptions& o = {});
+  std::shared_ptr<Work> all_gather_async(const void* in, void* out, size_t count, DataType dtype,
+                                         const NodeCollOptions& o = {});
+  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                             const NodeCollOptions& o = {});
+  std::shared_ptr<Work> broadcast_async(const void* in, void* out, size_t count, DataType dtype, int root,
+                                        const NodeCollOptions& o = {});
+  std::shared_ptr<Work> all_to_all_async(const void* in, void* out, size_t count, DataType dtype,
+                                         const NodeCollOptions& o = {});
+  std::shared_ptr<Work> barrier_async(const NodeCollOptions& o = {});
+  std::shared_ptr<Work> send_async(const void* buf, size_t count, DataType dtype, int peer);
+  std::shared_ptr<Work> recv_async(void* buf, size_t count, DataType dtype, int peer);
+
+  /// Groups, as on Communicator: the calls issued between group_start() and the outermost group_end() are checked
+  /// when issued and run together at its end: the collectives in issue order, consecutive all-reduces of one dtype,
+  /// op and hierarchy packed into one all-reduce, then every send and receive at once (so exchanges cannot
+  /// deadlock; a rank may send to itself there). Every rank must issue the same collectives in its group. An
+  /// `*_async` call in a group returns a Work that completes once its part of the group has run; a synchronous one
+  /// returns at once, its buffers in use until the group ends. Groups nest; group_cancel() drops what its level
+  /// recorded (their Works fail with kInvalidArgument). group_end() rethrows the first error of the group.
+  void group_start();
+  void group_end();
+  /// Ends the group and returns one Work for all of it.
+  std::shared_ptr<Work> group_end_async();
+  void group_cancel();
 
   /// The path of the last collective this process issued.
   NodePath last_path() const;

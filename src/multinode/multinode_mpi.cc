@@ -21,8 +21,8 @@
 #include "algos/request.h"
 #include "base/check.h"
 #include "base/deadline.h"
+#include "multinode/multinode_impl.h"
 #include "symcomm/mpi.h"
-#include "symcomm/multinode.h"
 
 namespace symcomm {
 
@@ -141,58 +141,6 @@ constexpr size_t kOptionBytes = 512;
 
 }  // namespace
 
-class MultiNodeCommunicator::Impl {
- public:
-  Impl(MPI_Comm comm, const MultiNodeOptions& options);
-  ~Impl();
-
-  void all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, Hierarchy h);
-  void all_gather(const void* in, void* out, size_t count, DataType dtype, Hierarchy h);
-  void reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, Hierarchy h);
-  void broadcast(const void* in, void* out, size_t count, DataType dtype, int root, Hierarchy h);
-  void all_to_all(const void* in, void* out, size_t count, DataType dtype, Hierarchy h);
-  void barrier(Hierarchy h);
-  void point_to_point(bool send, void* buf, size_t count, DataType dtype, int peer);
-
-  void abort();
-  void check() const;
-
-  int rank_ = 0, node_ = 0, local_ = 0;
-  NodeLayout layout_;
-  std::unique_ptr<Communicator> node_comm_;
-  MPI_Comm world_ = MPI_COMM_NULL, node_mpi_ = MPI_COMM_NULL, inter_ = MPI_COMM_NULL;
-  std::atomic<NodePath> last_{NodePath::kNone};
-  std::atomic<bool> aborted_{false};
-
- private:
-  // Runs `body` (one collective); a fatal error becomes the sticky error, and the node communicator is aborted so
-  // that nothing more waits on it.
-  template <class F>
-  void guarded(const detail::Request& r, F&& body);
-  NodePath plan(const detail::Request& r, Hierarchy h);
-  // Waits for an MPI request or a node Work, watching the abort flag, the deadline and the host's ranks.
-  void wait(MPI_Request& req, const char* what);
-  void wait(const std::shared_ptr<Work>& work, const char* what);
-  /// Issues a node collective and waits for it; errors name world ranks, also those the node communicator
-  /// raises when the call is issued (a peer it has already seen die).
-  template <class Issue>
-  void run_node(Issue&& issue, const char* what);
-  void watch(const char* what, Clock::time_point start, Clock::time_point* last_look);
-  [[noreturn]] void rethrow_node_error(const Error& e, const char* what);
-
-  void mpi_all_reduce(void* buf, size_t count, DataType dtype, ReduceOp op, MPI_Comm comm, const char* what);
-  void node_all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
-  void* scratch(int which, size_t bytes);
-
-  std::chrono::milliseconds timeout_;
-  NodeThresholds thresholds_;
-  std::vector<int> pids_;
-  std::vector<int> host_peers_;  ///< ranks on this host (their pids can be watched), this rank excluded
-  mutable std::mutex mu_;
-  std::optional<Error> sticky_;
-  std::vector<uint8_t> scratch_[3];
-};
-
 MultiNodeCommunicator::Impl::Impl(MPI_Comm comm, const MultiNodeOptions& options) {
   int initialized = 0;
   check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -273,6 +221,7 @@ MultiNodeCommunicator::Impl::Impl(MPI_Comm comm, const MultiNodeOptions& options
 }
 
 MultiNodeCommunicator::Impl::~Impl() {
+  stop_progress();
   node_comm_.reset();
   // Communicators with operations still pending (after an error) are left to MPI_Finalize: freeing one that a
   // pending collective uses is an error in Open MPI.
@@ -605,27 +554,52 @@ void MultiNodeCommunicator::Impl::barrier(Hierarchy h) {
   });
 }
 
-void MultiNodeCommunicator::Impl::point_to_point(bool send, void* buf, size_t count, DataType dtype, int peer) {
-  const detail::Request r =
-      detail::make_p2p(send ? detail::P2pDir::kSend : detail::P2pDir::kRecv, buf, buf, count, dtype, peer);
-  guarded(r, [&] {
-    SYMCOMM_CHECK_ARG(peer != rank_, "{} to itself outside a group", send ? "send" : "recv");
-    const size_t es = dtype_size(dtype);
-    // One message per piece of at most kMaxMpiCount elements; pieces of one call keep their order (MPI's
-    // non-overtaking rule), so the k-th call still matches the k-th call on the other side.
-    size_t at = 0;
-    do {
-      const int n = static_cast<int>(std::min(kMaxMpiCount, count - at));
-      MPI_Request req;
-      void* piece = static_cast<uint8_t*>(buf) + at * es;
-      if (send) {
-        check_mpi(MPI_Isend(piece, n, mpi_type(dtype), peer, 0, world_, &req), "MPI_Isend");
-      } else {
-        check_mpi(MPI_Irecv(piece, n, mpi_type(dtype), peer, 0, world_, &req), "MPI_Irecv");
-      }
-      wait(req, send ? "the send" : "the receive");
-      at += n;
-    } while (at < count);
+void MultiNodeCommunicator::Impl::exchange(std::span<const detail::NodeCall> calls) {
+  guarded(calls.front().request, [&] {
+    std::vector<const detail::Request*> self_sends, self_recvs;
+    for (const detail::NodeCall& c : calls) {
+      if (c.request.peer == rank_)
+        (c.request.p2p == detail::P2pDir::kSend ? self_sends : self_recvs).push_back(&c.request);
+    }
+    SYMCOMM_CHECK_ARG(self_sends.size() == self_recvs.size(),
+                      "a group holds {} sends to rank {} itself and {} receives "
+                      "from it",
+                      self_sends.size(), rank_, self_recvs.size());
+    for (size_t k = 0; k < self_sends.size(); ++k) {
+      const detail::Request &s = *self_sends[k], &r = *self_recvs[k];
+      SYMCOMM_CHECK_ARG(s.count == r.count && s.dtype == r.dtype,
+                        "send {} of rank {} to itself has {} x {}, its "
+                        "receive {} x {}",
+                        k, rank_, s.count, to_string(s.dtype), r.count, to_string(r.dtype));
+    }
+    // Every piece of every message is posted before any is waited for, so that exchanges cannot deadlock; pieces of
+    // one message keep their order (MPI's non-overtaking rule).
+    std::vector<MPI_Request> reqs;
+    for (const detail::NodeCall& c : calls) {
+      const detail::Request& r = c.request;
+      if (r.peer == rank_) continue;
+      const bool send = r.p2p == detail::P2pDir::kSend;
+      const size_t es = dtype_size(r.dtype);
+      size_t at = 0;
+      do {
+        const int n = static_cast<int>(std::min(kMaxMpiCount, r.count - at));
+        MPI_Request req;
+        if (send) {
+          check_mpi(
+              MPI_Isend(static_cast<const uint8_t*>(r.in) + at * es, n, mpi_type(r.dtype), r.peer, 0, world_, &req),
+              "MPI_Isend");
+        } else {
+          check_mpi(MPI_Irecv(static_cast<uint8_t*>(r.out) + at * es, n, mpi_type(r.dtype), r.peer, 0, world_, &req),
+                    "MPI_Irecv");
+        }
+        reqs.push_back(req);
+        at += n;
+      } while (at < r.count);
+    }
+    for (size_t k = 0; k < self_sends.size(); ++k) {
+      std::memcpy(self_recvs[k]->out, self_sends[k]->in, self_sends[k]->count * dtype_size(self_sends[k]->dtype));
+    }
+    for (MPI_Request& req : reqs) wait(req, "a send or receive of the group");
   });
 }
 
@@ -647,33 +621,6 @@ int MultiNodeCommunicator::local_world_size() const {
 Communicator& MultiNodeCommunicator::node_communicator() { return *impl_->node_comm_; }
 MPI_Comm MultiNodeCommunicator::inter_node_communicator() const { return impl_->inter_; }
 
-void MultiNodeCommunicator::all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-                                       const NodeCollOptions& o) {
-  impl_->all_reduce(in, out, count, dtype, op, o.hierarchy);
-}
-void MultiNodeCommunicator::all_gather(const void* in, void* out, size_t count, DataType dtype,
-                                       const NodeCollOptions& o) {
-  impl_->all_gather(in, out, count, dtype, o.hierarchy);
-}
-void MultiNodeCommunicator::reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
-                                           const NodeCollOptions& o) {
-  impl_->reduce_scatter(in, out, count, dtype, op, o.hierarchy);
-}
-void MultiNodeCommunicator::broadcast(const void* in, void* out, size_t count, DataType dtype, int root,
-                                      const NodeCollOptions& o) {
-  impl_->broadcast(in, out, count, dtype, root, o.hierarchy);
-}
-void MultiNodeCommunicator::all_to_all(const void* in, void* out, size_t count, DataType dtype,
-                                       const NodeCollOptions& o) {
-  impl_->all_to_all(in, out, count, dtype, o.hierarchy);
-}
-void MultiNodeCommunicator::barrier(const NodeCollOptions& o) { impl_->barrier(o.hierarchy); }
-void MultiNodeCommunicator::send(const void* buf, size_t count, DataType dtype, int peer) {
-  impl_->point_to_point(true, const_cast<void*>(buf), count, dtype, peer);
-}
-void MultiNodeCommunicator::recv(void* buf, size_t count, DataType dtype, int peer) {
-  impl_->point_to_point(false, buf, count, dtype, peer);
-}
 NodePath MultiNodeCommunicator::last_path() const { return impl_->last_.load(); }
 void MultiNodeCommunicator::abort() { impl_->abort(); }
 bool MultiNodeCommunicator::is_aborted() const { return impl_->aborted_.load(); }

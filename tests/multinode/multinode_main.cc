@@ -7,6 +7,8 @@
 //                                           follows the death, so that V's node mates call a node communicator
 //                                           that has already seen it die (the error then comes when the call is
 //                                           issued)
+//   symcomm_multinode_tests --kill-async=V  the same with asynchronous all-reduces, four in flight: the error
+//                                           comes from a Work
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,7 +39,9 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
-int kill_run(int victim, bool idle) {
+enum class KillMode { kKill, kIdle, kAsync };
+
+int kill_run(int victim, KillMode mode) {
   using namespace symcomm;
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -46,12 +51,23 @@ int kill_run(int victim, bool idle) {
   c.timeout = std::chrono::seconds(60);
   o.node.config = c;
   auto comm = MultiNodeCommunicator::create(MPI_COMM_WORLD, o);
-  std::vector<float> x(1 << 16, 1.0f);
+  std::vector<std::vector<float>> xs(4, std::vector<float>(1 << 16, 1.0f));
+  std::deque<std::shared_ptr<Work>> in_flight;
   for (int it = 0; it < 1000000; ++it) {
     if (it == 50 && me == victim) ::kill(::getpid(), SIGKILL);
-    if (it == 50 && idle) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (it == 50 && mode == KillMode::kIdle) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     try {
-      comm->all_reduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kMax, {Hierarchy::kHierarchical});
+      std::vector<float>& x = xs[it % xs.size()];
+      if (mode == KillMode::kAsync) {
+        if (in_flight.size() == xs.size()) {
+          in_flight.front()->wait();
+          in_flight.pop_front();
+        }
+        in_flight.push_back(comm->all_reduce_async(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kMax,
+                                                   {Hierarchy::kHierarchical}));
+      } else {
+        comm->all_reduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kMax, {Hierarchy::kHierarchical});
+      }
     } catch (const Error& e) {
       const bool named = std::find(e.ranks().begin(), e.ranks().end(), victim) != e.ranks().end();
       std::printf("survivor %d: %s after %d all-reduces: %s\n", me,
@@ -76,8 +92,9 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--kill=", 7) == 0) return kill_run(std::atoi(argv[i] + 7), false);
-    if (std::strncmp(argv[i], "--kill-idle=", 12) == 0) return kill_run(std::atoi(argv[i] + 12), true);
+    if (std::strncmp(argv[i], "--kill=", 7) == 0) return kill_run(std::atoi(argv[i] + 7), KillMode::kKill);
+    if (std::strncmp(argv[i], "--kill-idle=", 12) == 0) return kill_run(std::atoi(argv[i] + 12), KillMode::kIdle);
+    if (std::strncmp(argv[i], "--kill-async=", 13) == 0) return kill_run(std::atoi(argv[i] + 13), KillMode::kAsync);
   }
   ::testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {

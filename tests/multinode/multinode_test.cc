@@ -318,6 +318,134 @@ TEST_P(MultiNode, AbortFailsTheNextCalls) {
   EXPECT_THROW(c->check(), Error);
 }
 
+// Rank `rank`'s k-th input element i of the ordering tests, and the sum over n ranks.
+int32_t order_value(int k, size_t i, int rank) {
+  return static_cast<int32_t>(k * 1000 + static_cast<int>(i % 7) + rank);
+}
+int32_t order_sum(int k, size_t i, int n) { return n * order_value(k, i, 0) + n * (n - 1) / 2; }
+
+TEST_P(MultiNode, AsyncCallsRunInIssueOrder) {
+  const int me = comm_->rank(), n = comm_->world_size();
+  const std::vector<Hierarchy> paths = paths_of(*comm_);  // MPI on this thread: before any call is queued
+  constexpr int kCalls = 12;
+  const size_t count = 1031;
+  std::vector<std::vector<int32_t>> bufs(kCalls, std::vector<int32_t>(count));
+  std::vector<std::shared_ptr<Work>> works;
+  for (int k = 0; k < kCalls; ++k) {
+    for (size_t i = 0; i < count; ++i) bufs[k][i] = order_value(k, i, me);
+    works.push_back(comm_->all_reduce_async(bufs[k].data(), bufs[k].data(), count, DataType::kInt32, ReduceOp::kSum,
+                                            {paths[k % paths.size()]}));
+  }
+  // A synchronous call after them runs after them.
+  std::vector<int32_t> ranks(n, -1);
+  const int32_t mine = me;
+  comm_->all_gather(&mine, ranks.data(), 1, DataType::kInt32);
+  for (int k = 0; k < kCalls; ++k) {
+    EXPECT_TRUE(works[k]->is_completed()) << "call " << k;
+    works[k]->wait();
+    EXPECT_EQ(works[k]->exception(), nullptr);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(bufs[k][i], order_sum(k, i, n)) << "call " << k << " element " << i;
+  }
+  for (int p = 0; p < n; ++p) EXPECT_EQ(ranks[p], p);
+  // Every other collective's async form.
+  std::vector<float> gathered(3 * n, -1), block(3, -1), full(3 * n), exchanged(n, -1), from_root(5);
+  const float x[3] = {1.0f * me, 2.0f * me, 3.0f * me};
+  for (int i = 0; i < 3 * n; ++i) full[i] = static_cast<float>(i + me);
+  std::vector<float> to_all(n);
+  for (int p = 0; p < n; ++p) to_all[p] = static_cast<float>(me * 100 + p);
+  for (int i = 0; i < 5; ++i) from_root[i] = me == n - 1 ? 7.0f + i : -1.0f;
+  std::vector<std::shared_ptr<Work>> more{
+      comm_->all_gather_async(x, gathered.data(), 3, DataType::kFloat32),
+      comm_->reduce_scatter_async(full.data(), block.data(), 3, DataType::kFloat32, ReduceOp::kMax),
+      comm_->broadcast_async(from_root.data(), from_root.data(), 5, DataType::kFloat32, n - 1),
+      comm_->all_to_all_async(to_all.data(), exchanged.data(), 1, DataType::kFloat32, {Hierarchy::kFlat}),
+      comm_->barrier_async()};
+  for (auto& w : more) w->wait();
+  for (int p = 0; p < n; ++p) {
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(gathered[p * 3 + i], static_cast<float>((i + 1) * p));
+    EXPECT_EQ(exchanged[p], static_cast<float>(p * 100 + me));
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(block[i], static_cast<float>(me * 3 + i + n - 1));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(from_root[i], 7.0f + i);
+}
+
+TEST_P(MultiNode, GroupRunsItsCallsAtItsEndAndPacksAllReduces) {
+  const int me = comm_->rank(), n = comm_->world_size();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  const size_t count = 1001;
+  std::vector<std::vector<int32_t>> sums(4, std::vector<int32_t>(count));
+  std::vector<std::vector<int32_t>> outs(4, std::vector<int32_t>(count, -1));
+  for (int k = 0; k < 4; ++k) {
+    for (size_t i = 0; i < count; ++i) sums[k][i] = order_value(k, i, me);
+  }
+  std::vector<double> maxes(7);
+  for (int i = 0; i < 7; ++i) maxes[i] = me * 10.0 + i;
+  std::vector<int64_t> gathered(2 * n, -1);
+  const int64_t pair[2] = {me, -me};
+  std::vector<uint8_t> message(100000), received(100000, 0), to_self(33, 0x5A), from_self(33, 0);
+  for (size_t i = 0; i < message.size(); ++i) message[i] = static_cast<uint8_t>(i * 31 + me);
+
+  comm_->group_start();
+  comm_->all_reduce(sums[0].data(), outs[0].data(), count, DataType::kInt32, ReduceOp::kSum);
+  comm_->all_reduce(sums[1].data(), outs[1].data(), count, DataType::kInt32, ReduceOp::kSum);
+  auto third = comm_->all_reduce_async(sums[2].data(), outs[2].data(), count, DataType::kInt32, ReduceOp::kSum);
+  comm_->send(message.data(), message.size(), DataType::kUInt8, next);  // before the collectives: runs after them
+  comm_->all_reduce(maxes.data(), maxes.data(), 7, DataType::kFloat64, ReduceOp::kMax);
+  comm_->group_start();  // a nested level runs with the outermost one
+  comm_->all_gather(pair, gathered.data(), 2, DataType::kInt64);
+  comm_->all_reduce(sums[3].data(), outs[3].data(), count, DataType::kInt32, ReduceOp::kSum);
+  auto inner = comm_->group_end_async();
+  comm_->recv(received.data(), received.size(), DataType::kUInt8, prev);
+  comm_->send(to_self.data(), to_self.size(), DataType::kUInt8, me);
+  comm_->recv(from_self.data(), from_self.size(), DataType::kUInt8, me);
+  EXPECT_EQ(outs[0][0], -1) << "a call of an open group ran";
+  EXPECT_FALSE(third->is_completed());
+  EXPECT_FALSE(inner->is_completed());
+  auto group = comm_->group_end_async();
+  group->wait();
+  third->wait();
+  inner->wait();
+  for (int k = 0; k < 4; ++k) {
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(outs[k][i], order_sum(k, i, n)) << "all-reduce " << k << " at " << i;
+  }
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(maxes[i], (n - 1) * 10.0 + i);
+  for (int p = 0; p < n; ++p) {
+    EXPECT_EQ(gathered[2 * p], p);
+    EXPECT_EQ(gathered[2 * p + 1], -p);
+  }
+  for (size_t i = 0; i < received.size(); ++i) {
+    ASSERT_EQ(received[i], static_cast<uint8_t>(i * 31 + prev)) << "message from rank " << prev << " at " << i;
+  }
+  EXPECT_EQ(from_self, to_self);
+}
+
+TEST_P(MultiNode, GroupMisuseIsRefusedAndCancelDropsItsLevel) {
+  float x = 1, y = 0;
+  EXPECT_THROW(comm_->group_end(), Error);
+  EXPECT_THROW(comm_->group_cancel(), Error);
+  comm_->group_start();
+  auto dropped = comm_->all_reduce_async(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_THROW(comm_->all_reduce_async(nullptr, &y, 1, DataType::kFloat32, ReduceOp::kSum), Error);  // not recorded
+  comm_->group_cancel();
+  ASSERT_TRUE(dropped->is_completed());
+  try {
+    dropped->wait();
+    ADD_FAILURE() << "a cancelled call completed without an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  EXPECT_EQ(y, 0) << "a cancelled call ran";
+  // Argument errors of async calls are immediate and leave the communicator usable.
+  EXPECT_THROW(comm_->all_reduce_async(&x, &y, 1, static_cast<DataType>(99), ReduceOp::kSum), Error);
+  EXPECT_THROW(comm_->broadcast_async(&x, &y, 1, DataType::kFloat32, comm_->world_size()), Error);
+  EXPECT_THROW(comm_->send_async(&x, 1, DataType::kFloat32, comm_->rank()), Error);
+  if (paths_of(*comm_).size() == 3) {
+    EXPECT_THROW(comm_->all_to_all_async(&x, &y, 1, DataType::kFloat32, {Hierarchy::kHierarchical}), Error);
+  }
+  comm_->all_reduce_async(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+  EXPECT_EQ(y, comm_->world_size());
+}
+
 TEST(MultiNodeOptions, RanksThatDisagreeAllFailWithMismatch) {
   const int me = world_rank();
   try {
