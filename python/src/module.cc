@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "buffers.h"
+#include "work.h"
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
 #include "symcomm/fused.h"
@@ -55,53 +56,6 @@ struct PyHeapBuffer {
     if (cuda) d["stream"] = py::none();
     return d;
   }
-};
-
-/// A call of `*_async` not yet known to be complete, with the arrays it uses.
-struct Pending {
-  std::shared_ptr<Work> work;
-  std::vector<py::object> keep;
-};
-
-/// symcomm._core.Work: the completion handle of an `*_async` call.
-class PyWork {
- public:
-  PyWork(std::shared_ptr<Pending> pending, py::object result)
-      : pending_(std::move(pending)), result_(std::move(result)) {}
-
-  bool is_completed() const { return pending_->work->is_completed(); }
-
-  /// Blocks until the collective completes; rethrows its error. Returns the output array (None for a barrier).
-  py::object wait() {
-    try {
-      py::gil_scoped_release release;
-      pending_->work->wait();
-    } catch (...) {
-      pending_->keep.clear();  // completed, with an error: the buffers are no longer used
-      throw;
-    }
-    pending_->keep.clear();
-    return result_;
-  }
-
-  /// Like wait(), but gives up after `seconds` and returns false (the collective keeps running).
-  bool wait_for(double seconds) {
-    if (!(seconds >= 0)) throw py::value_error("wait_for: seconds must be >= 0");
-    bool done = false;
-    {
-      py::gil_scoped_release release;
-      done =
-          pending_->work->wait_for(std::chrono::milliseconds(static_cast<long long>(std::min(seconds, 1e9) * 1000.0)));
-    }
-    if (done) wait();  // rethrows the collective's error
-    return done;
-  }
-
-  py::object result() const { return result_; }
-
- private:
-  std::shared_ptr<Pending> pending_;
-  py::object result_;
 };
 
 /// The options of a communicator of `backend` ("host" or "cuda") on `device` (CUDA: -1 for the local rank).
@@ -407,24 +361,21 @@ class PyCommunicator {
 
   void group_start() {
     locked([](Communicator& c) { c.group_start(); });
-    ++group_depth_;
+    in_flight_.group_started();
   }
 
   void group_end() {
-    end_group_level([](Communicator& c) { c.group_end(); });
+    in_flight_.end_group([&] { return locked([](Communicator& c) { c.group_end(); return std::shared_ptr<Work>(); }); },
+                         false);
   }
   void group_cancel() {
-    end_group_level([](Communicator& c) { c.group_cancel(); });
+    in_flight_.end_group(
+        [&] { return locked([](Communicator& c) { c.group_cancel(); return std::shared_ptr<Work>(); }); }, false);
   }
   /// Ends the group level like group_end() and returns one Work for every collective of the group; the arrays of
   /// the group stay referenced until it completes (NOTE [python buffers]).
   py::object group_end_async() {
-    std::vector<py::object> keep = group_depth_ == 1 ? group_keep_ : std::vector<py::object>{};
-    std::shared_ptr<Work> work;
-    end_group_level([&work](Communicator& c) { work = c.group_end_async(); });
-    auto pending = std::make_shared<Pending>(Pending{std::move(work), std::move(keep)});
-    pending_.push_back(pending);
-    return py::cast(PyWork(std::move(pending), py::none()));
+    return in_flight_.end_group([&] { return locked([](Communicator& c) { return c.group_end_async(); }); }, true);
   }
 
   /// Communicator::split (collective): the communicator of the ranks that pass `color` (>= 0), ranked by `key`
@@ -448,8 +399,7 @@ class PyCommunicator {
 
   /// Waits for pending `*_async` calls (ignoring their errors) and destroys the communicator; idempotent.
   void close() {
-    std::vector<std::shared_ptr<Work>> works;
-    for (const auto& p : pending_) works.push_back(p->work);
+    std::vector<std::shared_ptr<Work>> works = in_flight_.works();
     std::shared_ptr<Communicator> comm;
     {
       py::gil_scoped_release release;
@@ -467,9 +417,7 @@ class PyCommunicator {
       }
       comm.reset();
     }
-    pending_.clear();
-    group_keep_.clear();
-    group_depth_ = 0;
+    in_flight_.clear();
   }
 
  private:
@@ -548,37 +496,9 @@ class PyCommunicator {
   /// Runs `call(comm, async)` without the GIL; keeps `arrays` alive as NOTE [python buffers] says.
   template <class F>
   py::object submit(std::vector<py::object> arrays, py::object result, bool async, F&& call) {
-    prune();
+    in_flight_.prune();
     std::shared_ptr<Work> work = locked([&](Communicator& c) { return call(c, async); });
-    if (group_depth_ > 0) {
-      for (auto& a : arrays) group_keep_.push_back(a);
-    }
-    if (!async) return result;
-    auto pending = std::make_shared<Pending>(Pending{work, std::move(arrays)});
-    pending_.push_back(pending);
-    return py::cast(PyWork(std::move(pending), std::move(result)));
-  }
-
-  template <class F>
-  void end_group_level(F&& f) {
-    try {
-      locked(f);
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kInvalidArgument && group_depth_ > 0) --group_depth_;  // the level ended
-      throw;
-    }
-    if (group_depth_ > 0 && --group_depth_ == 0) group_keep_.clear();
-  }
-
-  /// Drops the arrays of completed `*_async` calls. Inside a group it does nothing: the Works of calls recorded
-  /// there cannot be asked before the group ends (Error(kInvalidArgument)).
-  void prune() {
-    if (group_depth_ > 0) return;
-    std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) {
-      if (!p->work->is_completed()) return false;
-      p->keep.clear();
-      return true;
-    });
+    return in_flight_.issued(std::move(arrays), async ? std::move(work) : nullptr, std::move(result));
   }
 
   mutable std::mutex ptr_mu_;  ///< guards comm_ (abort() reads it while a collective runs)
@@ -588,10 +508,7 @@ class PyCommunicator {
   bool cuda_;
   std::string backend_;
   std::unique_ptr<FusedWorkspace> workspace_;  ///< guarded by op_mu_ (NOTE [python fused workspace])
-  // The members below are used with the GIL held.
-  std::vector<std::shared_ptr<Pending>> pending_;
-  std::vector<py::object> group_keep_;
-  int group_depth_ = 0;
+  InFlight in_flight_;  ///< used with the GIL held
 };
 
 }  // namespace

@@ -8,9 +8,11 @@
 // - Open MPI opens its components with dlopen, and they need libmpi's symbols in the global scope, where the
 //   libraries of a Python extension are not: before MPI_Init the module reopens the libmpi it was linked with with
 //   RTLD_GLOBAL.
-// - Arrays are checked as by symcomm._core (NOTE [python buffers]). Every call holds one process-wide mutex (the
-//   MPI library may give less than MPI_THREAD_MULTIPLE) and releases the GIL; abort() takes neither, so another
-//   thread can abort a call that waits.
+// - Arrays are checked and kept as by symcomm._core (NOTE [python buffers]); `*_async` calls return a
+//   symcomm._core.Work. Issuing a call holds one process-wide mutex (the MPI library may give less than
+//   MPI_THREAD_MULTIPLE) and releases the GIL; abort() takes neither, so another thread can abort a call that
+//   waits. A communicator's asynchronous calls run on its progress thread (NOTE [multi-node queue]), which calls MPI
+//   beside the threads that issue calls: the MPI_THREAD_MULTIPLE this module asks for.
 #include <dlfcn.h>
 #include <mpi.h>
 #include <pybind11/pybind11.h>
@@ -21,10 +23,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "buffers.h"
+#include "work.h"
 #include "symcomm/error.h"
 #include "symcomm/multinode.h"
 
@@ -120,64 +124,109 @@ class PyMultiNode {
     return comm_ ? std::string(to_string(comm_->last_path())) : "none";
   }
 
-  py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy) {
+  py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy,
+                        bool async) {
     Buffer in = checked(x, "x", false, "", false);
     Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
-    run([&](MultiNodeCommunicator& c) { c.all_reduce(in.data(), o.data(), in.count, in.dtype, op, opts); });
-    return o.owner;
+    return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.all_reduce_async(in.data(), o.data(), in.count, in.dtype, op, opts);
+      c.all_reduce(in.data(), o.data(), in.count, in.dtype, op, opts);
+      return std::shared_ptr<Work>();
+    });
   }
 
-  py::object all_gather(const py::handle& x, const py::handle& out, const std::string& hierarchy) {
+  py::object all_gather(const py::handle& x, const py::handle& out, const std::string& hierarchy, bool async) {
     Buffer in = checked(x, "x", false, "", false);
     Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
-    run([&](MultiNodeCommunicator& c) { c.all_gather(in.data(), o.data(), in.count, in.dtype, opts); });
-    return o.owner;
+    return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype, opts);
+      c.all_gather(in.data(), o.data(), in.count, in.dtype, opts);
+      return std::shared_ptr<Work>();
+    });
   }
 
-  py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy) {
+  py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy,
+                            bool async) {
     Buffer in = checked(x, "x", false, "", false);
     divisible(in);
     Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
-    run([&](MultiNodeCommunicator& c) { c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op, opts); });
-    return o.owner;
+    return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.reduce_scatter_async(in.data(), o.data(), o.count, in.dtype, op, opts);
+      c.reduce_scatter(in.data(), o.data(), o.count, in.dtype, op, opts);
+      return std::shared_ptr<Work>();
+    });
   }
 
-  py::object broadcast(const py::handle& x, const py::handle& out, int root, const std::string& hierarchy) {
+  py::object broadcast(const py::handle& x, const py::handle& out, int root, const std::string& hierarchy,
+                       bool async) {
     Buffer in = checked(x, "x", false, "", false);
     Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
-    run([&](MultiNodeCommunicator& c) { c.broadcast(in.data(), o.data(), in.count, in.dtype, root, opts); });
-    return o.owner;
+    return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root, opts);
+      c.broadcast(in.data(), o.data(), in.count, in.dtype, root, opts);
+      return std::shared_ptr<Work>();
+    });
   }
 
-  py::object all_to_all(const py::handle& x, const py::handle& out, const std::string& hierarchy) {
+  py::object all_to_all(const py::handle& x, const py::handle& out, const std::string& hierarchy, bool async) {
     Buffer in = checked(x, "x", false, "", false);
     divisible(in);
     Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
-    run([&](MultiNodeCommunicator& c) {
-      c.all_to_all(in.data(), o.data(), in.count / world_size_, in.dtype, opts);
+    const size_t block = in.count / world_size_;
+    return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.all_to_all_async(in.data(), o.data(), block, in.dtype, opts);
+      c.all_to_all(in.data(), o.data(), block, in.dtype, opts);
+      return std::shared_ptr<Work>();
     });
-    return o.owner;
   }
 
-  void barrier(const std::string& hierarchy) {
+  py::object barrier(const std::string& hierarchy, bool async) {
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
-    run([&](MultiNodeCommunicator& c) { c.barrier(opts); });
+    return submit({}, py::none(), async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.barrier_async(opts);
+      c.barrier(opts);
+      return std::shared_ptr<Work>();
+    });
   }
 
-  void send(const py::handle& x, int peer) {
+  py::object send(const py::handle& x, int peer, bool async) {
     Buffer in = checked(x, "x", false, "", false);
-    run([&](MultiNodeCommunicator& c) { c.send(in.data(), in.count, in.dtype, peer); });
+    return submit(refs({&in}), py::none(), async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.send_async(in.data(), in.count, in.dtype, peer);
+      c.send(in.data(), in.count, in.dtype, peer);
+      return std::shared_ptr<Work>();
+    });
   }
 
-  py::object recv(const py::handle& out, int peer) {
+  py::object recv(const py::handle& out, int peer, bool async) {
     Buffer o = checked(out, "out", true, "", false);
-    run([&](MultiNodeCommunicator& c) { c.recv(o.data(), o.count, o.dtype, peer); });
-    return o.owner;
+    return submit(refs({&o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
+      if (a) return c.recv_async(o.data(), o.count, o.dtype, peer);
+      c.recv(o.data(), o.count, o.dtype, peer);
+      return std::shared_ptr<Work>();
+    });
+  }
+
+  void group_start() {
+    run([](MultiNodeCommunicator& c) { c.group_start(); });
+    in_flight_.group_started();
+  }
+  void group_end() {
+    in_flight_.end_group([&] { return run([](MultiNodeCommunicator& c) { c.group_end(); return std::shared_ptr<Work>(); }); },
+                         false);
+  }
+  void group_cancel() {
+    in_flight_.end_group(
+        [&] { return run([](MultiNodeCommunicator& c) { c.group_cancel(); return std::shared_ptr<Work>(); }); }, false);
+  }
+  py::object group_end_async() {
+    return in_flight_.end_group([&] { return run([](MultiNodeCommunicator& c) { return c.group_end_async(); }); },
+                                true);
   }
 
   void check() {
@@ -190,9 +239,21 @@ class PyMultiNode {
     if (comm_) comm_->abort();
   }
 
-  /// Destroys the communicator (collective, like its creation: every rank closes it); idempotent.
+  /// Waits for the calls in flight (ignoring their errors) and destroys the communicator (collective, like its
+  /// creation: every rank closes it); idempotent.
   void close() {
     std::erase(g_open, this);
+    std::vector<std::shared_ptr<Work>> works = in_flight_.works();
+    {
+      py::gil_scoped_release release;
+      for (const auto& w : works) {
+        try {
+          w->wait();
+        } catch (const std::exception&) {  // the error belongs to the Work's owner; the call is over
+        }
+      }
+    }
+    in_flight_.clear();
     std::unique_ptr<MultiNodeCommunicator> comm;
     {
       std::lock_guard lock(ptr_mu_);
@@ -212,9 +273,17 @@ class PyMultiNode {
     }
   }
 
+  /// Issues a call through `call(comm, async)`; keeps its arrays as NOTE [python buffers] says.
+  template <class F>
+  py::object submit(std::vector<py::object> arrays, py::object result, bool async, F&& call) {
+    in_flight_.prune();
+    std::shared_ptr<Work> work = run([&](MultiNodeCommunicator& c) { return call(c, async); });
+    return in_flight_.issued(std::move(arrays), async ? std::move(work) : nullptr, std::move(result));
+  }
+
   /// Runs `f` on the communicator without the GIL, one call at a time in the process (NOTE [python MPI]).
   template <class F>
-  void run(F&& f) {
+  std::invoke_result_t<F&, MultiNodeCommunicator&> run(F&& f) {
     MultiNodeCommunicator* comm = nullptr;
     {
       std::lock_guard lock(ptr_mu_);
@@ -224,7 +293,7 @@ class PyMultiNode {
     try {
       py::gil_scoped_release release;
       std::lock_guard lock(g_call_mu);
-      f(*comm);
+      return f(*comm);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kPeerDead) g_peer_died = true;
       throw;
@@ -234,6 +303,7 @@ class PyMultiNode {
   mutable std::mutex ptr_mu_;  ///< guards comm_ (abort() reads it while a call runs)
   std::unique_ptr<MultiNodeCommunicator> comm_;
   int rank_, world_size_, node_, num_nodes_, local_rank_, local_world_size_;
+  InFlight in_flight_;  ///< used with the GIL held
 };
 
 /// At interpreter exit: closes what is still open, then finalises MPI if this module initialised it.
@@ -278,15 +348,23 @@ PYBIND11_MODULE(_mpi, m) {
       .def_property_readonly("local_world_size", &PyMultiNode::local_world_size)
       .def_property_readonly("closed", &PyMultiNode::closed)
       .def_property_readonly("last_path", &PyMultiNode::last_path)
-      .def("all_reduce", &PyMultiNode::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("hierarchy"))
-      .def("all_gather", &PyMultiNode::all_gather, py::arg("x"), py::arg("out"), py::arg("hierarchy"))
+      .def("all_reduce", &PyMultiNode::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("hierarchy"),
+           py::arg("async_op"))
+      .def("all_gather", &PyMultiNode::all_gather, py::arg("x"), py::arg("out"), py::arg("hierarchy"),
+           py::arg("async_op"))
       .def("reduce_scatter", &PyMultiNode::reduce_scatter, py::arg("x"), py::arg("out"), py::arg("op"),
-           py::arg("hierarchy"))
-      .def("broadcast", &PyMultiNode::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("hierarchy"))
-      .def("all_to_all", &PyMultiNode::all_to_all, py::arg("x"), py::arg("out"), py::arg("hierarchy"))
-      .def("barrier", &PyMultiNode::barrier, py::arg("hierarchy"))
-      .def("send", &PyMultiNode::send, py::arg("x"), py::arg("peer"))
-      .def("recv", &PyMultiNode::recv, py::arg("out"), py::arg("peer"))
+           py::arg("hierarchy"), py::arg("async_op"))
+      .def("broadcast", &PyMultiNode::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("hierarchy"),
+           py::arg("async_op"))
+      .def("all_to_all", &PyMultiNode::all_to_all, py::arg("x"), py::arg("out"), py::arg("hierarchy"),
+           py::arg("async_op"))
+      .def("barrier", &PyMultiNode::barrier, py::arg("hierarchy"), py::arg("async_op"))
+      .def("send", &PyMultiNode::send, py::arg("x"), py::arg("peer"), py::arg("async_op"))
+      .def("recv", &PyMultiNode::recv, py::arg("out"), py::arg("peer"), py::arg("async_op"))
+      .def("group_start", &PyMultiNode::group_start)
+      .def("group_end", &PyMultiNode::group_end)
+      .def("group_end_async", &PyMultiNode::group_end_async)
+      .def("group_cancel", &PyMultiNode::group_cancel)
       .def("check", &PyMultiNode::check)
       .def("abort", &PyMultiNode::abort)
       .def("close", &PyMultiNode::close);

@@ -149,6 +149,69 @@ class _Handle:
         self.close()
         return False
 
+    def _peer(self, peer):
+        peer = int(peer)
+        if not 0 <= peer < self.world_size:
+            raise ValueError(f"peer {peer} is not a rank of this communicator (0-{self.world_size - 1})")
+        return peer
+
+    # The `*_async` forms: the collective with async_op=True (and the class's other keyword options), returning a
+    # Work.
+
+    def send_async(self, x, peer):
+        return self.send(x, peer, async_op=True)
+
+    def recv_async(self, out, peer):
+        return self.recv(out, peer, async_op=True)
+
+    def all_reduce_async(self, x, op="sum", out=None, **options):
+        return self.all_reduce(x, op=op, out=out, async_op=True, **options)
+
+    def all_gather_async(self, x, out=None, **options):
+        return self.all_gather(x, out=out, async_op=True, **options)
+
+    def reduce_scatter_async(self, x, op="sum", out=None, **options):
+        return self.reduce_scatter(x, op=op, out=out, async_op=True, **options)
+
+    def broadcast_async(self, x, root, out=None, **options):
+        return self.broadcast(x, root, out=out, async_op=True, **options)
+
+    def all_to_all_async(self, x, out=None, **options):
+        return self.all_to_all(x, out=out, async_op=True, **options)
+
+    def barrier_async(self, **options):
+        return self.barrier(async_op=True, **options)
+
+    # Coalescing.
+
+    def group_start(self):
+        self._impl.group_start()
+
+    def group_end(self):
+        self._impl.group_end()
+
+    def group_cancel(self):
+        self._impl.group_cancel()
+
+    def group_end_async(self):
+        """Ends the group like group_end() and returns one Work for all of its collectives (wait() returns None;
+        the outputs hold their results once it has completed)."""
+        return self._impl.group_end_async()
+
+    @contextlib.contextmanager
+    def group(self):
+        """Collectives issued in the block are recorded and run together when it ends (group_start() ...
+        group_end()); their outputs hold the results only after the block. If the block raises, the group is
+        cancelled (group_cancel()): nothing recorded in it runs. Every rank must issue the same collectives in
+        the group; sends and receives in it run after them, all together, and concern their two ranks only."""
+        self._impl.group_start()
+        try:
+            yield self
+        except BaseException:
+            self._impl.group_cancel()
+            raise
+        self._impl.group_end()
+
 
 class Communicator(_Handle):
     """A communicator of every rank of the job (symcomm::Communicator).
@@ -257,36 +320,6 @@ class Communicator(_Handle):
         """Receives rank `peer`'s message into `out` (same element count and dtype as the send); returns out."""
         return self._impl.recv(_array(out, "out"), self._peer(peer), async_op)
 
-    def _peer(self, peer):
-        peer = int(peer)
-        if not 0 <= peer < self.world_size:
-            raise ValueError(f"peer {peer} is not a rank of this communicator (0-{self.world_size - 1})")
-        return peer
-
-    def send_async(self, x, peer):
-        return self.send(x, peer, async_op=True)
-
-    def recv_async(self, out, peer):
-        return self.recv(out, peer, async_op=True)
-
-    def all_reduce_async(self, x, op="sum", out=None):
-        return self.all_reduce(x, op, out, async_op=True)
-
-    def all_gather_async(self, x, out=None):
-        return self.all_gather(x, out, async_op=True)
-
-    def reduce_scatter_async(self, x, op="sum", out=None):
-        return self.reduce_scatter(x, op, out, async_op=True)
-
-    def broadcast_async(self, x, root, out=None):
-        return self.broadcast(x, root, out, async_op=True)
-
-    def all_to_all_async(self, x, out=None):
-        return self.all_to_all(x, out, async_op=True)
-
-    def barrier_async(self):
-        return self.barrier(async_op=True)
-
     # Symmetric heap (collective, in the same order with the same sizes on every rank; nothing is freed by garbage
     # collection): a HeapBuffer describes its bytes with __array_interface__ (host) or __cuda_array_interface__
     # (CUDA), so numpy.asarray(), torch.as_tensor() or cupy.asarray() view it; collectives on heap buffers run
@@ -304,36 +337,6 @@ class Communicator(_Handle):
         """Rank `peer`'s copy of this rank's heap bytes (a HeapBuffer, or an int address inside one with nbytes),
         mapped in this process."""
         return self._impl.peer_buffer(buffer, int(peer), nbytes)
-
-    # Coalescing.
-
-    def group_start(self):
-        self._impl.group_start()
-
-    def group_end(self):
-        self._impl.group_end()
-
-    def group_cancel(self):
-        self._impl.group_cancel()
-
-    def group_end_async(self):
-        """Ends the group like group_end() and returns one Work for all of its collectives (wait() returns None;
-        the outputs hold their results once it has completed)."""
-        return self._impl.group_end_async()
-
-    @contextlib.contextmanager
-    def group(self):
-        """Collectives issued in the block are recorded and run together when it ends (group_start() ...
-        group_end()); their outputs hold the results only after the block. If the block raises, the group is
-        cancelled (group_cancel()): nothing recorded in it runs. Every rank must issue the same collectives in
-        the group; sends and receives in it run after them, all together, and concern their two ranks only."""
-        self._impl.group_start()
-        try:
-            yield self
-        except BaseException:
-            self._impl.group_cancel()
-            raise
-        self._impl.group_end()
 
 
 from .multinode import MultiNodeCommunicator  # noqa: E402 - uses the helpers above

@@ -27,8 +27,9 @@ def _mpi():
 class MultiNodeCommunicator(_Handle):
     """Every rank of MPI_COMM_WORLD, split into nodes (real ones, or fake ones of `fake_node_size` ranks so that one
     machine runs the multi-node paths). Collectives take the arrays and follow the rules of Communicator on the
-    host backend (docs/python.md), synchronously; `hierarchy` chooses the path (HIERARCHIES). All-to-all, send and
-    recv run on MPI. Errors: symcomm.Error (a rank that dies on this host: code "peer_dead" naming it)."""
+    host backend (docs/python.md), with `*_async` forms and groups; `hierarchy` chooses the path (HIERARCHIES).
+    All-to-all, send and recv run on MPI. Errors: symcomm.Error (a rank that dies on this host: code "peer_dead"
+    naming it)."""
 
     @classmethod
     def create(cls, fake_node_size=0, fake_round_robin=False, min_bytes=None):
@@ -60,33 +61,38 @@ class MultiNodeCommunicator(_Handle):
         """The path of the last collective: "none", "node", "hierarchical" or "flat"."""
         return self._impl.last_path
 
-    def all_reduce(self, x, op="sum", out=None, hierarchy="auto"):
+    # Collectives: as on Communicator, with `hierarchy` (HIERARCHIES) instead of stream and algorithm. async_op=True
+    # (or the *_async forms) returns a Work; the calls run on the communicator's progress thread in issue order.
+
+    def all_reduce(self, x, op="sum", out=None, async_op=False, hierarchy="auto"):
         x = _array(x)
-        return self._impl.all_reduce(x, _out_like(x, out), _reduce_op(op), hierarchy)
+        return self._impl.all_reduce(x, _out_like(x, out), _reduce_op(op), hierarchy, async_op)
 
-    def all_gather(self, x, out=None, hierarchy="auto"):
+    def all_gather(self, x, out=None, async_op=False, hierarchy="auto"):
         x = _array(x)
-        return self._impl.all_gather(x, _out_gathered(x, out, self.world_size), hierarchy)
+        return self._impl.all_gather(x, _out_gathered(x, out, self.world_size), hierarchy, async_op)
 
-    def reduce_scatter(self, x, op="sum", out=None, hierarchy="auto"):
+    def reduce_scatter(self, x, op="sum", out=None, async_op=False, hierarchy="auto"):
         x = _array(x)
-        return self._impl.reduce_scatter(x, _out_scattered(x, out, self.world_size), _reduce_op(op), hierarchy)
+        return self._impl.reduce_scatter(x, _out_scattered(x, out, self.world_size), _reduce_op(op), hierarchy,
+                                         async_op)
 
-    def broadcast(self, x, root, out=None, hierarchy="auto"):
+    def broadcast(self, x, root, out=None, async_op=False, hierarchy="auto"):
         x = _array(x)
-        return self._impl.broadcast(x, x if out is None else out, int(root), hierarchy)
+        return self._impl.broadcast(x, x if out is None else out, int(root), hierarchy, async_op)
 
-    def all_to_all(self, x, out=None, hierarchy="auto"):
+    def all_to_all(self, x, out=None, async_op=False, hierarchy="auto"):
         x = _array(x)
-        return self._impl.all_to_all(x, _out_exchanged(x, out, self.world_size), hierarchy)
+        return self._impl.all_to_all(x, _out_exchanged(x, out, self.world_size), hierarchy, async_op)
 
-    def barrier(self, hierarchy="auto"):
-        self._impl.barrier(hierarchy)
+    def barrier(self, async_op=False, hierarchy="auto"):
+        return self._impl.barrier(hierarchy, async_op)
 
-    def send(self, x, peer):
-        """Sends x's elements to rank `peer` (MPI; NCCL's matching); returns once x may be reused."""
-        self._impl.send(_array(x), int(peer))
+    def send(self, x, peer, async_op=False):
+        """Sends x's elements to rank `peer` (MPI; NCCL's matching); returns once x may be reused. In a group a rank
+        may send to itself."""
+        return self._impl.send(_array(x), self._peer(peer), async_op)
 
-    def recv(self, out, peer):
+    def recv(self, out, peer, async_op=False):
         """Receives rank `peer`'s message into `out`; returns out."""
-        return self._impl.recv(_array(out, "out"), int(peer))
+        return self._impl.recv(_array(out, "out"), self._peer(peer), async_op)

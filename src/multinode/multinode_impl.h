@@ -51,6 +51,10 @@ struct NodeCall {
   std::shared_ptr<NodeWork> work;
 };
 
+/// Throws Error(kInvalidArgument) unless the sends of `calls` to `rank` itself match its receives from itself one by
+/// one (count and dtype), the k-th send to the k-th receive.
+void check_self_messages(std::span<const NodeCall> calls, int rank);
+
 /// What the progress thread runs at once: one call, or a whole group; `done` completes with the first error.
 struct NodeBatch {
   std::vector<NodeCall> calls;

@@ -556,22 +556,7 @@ void MultiNodeCommunicator::Impl::barrier(Hierarchy h) {
 
 void MultiNodeCommunicator::Impl::exchange(std::span<const detail::NodeCall> calls) {
   guarded(calls.front().request, [&] {
-    std::vector<const detail::Request*> self_sends, self_recvs;
-    for (const detail::NodeCall& c : calls) {
-      if (c.request.peer == rank_)
-        (c.request.p2p == detail::P2pDir::kSend ? self_sends : self_recvs).push_back(&c.request);
-    }
-    SYMCOMM_CHECK_ARG(self_sends.size() == self_recvs.size(),
-                      "a group holds {} sends to rank {} itself and {} receives "
-                      "from it",
-                      self_sends.size(), rank_, self_recvs.size());
-    for (size_t k = 0; k < self_sends.size(); ++k) {
-      const detail::Request &s = *self_sends[k], &r = *self_recvs[k];
-      SYMCOMM_CHECK_ARG(s.count == r.count && s.dtype == r.dtype,
-                        "send {} of rank {} to itself has {} x {}, its "
-                        "receive {} x {}",
-                        k, rank_, s.count, to_string(s.dtype), r.count, to_string(r.dtype));
-    }
+    detail::check_self_messages(calls, rank_);
     // Every piece of every message is posted before any is waited for, so that exchanges cannot deadlock; pieces of
     // one message keep their order (MPI's non-overtaking rule).
     std::vector<MPI_Request> reqs;
@@ -596,8 +581,17 @@ void MultiNodeCommunicator::Impl::exchange(std::span<const detail::NodeCall> cal
         at += n;
       } while (at < r.count);
     }
-    for (size_t k = 0; k < self_sends.size(); ++k) {
-      std::memcpy(self_recvs[k]->out, self_sends[k]->in, self_sends[k]->count * dtype_size(self_sends[k]->dtype));
+    // Messages to this rank itself: the k-th send into the k-th receive.
+    std::vector<const detail::Request*> self_recvs;
+    for (const detail::NodeCall& c : calls) {
+      if (c.request.peer == rank_ && c.request.p2p == detail::P2pDir::kRecv) self_recvs.push_back(&c.request);
+    }
+    size_t k = 0;
+    for (const detail::NodeCall& c : calls) {
+      const detail::Request& r = c.request;
+      if (r.peer == rank_ && r.p2p == detail::P2pDir::kSend) {
+        std::memcpy(self_recvs[k++]->out, r.in, r.count * dtype_size(r.dtype));
+      }
     }
     for (MPI_Request& req : reqs) wait(req, "a send or receive of the group");
   });

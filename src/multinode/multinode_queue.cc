@@ -62,6 +62,22 @@ void NodeWork::complete(std::exception_ptr error) {
   cv_.notify_all();
 }
 
+void check_self_messages(std::span<const NodeCall> calls, int rank) {
+  std::vector<const Request*> sends, recvs;
+  for (const NodeCall& c : calls) {
+    if (c.request.is_p2p() && c.request.peer == rank) {
+      (c.request.p2p == P2pDir::kSend ? sends : recvs).push_back(&c.request);
+    }
+  }
+  SYMCOMM_CHECK_ARG(sends.size() == recvs.size(), "a group holds {} sends to rank {} itself and {} receives from it",
+                    sends.size(), rank, recvs.size());
+  for (size_t k = 0; k < sends.size(); ++k) {
+    SYMCOMM_CHECK_ARG(sends[k]->count == recvs[k]->count && sends[k]->dtype == recvs[k]->dtype,
+                      "send {} of rank {} to itself has {} x {}, its receive {} x {}", k, rank, sends[k]->count,
+                      to_string(sends[k]->dtype), recvs[k]->count, to_string(recvs[k]->dtype));
+  }
+}
+
 namespace {
 
 bool packs_with(const Request& a, Hierarchy ha, const NodeCall& b) {
@@ -252,6 +268,7 @@ void MultiNodeCommunicator::Impl::group_start() {
 std::shared_ptr<Work> MultiNodeCommunicator::Impl::group_end(bool async) {
   std::unique_lock lock(issue_mu_);
   SYMCOMM_CHECK_ARG(group_depth_ > 0, "group_end() without group_start()");
+  if (group_depth_ == 1) detail::check_self_messages(recorded_, rank_);  // refused: the group stays open
   level_starts_.pop_back();
   auto work = std::make_shared<NodeWork>();
   if (--group_depth_ > 0) {  // an inner level: its calls run with the outermost one

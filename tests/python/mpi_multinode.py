@@ -150,3 +150,77 @@ def test_closed_communicator_refuses_calls(mn):
     assert other.closed
     with pytest.raises(ValueError, match="closed"):
         other.barrier()
+
+
+def test_async_calls_run_in_issue_order(mn):
+    ws, me = mn.world_size, mn.rank
+    seed = seed_of("async")
+    works, outs = [], []
+    for k in range(10):
+        out = Guarded(257, np.int32)
+        outs.append(out)
+        # The input is referenced by the Work alone from here on.
+        works.append(mn.all_reduce_async(values(seed + k, me, 257, np.int32, "sum"), out=out.array,
+                                         hierarchy=HIERARCHIES[k % 3 if mn.num_nodes > 1 else 0]))
+    ranks = mn.all_gather(np.array([me], np.int64))  # synchronous: runs after them
+    assert_same(ranks.ravel(), np.arange(ws, dtype=np.int64), "all_gather after the async calls")
+    for k, (w, out) in enumerate(zip(works, outs)):
+        assert isinstance(w, symcomm.Work) and w.is_completed()
+        assert w.wait() is out.array
+        assert_same(out.array, reduce_expected(seed + k, ws, 257, np.int32, "sum"), f"async all_reduce {k}")
+        assert out.guards_intact()
+    b = values(seed + 20, me, 9, np.float64)
+    assert mn.broadcast_async(b, root=ws - 1).wait() is b
+    assert_same(b, values(seed + 20, ws - 1, 9, np.float64), "broadcast_async")
+    assert mn.barrier_async().wait() is None
+
+
+def test_group_runs_at_its_end(mn):
+    ws, me = mn.world_size, mn.rank
+    nxt, prv = (me + 1) % ws, (me + ws - 1) % ws
+    seed = seed_of("group")
+    outs = [Guarded(100, np.float32) for _ in range(3)]
+    got = np.zeros(5000, np.uint8)
+    to_self, from_self = np.arange(17, dtype=np.int64), np.zeros(17, np.int64)
+    with mn.group():
+        for k, out in enumerate(outs):
+            mn.all_reduce(values(seed + k, me, 100, np.float32, "sum"), out=out.array)  # packed into one
+        gathered = mn.all_gather(values(seed + 5, me, 4, np.int8))
+        mn.send(values(seed + 6, me, 5000, np.uint8), nxt)
+        mn.recv(got, prv)
+        mn.send(to_self, me)
+        mn.recv(from_self, me)
+        assert np.isnan(outs[0].array).all(), "a call of an open group ran"
+    for k, out in enumerate(outs):
+        assert_same(out.array, reduce_expected(seed + k, ws, 100, np.float32, "sum"), f"grouped all_reduce {k}")
+        assert out.guards_intact()
+    assert_same(gathered, np.stack([values(seed + 5, r, 4, np.int8) for r in range(ws)]), "grouped all_gather")
+    assert_same(got, values(seed + 6, prv, 5000, np.uint8), "ring message")
+    assert_same(from_self, to_self, "message to itself")
+    mn.group_start()
+    out = mn.all_reduce(values(seed + 7, me, 33, np.int64, "max"), op="max")
+    work = mn.group_end_async()
+    assert work.wait() is None
+    assert_same(out, reduce_expected(seed + 7, ws, 33, np.int64, "max"), "group_end_async")
+
+
+def test_group_cancel_and_refusals(mn):
+    out = np.zeros(4, np.float32)
+    with pytest.raises(KeyError):
+        with mn.group():
+            work = mn.all_reduce_async(np.ones(4, np.float32), out=out)
+            raise KeyError("leave the block")
+    with pytest.raises(symcomm.Error) as e:
+        work.wait()
+    assert e.value.code == "invalid_argument"
+    assert (out == 0).all(), "a cancelled call ran"
+    with pytest.raises(symcomm.Error, match="without group_start"):
+        mn.group_end()
+    mn.group_start()
+    mn.send(np.ones(3, np.int32), mn.rank)  # a send to itself without its receive
+    with pytest.raises(symcomm.Error, match="itself"):
+        mn.group_end()
+    mn.group_cancel()  # the refused group stayed open
+    with pytest.raises(symcomm.Error, match="itself outside a group"):
+        mn.send(np.ones(3, np.int32), mn.rank)
+    mn.barrier()
