@@ -228,20 +228,11 @@ int run(int argc, char** argv) {
       if (it->hier_us >= it->flat_us) break;
       from = it->bytes;
     }
-    switch (c) {
-      case Collective::kAllReduce: t.all_reduce = from; break;
-      case Collective::kAllGather: t.all_gather = from; break;
-      case Collective::kReduceScatter: t.reduce_scatter = from; break;
-      case Collective::kBroadcast: t.broadcast = from; break;
-      case Collective::kBarrier: t.barrier = from; break;
-      case Collective::kAllToAll: break;
-    }
+    t.set(c, from);
   }
   std::string measured;  // MultiNodeOptions::min_bytes text of the measured collectives only
   for (Collective c : colls) {
-    const size_t b = t.of(c);
-    measured +=
-        fmt::format("{}{}={}", measured.empty() ? "" : ",", to_string(c), b == SIZE_MAX ? "max" : std::to_string(b));
+    measured += fmt::format("{}{}={}", measured.empty() ? "" : ",", to_string(c), detail::threshold_text(t.of(c)));
   }
   if (me == 0) fmt::print("# measured thresholds (MultiNodeOptions::min_bytes): {}\n", measured);
 

@@ -53,22 +53,33 @@ std::vector<int64_t> fake_node_keys(int world_size, int node_size, bool round_ro
   return keys;
 }
 
-size_t NodeThresholds::of(Collective c) const {
+size_t* NodeThresholds::slot(Collective c) {
   switch (c) {
-    case Collective::kAllReduce: return all_reduce;
-    case Collective::kAllGather: return all_gather;
-    case Collective::kReduceScatter: return reduce_scatter;
-    case Collective::kBroadcast: return broadcast;
-    case Collective::kBarrier: return barrier;
+    case Collective::kAllReduce: return &all_reduce;
+    case Collective::kAllGather: return &all_gather;
+    case Collective::kReduceScatter: return &reduce_scatter;
+    case Collective::kBroadcast: return &broadcast;
+    case Collective::kBarrier: return &barrier;
     case Collective::kAllToAll: break;
   }
-  return SIZE_MAX;
+  return nullptr;
 }
 
+size_t NodeThresholds::of(Collective c) const {
+  const size_t* s = const_cast<NodeThresholds*>(this)->slot(c);
+  return s ? *s : SIZE_MAX;
+}
+
+void NodeThresholds::set(Collective c, size_t bytes) {
+  if (size_t* s = slot(c)) *s = bytes;
+}
+
+std::string threshold_text(size_t bytes) { return bytes == SIZE_MAX ? std::string("max") : std::to_string(bytes); }
+
 std::string NodeThresholds::to_string() const {
-  const auto text = [](size_t b) { return b == SIZE_MAX ? std::string("max") : std::to_string(b); };
-  return fmt::format("all_reduce={},all_gather={},reduce_scatter={},broadcast={},barrier={}", text(all_reduce),
-                     text(all_gather), text(reduce_scatter), text(broadcast), text(barrier));
+  return fmt::format("all_reduce={},all_gather={},reduce_scatter={},broadcast={},barrier={}",
+                     threshold_text(all_reduce), threshold_text(all_gather), threshold_text(reduce_scatter),
+                     threshold_text(broadcast), threshold_text(barrier));
 }
 
 // The compiled-in thresholds: the crossovers symcomm-multinode-bench measured on fake nodes of one 16-core x86 host
@@ -123,14 +134,7 @@ NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds bas
     const size_t bytes = value == "max" ? SIZE_MAX : parse_threshold_bytes(item, value);
     const auto c = parse_collective(name);
     SYMCOMM_CHECK_ARG(c && *c != Collective::kAllToAll, "multinode thresholds: unknown collective '{}'", name);
-    switch (*c) {
-      case Collective::kAllReduce: base.all_reduce = bytes; break;
-      case Collective::kAllGather: base.all_gather = bytes; break;
-      case Collective::kReduceScatter: base.reduce_scatter = bytes; break;
-      case Collective::kBroadcast: base.broadcast = bytes; break;
-      case Collective::kBarrier: base.barrier = bytes; break;
-      case Collective::kAllToAll: break;
-    }
+    base.set(*c, bytes);
   }
   return base;
 }

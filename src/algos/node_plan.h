@@ -41,10 +41,19 @@ std::vector<int64_t> fake_node_keys(int world_size, int node_size, bool round_ro
 /// Sizes from which the hierarchical path is taken by kAuto, per collective (bytes as in path_bytes()).
 struct NodeThresholds {
   size_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, broadcast = 0, barrier = 0;
+  /// The threshold of `c` (SIZE_MAX for all-to-all, which has no hierarchical path).
   size_t of(Collective c) const;
+  /// Sets the threshold of `c` (all-to-all: nothing).
+  void set(Collective c, size_t bytes);
   /// "SYMCOMM_MULTINODE_MIN_BYTES"-style text: "all_reduce=65536,all_gather=0,...".
   std::string to_string() const;
+
+ private:
+  size_t* slot(Collective c);
 };
+
+/// A threshold as the thresholds' text writes it: the byte count, or "max" for SIZE_MAX (never).
+std::string threshold_text(size_t bytes);
 /// The compiled-in thresholds for nodes of `node_size` ranks (measured on fake nodes of one host:
 /// docs/design/multinode.md).
 NodeThresholds default_node_thresholds(int node_size);

@@ -119,7 +119,28 @@ TEST(NodeThresholds, BadTextIsAnInvalidArgument) {
   }
 }
 
-TEST(NodeThresholds, AllToAllHasNoThreshold) { EXPECT_EQ(NodeThresholds{}.of(Collective::kAllToAll), SIZE_MAX); }
+TEST(NodeThresholds, AllToAllHasNoThreshold) {
+  NodeThresholds t;
+  t.set(Collective::kAllToAll, 5);
+  EXPECT_EQ(t.of(Collective::kAllToAll), SIZE_MAX);
+  EXPECT_EQ(t.to_string(), NodeThresholds{}.to_string());
+}
+
+TEST(NodeThresholds, SetWritesTheFieldOfEachCollective) {
+  NodeThresholds t;
+  const Collective all[] = {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                            Collective::kBroadcast, Collective::kBarrier};
+  for (size_t i = 0; i < std::size(all); ++i) t.set(all[i], 100 + i);
+  EXPECT_EQ(t.all_reduce, 100u);
+  EXPECT_EQ(t.all_gather, 101u);
+  EXPECT_EQ(t.reduce_scatter, 102u);
+  EXPECT_EQ(t.broadcast, 103u);
+  EXPECT_EQ(t.barrier, 104u);
+  for (size_t i = 0; i < std::size(all); ++i) EXPECT_EQ(t.of(all[i]), 100 + i);
+  EXPECT_EQ(threshold_text(SIZE_MAX), "max");
+  EXPECT_EQ(threshold_text(0), "0");
+  EXPECT_EQ(threshold_text(65536), "65536");
+}
 
 TEST(PathBytes, EachCollectiveCountsItsLargerBuffer) {
   EXPECT_EQ(path_bytes(Collective::kAllReduce, 10, DataType::kFloat32, 4), 40u);
