@@ -68,11 +68,14 @@ def _array(x, name="x"):
 
 
 def _empty(x, shape):
-    """A new array of x's kind (NumPy, torch, or the module of x's type, e.g. CuPy), dtype and device."""
-    if isinstance(x, _np.ndarray) or (hasattr(x, "__array_interface__") and not hasattr(x, "new_empty")):
-        return _np.empty(shape, dtype=_np.asarray(x).dtype)
+    """A new array of x's kind (torch, or the module of x's type, e.g. CuPy), dtype and device; NumPy for host arrays
+    of other libraries."""
     if hasattr(x, "new_empty"):  # torch
         return x.new_empty(shape)
+    if isinstance(x, _np.ndarray) or hasattr(x, "__array_interface__"):
+        return _np.empty(shape, dtype=_np.asarray(x).dtype)
+    if hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] in (1, 3):  # kDLCPU, kDLCUDAHost
+        return _np.empty(shape, dtype=_np.from_dlpack(x).dtype)
     import sys  # noqa: PLC0415 - only for CUDA arrays of other libraries
     module = sys.modules.get(type(x).__module__.split(".")[0])
     if module is None or not hasattr(module, "empty"):

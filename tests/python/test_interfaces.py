@@ -55,6 +55,13 @@ def test_dlpack_all_reduce(comm, dtype, op):
     assert out.guards_intact()
 
 
+def test_dlpack_output_allocated_as_numpy(comm):
+    seed = case_seed("dlpack out")
+    got = comm.all_gather(DlpackOnly(values(seed, comm.rank, 5, np.int64)))
+    assert isinstance(got, np.ndarray) and got.shape == (comm.world_size, 5)
+    assert_same(got, np.stack([values(seed, r, 5, np.int64) for r in range(comm.world_size)]), "allocated output")
+
+
 def test_dlpack_tensor_is_released(comm):
     """The consumed DLPack tensor's deleter runs: NumPy's export holds a reference to the array until then."""
     x = values(7, comm.rank, 64, np.float32, "sum")
