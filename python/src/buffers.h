@@ -137,17 +137,18 @@ inline Buffer checked_numpy(const py::handle& o, const char* what, bool writeabl
 inline std::optional<DataType> typestr_type(const std::string& t) {
   if (t.size() < 3 || (t[0] != '<' && t[0] != '|' && t[0] != '=')) return std::nullopt;
   const std::string kind_size = t.substr(1);
-  for (auto [name, dtype] : {std::pair{"f2", DataType::kFloat16}, std::pair{"f4", DataType::kFloat32},
-                             std::pair{"f8", DataType::kFloat64}, std::pair{"i1", DataType::kInt8},
-                             std::pair{"u1", DataType::kUInt8}, std::pair{"i4", DataType::kInt32},
-                             std::pair{"i8", DataType::kInt64}}) {
+  for (auto [name, dtype] :
+       {std::pair{"f2", DataType::kFloat16}, std::pair{"f4", DataType::kFloat32}, std::pair{"f8", DataType::kFloat64},
+        std::pair{"i1", DataType::kInt8}, std::pair{"u1", DataType::kUInt8}, std::pair{"i4", DataType::kInt32},
+        std::pair{"i8", DataType::kInt64}}) {
     if (kind_size == name) return dtype;
   }
   return std::nullopt;
 }
 
 /// A __cuda_array_interface__ argument (CUDA backend): data pointer, shape, type, C-contiguity, stream.
-inline Buffer checked_cuda_interface(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype) {
+inline Buffer checked_cuda_interface(const py::handle& o, const char* what, bool writeable,
+                                     const std::string& as_dtype) {
   py::dict cai = o.attr("__cuda_array_interface__");
   const std::string typestr = py::str(cai["typestr"]);
   const auto shape = cai["shape"].cast<std::vector<int64_t>>();
@@ -170,7 +171,8 @@ inline Buffer checked_cuda_interface(const py::handle& o, const char* what, bool
     b.dtype = *dtype;
   } else if (as_dtype != "bfloat16") {
     throw py::value_error("dtype '" + as_dtype + "' is unknown ('bfloat16', or '' for the array's)");
-  } else if (typestr.size() != 3 || typestr[0] == '>' || (typestr[1] != 'i' && typestr[1] != 'u') || typestr[2] != '2') {
+  } else if (typestr.size() != 3 || typestr[0] == '>' || (typestr[1] != 'i' && typestr[1] != 'u') ||
+             typestr[2] != '2') {
     throw py::type_error(std::string(what) + ": dtype bfloat16 needs an int16 or uint16 array, got '" + typestr + "'");
   } else {
     b.dtype = DataType::kBFloat16;
@@ -195,8 +197,10 @@ inline Buffer checked_cuda_interface(const py::handle& o, const char* what, bool
 inline Buffer checked_pointer(const py::tuple& t, const char* what, const std::string& as_dtype) {
   std::optional<DataType> dtype = parse_dtype(as_dtype);
   if (as_dtype.empty() || !dtype) {
-    throw py::value_error(std::string(what) + ": a (pointer, count) pair needs dtype, one of float16, bfloat16, "
-                          "float32, float64, int8, uint8, int32, int64 (got '" + as_dtype + "')");
+    throw py::value_error(std::string(what) +
+                          ": a (pointer, count) pair needs dtype, one of float16, bfloat16, "
+                          "float32, float64, int8, uint8, int32, int64 (got '" +
+                          as_dtype + "')");
   }
   Buffer b{.owner = t,
            .keep = py::none(),
@@ -223,10 +227,10 @@ inline Buffer checked_pointer(const py::tuple& t, const char* what, const std::s
 // An object with __dlpack__ is asked for a DLPack tensor (the unversioned capsule "dltensor", which every
 // producer still gives when no max_version is passed). The capsule is renamed "used_dltensor", as the protocol
 // asks of a consumer, and its DLManagedTensor's deleter runs when a capsule of this module that owns it dies:
-// Buffer::keep holds that for as long as the call holds the array. On the CUDA backend `stream` names the stream the call will
-// run on (the protocol's numbering: 1 the legacy default stream, 2 the per-thread one, else a cudaStream_t), so
-// the producer orders its pending work on that memory before it. DLPack 0.6 has no read-only flag; NumPy refuses
-// to export a read-only array instead.
+// Buffer::keep holds that for as long as the call holds the array. On the CUDA backend `stream` names the stream the
+// call will run on (the protocol's numbering: 1 the legacy default stream, 2 the per-thread one, else a cudaStream_t),
+// so the producer orders its pending work on that memory before it. DLPack 0.6 has no read-only flag; NumPy refuses to
+// export a read-only array instead.
 
 /// The DataType of a DLPack element type; nullopt for one symcomm has no type for. With `as_dtype` "bfloat16",
 /// 16-bit integers hold bfloat16 bits (as for NumPy arrays).
@@ -235,10 +239,11 @@ inline std::optional<DataType> dlpack_type(DLDataType t, const std::string& as_d
   if (as_dtype == "bfloat16") {
     return (t.code == kDLInt || t.code == kDLUInt) && t.bits == 16 ? std::optional(DataType::kBFloat16) : std::nullopt;
   }
-  for (auto [code, bits, dtype] : {std::tuple{kDLFloat, 16, DataType::kFloat16}, std::tuple{kDLFloat, 32, DataType::kFloat32},
-                                   std::tuple{kDLFloat, 64, DataType::kFloat64}, std::tuple{kDLBfloat, 16, DataType::kBFloat16},
-                                   std::tuple{kDLInt, 8, DataType::kInt8}, std::tuple{kDLInt, 32, DataType::kInt32},
-                                   std::tuple{kDLInt, 64, DataType::kInt64}, std::tuple{kDLUInt, 8, DataType::kUInt8}}) {
+  for (auto [code, bits, dtype] :
+       {std::tuple{kDLFloat, 16, DataType::kFloat16}, std::tuple{kDLFloat, 32, DataType::kFloat32},
+        std::tuple{kDLFloat, 64, DataType::kFloat64}, std::tuple{kDLBfloat, 16, DataType::kBFloat16},
+        std::tuple{kDLInt, 8, DataType::kInt8}, std::tuple{kDLInt, 32, DataType::kInt32},
+        std::tuple{kDLInt, 64, DataType::kInt64}, std::tuple{kDLUInt, 8, DataType::kUInt8}}) {
     if (t.code == static_cast<uint8_t>(code) && t.bits == bits) return dtype;
   }
   return std::nullopt;
@@ -246,12 +251,12 @@ inline std::optional<DataType> dlpack_type(DLDataType t, const std::string& as_d
 
 /// "float32", "bfloat16", "uint16", ... of a DLPack element type, for errors.
 inline std::string dlpack_type_name(DLDataType t) {
-  const char* kind = t.code == kDLInt     ? "int"
-                     : t.code == kDLUInt  ? "uint"
-                     : t.code == kDLFloat ? "float"
-                     : t.code == kDLBfloat ? "bfloat"
+  const char* kind = t.code == kDLInt       ? "int"
+                     : t.code == kDLUInt    ? "uint"
+                     : t.code == kDLFloat   ? "float"
+                     : t.code == kDLBfloat  ? "bfloat"
                      : t.code == kDLComplex ? "complex"
-                                           : "code " ;
+                                            : "code ";
   std::string name = kind + std::to_string(t.bits);
   if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
   return name;
@@ -260,7 +265,7 @@ inline std::string dlpack_type_name(DLDataType t) {
 /// An object with __dlpack__ (NOTE [python dlpack]): its memory must be host memory on the host backend
 /// (`cuda` false), GPU memory on the CUDA backend.
 inline Buffer checked_dlpack(const py::handle& o, const char* what, const std::string& as_dtype, bool cuda,
-                      const py::object& stream) {
+                             const py::object& stream) {
   if (!as_dtype.empty() && as_dtype != "bfloat16")
     throw py::value_error("dtype '" + as_dtype + "' is unknown ('bfloat16', or '' for the array's)");
   // The protocol's __dlpack_device__ tells where the memory is before a stream is handed to the producer.
@@ -324,7 +329,7 @@ inline Buffer checked_dlpack(const py::handle& o, const char* what, const std::s
 /// Checks `o` as an input (`writeable` false) or output array of a collective on a communicator of the host
 /// (`cuda` false) or the CUDA backend; `stream` is the call's (NOTE [python dlpack]).
 inline Buffer checked(const py::handle& o, const char* what, bool writeable, const std::string& as_dtype, bool cuda,
-               const py::object& stream = py::none()) {
+                      const py::object& stream = py::none()) {
   if (!cuda) {
     if (py::isinstance<py::array>(o)) return checked_numpy(o, what, writeable, as_dtype);
     py::module_ numpy = py::module_::import("numpy");
@@ -339,24 +344,28 @@ inline Buffer checked(const py::handle& o, const char* what, bool writeable, con
       return b;
     }
     if (py::hasattr(o, "__dlpack__")) return checked_dlpack(o, what, as_dtype, false, stream);
-    throw py::type_error(std::string(what) + ": expected a numpy.ndarray, an object with __array_interface__ or a "
-                         "CPU tensor with __dlpack__ on the host backend, got " + type_name(o));
+    throw py::type_error(std::string(what) +
+                         ": expected a numpy.ndarray, an object with __array_interface__ or a "
+                         "CPU tensor with __dlpack__ on the host backend, got " +
+                         type_name(o));
   }
   if (py::isinstance<py::tuple>(o) && py::len(o) == 2) {
     return checked_pointer(py::reinterpret_borrow<py::tuple>(o), what, as_dtype);
   }
   if (py::hasattr(o, "__cuda_array_interface__")) return checked_cuda_interface(o, what, writeable, as_dtype);
   if (py::hasattr(o, "__dlpack__")) return checked_dlpack(o, what, as_dtype, true, stream);
-  throw py::type_error(std::string(what) + ": expected a CUDA array (an object with __cuda_array_interface__ or "
+  throw py::type_error(std::string(what) +
+                       ": expected a CUDA array (an object with __cuda_array_interface__ or "
                        "__dlpack__, such as a torch CUDA tensor or a CuPy array) on the CUDA backend, got " +
                        type_name(o));
 }
 
 /// Checks the output `out` against the input: same dtype, `count` elements.
 inline Buffer checked_output(const py::handle& out, const Buffer& in, size_t count, const char* rule,
-                      const std::string& as_dtype, bool cuda, const py::object& stream = py::none()) {
+                             const std::string& as_dtype, bool cuda, const py::object& stream = py::none()) {
   Buffer b = checked(out, "out", true, as_dtype, cuda, stream);
-  if (b.dtype != in.dtype) throw py::type_error("out: dtype " + b.type_label + " differs from the input's " + in.type_label);
+  if (b.dtype != in.dtype)
+    throw py::type_error("out: dtype " + b.type_label + " differs from the input's " + in.type_label);
   if (b.count != count) {
     throw py::value_error("out: " + std::to_string(b.count) + " elements, expected " + std::to_string(count) + " (" +
                           rule + ")");

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "bucketer.h"
 #include "buffers.h"
 #include "work.h"
 #include "symcomm/communicator.h"
@@ -378,6 +379,50 @@ class PyCommunicator {
     return in_flight_.end_group([&] { return locked([](Communicator& c) { return c.group_end_async(); }); }, true);
   }
 
+  // ReduceScatterBucketer (NOTE [python bucketer]): the communicator owns the bucketers it made, so that closing it
+  // frees their memory first; the Python handles name them.
+
+  PyBucketerState* bucketer_new(double bucket_cap_mb) {
+    auto state = locked([&](Communicator& c) {
+      return std::make_unique<PyBucketerState>(c, bucket_cap_mb, cuda_ ? &device_view : &host_view, device_);
+    });
+    bucketers_.push_back(std::move(state));
+    return bucketers_.back().get();
+  }
+
+  void bucketer_record(PyBucketerState* b, const py::handle& x, py::object callback, ReduceOp op,
+                       const std::string& as_dtype, const py::object& stream) {
+    owned(b);
+    Buffer in = input(x, "input", as_dtype, stream);
+    divisible(in);
+    const CollOptions opts = coll_options(stream, in);
+    b->record([&](auto&& f) { locked([&](Communicator&) { f(b->bucketer()); }); }, in, in.count / world_size_, op,
+              std::move(callback), opts);
+  }
+
+  void bucketer_flush(PyBucketerState* b) {
+    owned(b)->flush([&](auto&& f) { locked([&](Communicator&) { f(b->bucketer()); }); });
+  }
+
+  void bucketer_teardown(PyBucketerState* b) {
+    locked([&](Communicator&) { owned(b)->bucketer().teardown(); });
+  }
+
+  /// Frees the bucketer's memory (collective) and forgets it; its results not yet delivered are dropped.
+  void bucketer_close(PyBucketerState* b) {
+    std::unique_ptr<PyBucketerState> gone;
+    auto it = std::find_if(bucketers_.begin(), bucketers_.end(), [b](const auto& p) { return p.get() == b; });
+    if (it == bucketers_.end()) return;
+    gone = std::move(*it);
+    bucketers_.erase(it);
+    locked([&](Communicator&) { gone.reset(); });
+  }
+
+  /// Whether `b` is still one of this communicator's bucketers (closed ones are not).
+  bool bucketer_open(const PyBucketerState* b) const {
+    return std::any_of(bucketers_.begin(), bucketers_.end(), [b](const auto& p) { return p.get() == b; });
+  }
+
   /// Communicator::split (collective): the communicator of the ranks that pass `color` (>= 0), ranked by `key`
   /// (None: this rank), ties by rank; None for a rank that passes -1 (symcomm._core.SPLIT_NOCOLOR).
   std::unique_ptr<PyCommunicator> split(int color, std::optional<int> key) {
@@ -411,6 +456,7 @@ class PyCommunicator {
         }
       }
       workspace_.reset();
+      bucketers_.clear();  // collective frees of their memory, before the communicator goes
       {
         std::lock_guard lock(ptr_mu_);
         comm = std::move(comm_);
@@ -424,6 +470,22 @@ class PyCommunicator {
   Buffer input(const py::handle& o, const char* what, const std::string& as_dtype,
                const py::object& stream = py::none()) const {
     return checked(o, what, false, as_dtype, cuda_, stream);
+  }
+  PyBucketerState* owned(PyBucketerState* b) const {
+    if (!bucketer_open(b)) throw py::value_error("the bucketer is closed");
+    return b;
+  }
+
+  /// The callbacks' views of a result (NOTE [python bucketer]): a NumPy array of the host memory, without a copy
+  /// (its base a capsule that owns nothing) ...
+  static py::object host_view(const void* p, size_t count, DataType dtype, int) {
+    py::capsule no_owner(p, [](void*) {});
+    return py::array(numpy_dtype(dtype), {static_cast<py::ssize_t>(count)}, {}, p, no_owner);
+  }
+  /// ... or a HeapBuffer of the device bytes.
+  static py::object device_view(const void* p, size_t count, DataType dtype, int device) {
+    return py::cast(PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(p), .nbytes = count * dtype_size(dtype),
+                                 .cuda = true, .device = device, .peer = -1});
   }
 
   void divisible(const Buffer& in) const {
@@ -508,7 +570,19 @@ class PyCommunicator {
   bool cuda_;
   std::string backend_;
   std::unique_ptr<FusedWorkspace> workspace_;  ///< guarded by op_mu_ (NOTE [python fused workspace])
+  std::vector<std::unique_ptr<PyBucketerState>> bucketers_;  ///< used with the GIL held
   InFlight in_flight_;  ///< used with the GIL held
+};
+
+/// symcomm._core.ReduceScatterBucketer: a handle of one of a communicator's bucketers (NOTE [python bucketer]).
+struct PyBucketer {
+  PyCommunicator* comm;
+  PyBucketerState* state;
+
+  PyBucketerState* open() const {
+    if (comm->closed() || !comm->bucketer_open(state)) throw py::value_error("the bucketer is closed");
+    return state;
+  }
 };
 
 }  // namespace
@@ -623,5 +697,28 @@ PYBIND11_MODULE(_core, m) {
       .def("group_end_async", &PyCommunicator::group_end_async)
       .def("split", &PyCommunicator::split, py::arg("color"), py::arg("key") = py::none())
       .def("abort", &PyCommunicator::abort)
-      .def("close", &PyCommunicator::close);
+      .def("close", &PyCommunicator::close)
+      .def(
+          "bucketer",
+          [](PyCommunicator& c, double bucket_cap_mb) { return PyBucketer{&c, c.bucketer_new(bucket_cap_mb)}; },
+          py::arg("bucket_cap_mb") = 25.0, py::keep_alive<0, 1>());
+
+  py::class_<PyBucketer>(m, "ReduceScatterBucketer")
+      .def(
+          "reduce_scatter_async",
+          [](PyBucketer& b, const py::handle& input, py::object callback_fn, ReduceOp op, const std::string& dtype,
+             const py::object& stream) {
+            b.comm->bucketer_record(b.open(), input, std::move(callback_fn), op, dtype, stream);
+          },
+          py::arg("input"), py::arg("callback_fn"), py::arg("op") = ReduceOp::kSum, py::arg("dtype") = "",
+          py::arg("stream") = py::none())
+      .def("flush", [](PyBucketer& b) { b.comm->bucketer_flush(b.open()); })
+      .def("teardown", [](PyBucketer& b) { b.comm->bucketer_teardown(b.open()); })
+      .def("close", [](PyBucketer& b) {
+        if (!b.comm->closed()) b.comm->bucketer_close(b.state);
+      })
+      .def_property_readonly("closed", [](const PyBucketer& b) { return b.comm->closed() || !b.comm->bucketer_open(b.state); })
+      .def_property_readonly("pending", [](PyBucketer& b) { return b.open()->bucketer().pending(); })
+      .def_property_readonly("bucket_bytes_per_rank",
+                             [](PyBucketer& b) { return b.open()->bucketer().bucket_bytes_per_rank(); });
 }

@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "buffers.h"
-#include "work.h"
 #include "symcomm/error.h"
 #include "symcomm/multinode.h"
+#include "work.h"
 
 namespace symcomm::python {
 namespace {
@@ -160,8 +160,7 @@ class PyMultiNode {
     });
   }
 
-  py::object broadcast(const py::handle& x, const py::handle& out, int root, const std::string& hierarchy,
-                       bool async) {
+  py::object broadcast(const py::handle& x, const py::handle& out, int root, const std::string& hierarchy, bool async) {
     Buffer in = checked(x, "x", false, "", false);
     Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
@@ -217,12 +216,24 @@ class PyMultiNode {
     in_flight_.group_started();
   }
   void group_end() {
-    in_flight_.end_group([&] { return run([](MultiNodeCommunicator& c) { c.group_end(); return std::shared_ptr<Work>(); }); },
-                         false);
+    in_flight_.end_group(
+        [&] {
+          return run([](MultiNodeCommunicator& c) {
+            c.group_end();
+            return std::shared_ptr<Work>();
+          });
+        },
+        false);
   }
   void group_cancel() {
     in_flight_.end_group(
-        [&] { return run([](MultiNodeCommunicator& c) { c.group_cancel(); return std::shared_ptr<Work>(); }); }, false);
+        [&] {
+          return run([](MultiNodeCommunicator& c) {
+            c.group_cancel();
+            return std::shared_ptr<Work>();
+          });
+        },
+        false);
   }
   py::object group_end_async() {
     return in_flight_.end_group([&] { return run([](MultiNodeCommunicator& c) { return c.group_end_async(); }); },
@@ -323,7 +334,8 @@ void finalize() {
 PYBIND11_MODULE(_mpi, m) {
   using namespace symcomm;          // NOLINT(google-build-using-namespace)
   using namespace symcomm::python;  // NOLINT(google-build-using-namespace)
-  m.doc() = "symcomm communicators that span nodes (MPI between them) for host arrays; use symcomm.MultiNodeCommunicator";
+  m.doc() =
+      "symcomm communicators that span nodes (MPI between them) for host arrays; use symcomm.MultiNodeCommunicator";
 
   py::module_ core = py::module_::import("symcomm._core");
   g_error_type = core.attr("Error").ptr();

@@ -26,8 +26,8 @@ import numpy as _np  # noqa: E402
 from ._core import Error, ReduceOp, Work, backends  # noqa: E402
 from . import _core  # noqa: E402
 
-__all__ = ["Communicator", "Error", "MultiNodeCommunicator", "ReduceOp", "Work", "DTYPES", "OPS", "SPLIT_NOCOLOR",
-           "backends"]
+__all__ = ["Communicator", "Error", "MultiNodeCommunicator", "ReduceOp", "ReduceScatterBucketer", "Work", "DTYPES",
+           "OPS", "SPLIT_NOCOLOR", "backends"]
 
 #: The color of a rank that joins none of the communicators Communicator.split() makes.
 SPLIT_NOCOLOR = _core.SPLIT_NOCOLOR
@@ -340,6 +340,55 @@ class Communicator(_Handle):
         """Rank `peer`'s copy of this rank's heap bytes (a HeapBuffer, or an int address inside one with nbytes),
         mapped in this process."""
         return self._impl.peer_buffer(buffer, int(peer), nbytes)
+
+
+class ReduceScatterBucketer:
+    """symcomm::ReduceScatterBucketer of a Communicator: many small reduce-scatters packed into few.
+
+    reduce_scatter_async(x, callback_fn) records a reduce-scatter of x (world_size * k elements, block r for rank
+    r); when its bucket is flushed (it filled, or flush()), callback_fn(result) gets this rank's k reduced
+    elements: a NumPy array on the host backend, a HeapBuffer of the bytes on the CUDA backend, valid until the
+    bucket is flushed again (copy it to keep it). An input larger than a bucket is reduced at once. x stays in use
+    until its result has been delivered. The bucket memory is freed collectively: close() on every rank, or the
+    communicator's close(). Every rank must make the same calls."""
+
+    def __init__(self, comm, bucket_cap_mb=25.0):
+        self._impl = comm._impl.bucketer(float(bucket_cap_mb))  # noqa: SLF001 - the package's own communicator
+
+    def reduce_scatter_async(self, x, callback_fn, op="sum", stream=None):
+        self._impl.reduce_scatter_async(_array(x), callback_fn, _reduce_op(op), stream=stream)
+
+    def flush(self):
+        """Runs every pending reduce-scatter, then the callbacks (the first exception of one is raised after the
+        others ran)."""
+        self._impl.flush()
+
+    def teardown(self):
+        """Frees the buckets (collective); nothing may be pending (flush first). The next call makes them again."""
+        self._impl.teardown()
+
+    def close(self):
+        """Frees the bucketer's memory (collective); results not yet delivered are dropped. Idempotent."""
+        self._impl.close()
+
+    @property
+    def pending(self):
+        return self._impl.pending
+
+    @property
+    def closed(self):
+        return self._impl.closed
+
+    @property
+    def bucket_bytes_per_rank(self):
+        return self._impl.bucket_bytes_per_rank
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
 
 from .multinode import MultiNodeCommunicator  # noqa: E402 - uses the helpers above

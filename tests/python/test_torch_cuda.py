@@ -494,3 +494,19 @@ def test_core_takes_dlpack_cuda_tensors(nccl):
     same(out, ref, "DLPack all_reduce on a side stream")
     with pytest.raises(TypeError, match="host backend needs host memory|CUDA backend needs GPU memory"):
         core.all_reduce(torch.ones(4), torch.ones(4), symcomm.ReduceOp.SUM, False)
+
+
+def test_core_bucketer_on_cuda_tensors(nccl):
+    dist.all_reduce(torch.zeros(1, device=dev()))  # makes the group's CUDA communicator
+    comm = symcomm.Communicator(dist.group.WORLD._cuda)  # noqa: SLF001 - symcomm.torch's _core communicator
+    results = {}
+    inputs = [inp(seed_of("cuda bucketer", k), WORLD * n, torch.float32, "sum") for k, n in enumerate([5, 1000, 70000])]
+    with symcomm.ReduceScatterBucketer(comm, bucket_cap_mb=0.25) as b:
+        for k, x in enumerate(inputs):
+            b.reduce_scatter_async(x, lambda hb, k=k: results.__setitem__(
+                k, torch.as_tensor(hb, device=dev()).view(torch.float32).clone()))
+        b.flush()
+    for k, x in enumerate(inputs):
+        ref = torch.empty(x.numel() // WORLD, device=dev())
+        dist.reduce_scatter_tensor(ref, x.clone(), group=nccl)
+        same(results[k], ref, f"bucketed input {k}")
