@@ -89,6 +89,13 @@ class PyBucketerState {
   ReduceScatterBucketer& bucketer() { return bucketer_; }
   size_t waiting() const { return waiting_.size(); }
 
+  /// Drops the Python objects it holds (the callbacks and inputs not yet delivered): called with the GIL held
+  /// before the state is destroyed without it (closing frees the bucket memory under the communicator's lock).
+  void forget() {
+    waiting_.clear();
+    ready_.clear();
+  }
+
  private:
   struct Waiting {
     py::object callback;

@@ -415,6 +415,7 @@ class PyCommunicator {
     if (it == bucketers_.end()) return;
     gone = std::move(*it);
     bucketers_.erase(it);
+    gone->forget();  // with the GIL; the rest is destroyed without it
     locked([&](Communicator&) { gone.reset(); });
   }
 
@@ -445,6 +446,7 @@ class PyCommunicator {
   /// Waits for pending `*_async` calls (ignoring their errors) and destroys the communicator; idempotent.
   void close() {
     std::vector<std::shared_ptr<Work>> works = in_flight_.works();
+    for (auto& b : bucketers_) b->forget();  // with the GIL; the bucketers are destroyed without it
     std::shared_ptr<Communicator> comm;
     {
       py::gil_scoped_release release;

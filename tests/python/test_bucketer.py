@@ -83,8 +83,11 @@ def test_refusals_and_closing(comm):
     assert e.value.code == "invalid_argument"
     b.flush()
     b.teardown()
+    dropped = []
+    b.reduce_scatter_async(np.ones(ws * 2, np.float32), dropped.append)
+    b.close()  # with an input pending: dropped, its callback never runs
     b.close()
-    b.close()
+    assert dropped == []
     assert b.closed
     with pytest.raises(ValueError, match="closed"):
         b.flush()
@@ -102,7 +105,9 @@ def test_closing_the_communicator_closes_its_bucketers(comm):
     b.reduce_scatter_async(np.full(ws * 2, me + 1, np.int64), got.append)
     b.flush()
     assert_same(got[0], np.full(2, ws * (ws + 1) // 2, np.int64), "result on a split communicator")
+    b.reduce_scatter_async(np.ones(ws * 3, np.int64), got.append)  # pending when the communicator closes: dropped
     sub.close()
+    assert len(got) == 1
     assert b.closed
     with pytest.raises(ValueError, match="closed"):
         b.reduce_scatter_async(np.ones(ws, np.float32), got.append)
