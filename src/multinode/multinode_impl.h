@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "algos/node_plan.h"
@@ -51,9 +52,9 @@ struct NodeCall {
   std::shared_ptr<NodeWork> work;
 };
 
-/// Throws Error(kInvalidArgument) unless the sends of `calls` to `rank` itself match its receives from itself one by
-/// one (count and dtype), the k-th send to the k-th receive.
-void check_self_messages(std::span<const NodeCall> calls, int rank);
+/// The messages of `calls` from `rank` to itself: the k-th send paired with the k-th receive. Throws
+/// Error(kInvalidArgument) unless they pair up one by one with equal count and dtype.
+std::vector<std::pair<const Request*, const Request*>> self_messages(std::span<const NodeCall> calls, int rank);
 
 /// What the progress thread runs at once: one call, or a whole group; `done` completes with the first error.
 struct NodeBatch {
@@ -102,6 +103,8 @@ class MultiNodeCommunicator::Impl {
   // that nothing more waits on it.
   template <class F>
   void guarded(const detail::Request& r, F&& body);
+  /// The path of a call (Error(kInvalidArgument) where it has none); plan() also records it as last_.
+  NodePath path_of(const detail::Request& r, Hierarchy h) const;
   NodePath plan(const detail::Request& r, Hierarchy h);
   // Waits for an MPI request or a node Work, watching the abort flag, the deadline and the host's ranks.
   void wait(MPI_Request& req, const char* what);
@@ -120,7 +123,8 @@ class MultiNodeCommunicator::Impl {
   // multinode_queue.cc
   void precheck(const detail::Request& r, Hierarchy h, bool in_group) const;
   void execute(const detail::Request& r, Hierarchy h);  ///< one collective
-  std::exception_ptr run_batch(std::vector<detail::NodeCall>& calls);
+  /// Runs a batch's calls and completes their Works and the batch's; returns its first error.
+  std::exception_ptr run_batch(detail::NodeBatch& batch);
   void packed_all_reduce(std::span<const detail::NodeCall> run);
   /// Runs `batch` here when no progress thread exists and `async` is false, else hands it to the thread (started
   /// here); waits for it unless `async`. The caller holds issue_mu_ (`lock`).

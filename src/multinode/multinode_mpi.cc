@@ -347,11 +347,15 @@ void MultiNodeCommunicator::Impl::guarded(const detail::Request& r, F&& body) {
   }
 }
 
-NodePath MultiNodeCommunicator::Impl::plan(const detail::Request& r, Hierarchy h) {
+NodePath MultiNodeCommunicator::Impl::path_of(const detail::Request& r, Hierarchy h) const {
   SYMCOMM_CHECK_ARG(h == Hierarchy::kAuto || h == Hierarchy::kHierarchical || h == Hierarchy::kFlat,
                     "invalid hierarchy value {}", static_cast<int>(h));
-  const NodePath p = detail::choose_node_path(
-      layout_, r.kind, detail::path_bytes(r.kind, r.count, r.dtype, layout_.world_size), h, thresholds_);
+  return detail::choose_node_path(layout_, r.kind, detail::path_bytes(r.kind, r.count, r.dtype, layout_.world_size), h,
+                                  thresholds_);
+}
+
+NodePath MultiNodeCommunicator::Impl::plan(const detail::Request& r, Hierarchy h) {
+  const NodePath p = path_of(r, h);
   last_.store(p);
   return p;
 }
@@ -556,7 +560,7 @@ void MultiNodeCommunicator::Impl::barrier(Hierarchy h) {
 
 void MultiNodeCommunicator::Impl::exchange(std::span<const detail::NodeCall> calls) {
   guarded(calls.front().request, [&] {
-    detail::check_self_messages(calls, rank_);
+    const auto to_self = detail::self_messages(calls, rank_);
     // Every piece of every message is posted before any is waited for, so that exchanges cannot deadlock; pieces of
     // one message keep their order (MPI's non-overtaking rule).
     std::vector<MPI_Request> reqs;
@@ -581,18 +585,7 @@ void MultiNodeCommunicator::Impl::exchange(std::span<const detail::NodeCall> cal
         at += n;
       } while (at < r.count);
     }
-    // Messages to this rank itself: the k-th send into the k-th receive.
-    std::vector<const detail::Request*> self_recvs;
-    for (const detail::NodeCall& c : calls) {
-      if (c.request.peer == rank_ && c.request.p2p == detail::P2pDir::kRecv) self_recvs.push_back(&c.request);
-    }
-    size_t k = 0;
-    for (const detail::NodeCall& c : calls) {
-      const detail::Request& r = c.request;
-      if (r.peer == rank_ && r.p2p == detail::P2pDir::kSend) {
-        std::memcpy(self_recvs[k++]->out, r.in, r.count * dtype_size(r.dtype));
-      }
-    }
+    for (const auto& [send, recv] : to_self) std::memcpy(recv->out, send->in, send->count * dtype_size(send->dtype));
     for (MPI_Request& req : reqs) wait(req, "a send or receive of the group");
   });
 }

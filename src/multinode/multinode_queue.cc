@@ -62,7 +62,7 @@ void NodeWork::complete(std::exception_ptr error) {
   cv_.notify_all();
 }
 
-void check_self_messages(std::span<const NodeCall> calls, int rank) {
+std::vector<std::pair<const Request*, const Request*>> self_messages(std::span<const NodeCall> calls, int rank) {
   std::vector<const Request*> sends, recvs;
   for (const NodeCall& c : calls) {
     if (c.request.is_p2p() && c.request.peer == rank) {
@@ -71,11 +71,14 @@ void check_self_messages(std::span<const NodeCall> calls, int rank) {
   }
   SYMCOMM_CHECK_ARG(sends.size() == recvs.size(), "a group holds {} sends to rank {} itself and {} receives from it",
                     sends.size(), rank, recvs.size());
+  std::vector<std::pair<const Request*, const Request*>> pairs;
   for (size_t k = 0; k < sends.size(); ++k) {
     SYMCOMM_CHECK_ARG(sends[k]->count == recvs[k]->count && sends[k]->dtype == recvs[k]->dtype,
                       "send {} of rank {} to itself has {} x {}, its receive {} x {}", k, rank, sends[k]->count,
                       to_string(sends[k]->dtype), recvs[k]->count, to_string(recvs[k]->dtype));
+    pairs.emplace_back(sends[k], recvs[k]);
   }
+  return pairs;
 }
 
 namespace {
@@ -102,10 +105,7 @@ void MultiNodeCommunicator::Impl::precheck(const detail::Request& r, Hierarchy h
     SYMCOMM_CHECK_ARG(in_group || r.peer != rank_, "{} to itself outside a group",
                       r.p2p == detail::P2pDir::kSend ? "send" : "recv");
   } else {
-    SYMCOMM_CHECK_ARG(h == Hierarchy::kAuto || h == Hierarchy::kHierarchical || h == Hierarchy::kFlat,
-                      "invalid hierarchy value {}", static_cast<int>(h));
-    detail::choose_node_path(layout_, r.kind, detail::path_bytes(r.kind, r.count, r.dtype, layout_.world_size), h,
-                             thresholds_);
+    path_of(r, h);
   }
   check();
 }
@@ -141,53 +141,41 @@ void MultiNodeCommunicator::Impl::packed_all_reduce(std::span<const NodeCall> ru
   }
 }
 
-std::exception_ptr MultiNodeCommunicator::Impl::run_batch(std::vector<NodeCall>& calls) {
+std::exception_ptr MultiNodeCommunicator::Impl::run_batch(NodeBatch& batch) {
   std::exception_ptr first;
-  auto finish = [&first](std::span<const NodeCall> done, const std::exception_ptr& e) {
+  // Runs `body` for the calls `done` and completes their Works with its error, if any.
+  auto attempt = [&first](std::span<const NodeCall> done, auto&& body) {
+    std::exception_ptr e;
+    try {
+      body();
+    } catch (...) {
+      e = std::current_exception();
+      if (!first) first = e;
+    }
     for (const NodeCall& c : done) {
       if (c.work) c.work->complete(e);
     }
-    if (e && !first) first = e;
   };
   std::vector<NodeCall> collectives, p2p;
-  for (NodeCall& c : calls) (c.request.is_p2p() ? p2p : collectives).push_back(std::move(c));
+  for (NodeCall& c : batch.calls) (c.request.is_p2p() ? p2p : collectives).push_back(std::move(c));
   for (size_t i = 0; i < collectives.size();) {
-    const detail::Request& r = collectives[i].request;
+    const NodeCall& c = collectives[i];
     size_t j = i + 1;
-    if (r.kind == Collective::kAllReduce) {
-      while (j < collectives.size() && detail::packs_with(r, collectives[i].hierarchy, collectives[j])) ++j;
+    if (c.request.kind == Collective::kAllReduce) {
+      while (j < collectives.size() && detail::packs_with(c.request, c.hierarchy, collectives[j])) ++j;
     }
     const std::span<const NodeCall> run(collectives.data() + i, j - i);
-    std::exception_ptr e;
-    try {
-      if (run.size() > 1) {
-        packed_all_reduce(run);
-      } else {
-        execute(r, collectives[i].hierarchy);
-      }
-    } catch (...) {
-      e = std::current_exception();
-    }
-    finish(run, e);
+    attempt(run, [&] { run.size() > 1 ? packed_all_reduce(run) : execute(c.request, c.hierarchy); });
     i = j;
   }
-  if (!p2p.empty()) {
-    std::exception_ptr e;
-    try {
-      exchange(p2p);
-    } catch (...) {
-      e = std::current_exception();
-    }
-    finish(p2p, e);
-  }
+  if (!p2p.empty()) attempt(p2p, [&] { exchange(p2p); });
+  for (auto& w : batch.done) w->complete(first);
   return first;
 }
 
 void MultiNodeCommunicator::Impl::dispatch(NodeBatch batch, bool async, std::unique_lock<std::mutex>& lock) {
   if (!async && !progress_.joinable()) {
-    std::exception_ptr e = run_batch(batch.calls);
-    for (auto& w : batch.done) w->complete(e);
-    if (e) std::rethrow_exception(e);
+    if (std::exception_ptr e = run_batch(batch)) std::rethrow_exception(e);
     return;
   }
   if (!progress_.joinable()) {
@@ -221,8 +209,7 @@ void MultiNodeCommunicator::Impl::progress_loop() {
       batch = std::move(queue_.front());
       queue_.pop_front();
     }
-    std::exception_ptr e = run_batch(batch.calls);
-    for (auto& w : batch.done) w->complete(e);
+    run_batch(batch);
   }
 }
 
@@ -268,7 +255,7 @@ void MultiNodeCommunicator::Impl::group_start() {
 std::shared_ptr<Work> MultiNodeCommunicator::Impl::group_end(bool async) {
   std::unique_lock lock(issue_mu_);
   SYMCOMM_CHECK_ARG(group_depth_ > 0, "group_end() without group_start()");
-  if (group_depth_ == 1) detail::check_self_messages(recorded_, rank_);  // refused: the group stays open
+  if (group_depth_ == 1) detail::self_messages(recorded_, rank_);  // refused: the group stays open
   level_starts_.pop_back();
   auto work = std::make_shared<NodeWork>();
   if (--group_depth_ > 0) {  // an inner level: its calls run with the outermost one
