@@ -385,6 +385,14 @@ inline std::vector<py::object> refs(std::initializer_list<const Buffer*> buffers
   return out;
 }
 
+/// Refuses `in` (ValueError) unless the world size divides its element count.
+inline void check_divisible(const Buffer& in, int world_size, const char* what = "x") {
+  if (in.count % world_size != 0) {
+    throw py::value_error(std::string(what) + ": " + std::to_string(in.count) +
+                          " elements are not divisible by the world size " + std::to_string(world_size));
+  }
+}
+
 /// Raises symcomm.Error (`type`, made by symcomm._core) for `e`: code ("peer_dead", ...), message and ranks.
 inline void set_python_error(PyObject* type, const Error& e) {
   py::object cls = py::reinterpret_borrow<py::object>(type);

@@ -172,7 +172,7 @@ class PyCommunicator {
                             const std::string& as_dtype, const py::object& stream,
                             const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype, stream);
-    divisible(in);
+    check_divisible(in, world_size_);
     Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", as_dtype,
                               cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
@@ -260,7 +260,7 @@ class PyCommunicator {
                         const py::object& stream,
                         const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype, stream);
-    divisible(in);
+    check_divisible(in, world_size_);
     Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
     return submit(refs({&in, &o}), o.owner, async, [&](Communicator& c, bool a) {
@@ -392,20 +392,19 @@ class PyCommunicator {
 
   void bucketer_record(PyBucketerState* b, const py::handle& x, py::object callback, ReduceOp op,
                        const std::string& as_dtype, const py::object& stream) {
-    owned(b);
     Buffer in = input(x, "input", as_dtype, stream);
-    divisible(in);
+    check_divisible(in, world_size_, "input");
     const CollOptions opts = coll_options(stream, in);
     b->record([&](auto&& f) { locked([&](Communicator&) { f(b->bucketer()); }); }, in, in.count / world_size_, op,
               std::move(callback), opts);
   }
 
   void bucketer_flush(PyBucketerState* b) {
-    owned(b)->flush([&](auto&& f) { locked([&](Communicator&) { f(b->bucketer()); }); });
+    b->flush([&](auto&& f) { locked([&](Communicator&) { f(b->bucketer()); }); });
   }
 
   void bucketer_teardown(PyBucketerState* b) {
-    locked([&](Communicator&) { owned(b)->bucketer().teardown(); });
+    locked([&](Communicator&) { b->bucketer().teardown(); });
   }
 
   /// Frees the bucketer's memory (collective) and forgets it; its results not yet delivered are dropped.
@@ -451,12 +450,7 @@ class PyCommunicator {
     {
       py::gil_scoped_release release;
       std::lock_guard op_lock(op_mu_);
-      for (const auto& w : works) {
-        try {
-          w->wait();
-        } catch (const std::exception&) {  // the error belongs to the Work's owner; the call is over
-        }
-      }
+      wait_quietly(works);
       workspace_.reset();
       bucketers_.clear();  // collective frees of their memory, before the communicator goes
       {
@@ -473,10 +467,6 @@ class PyCommunicator {
                const py::object& stream = py::none()) const {
     return checked(o, what, false, as_dtype, cuda_, stream);
   }
-  PyBucketerState* owned(PyBucketerState* b) const {
-    if (!bucketer_open(b)) throw py::value_error("the bucketer is closed");
-    return b;
-  }
 
   /// The callbacks' views of a result (NOTE [python bucketer]): a NumPy array of the host memory, without a copy
   /// (its base a capsule that owns nothing) ...
@@ -488,13 +478,6 @@ class PyCommunicator {
   static py::object device_view(const void* p, size_t count, DataType dtype, int device) {
     return py::cast(PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(p), .nbytes = count * dtype_size(dtype),
                                  .cuda = true, .device = device, .peer = -1});
-  }
-
-  void divisible(const Buffer& in) const {
-    if (in.count % world_size_ != 0) {
-      throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
-                            std::to_string(world_size_));
-    }
   }
 
   /// The options of a call: its stream (NOTE [python buffers]); ignored by the host backend.
@@ -582,7 +565,7 @@ struct PyBucketer {
   PyBucketerState* state;
 
   PyBucketerState* open() const {
-    if (comm->closed() || !comm->bucketer_open(state)) throw py::value_error("the bucketer is closed");
+    if (!comm->bucketer_open(state)) throw py::value_error("the bucketer is closed");
     return state;
   }
 };
@@ -717,9 +700,9 @@ PYBIND11_MODULE(_core, m) {
       .def("flush", [](PyBucketer& b) { b.comm->bucketer_flush(b.open()); })
       .def("teardown", [](PyBucketer& b) { b.comm->bucketer_teardown(b.open()); })
       .def("close", [](PyBucketer& b) {
-        if (!b.comm->closed()) b.comm->bucketer_close(b.state);
+        b.comm->bucketer_close(b.state);
       })
-      .def_property_readonly("closed", [](const PyBucketer& b) { return b.comm->closed() || !b.comm->bucketer_open(b.state); })
+      .def_property_readonly("closed", [](const PyBucketer& b) { return !b.comm->bucketer_open(b.state); })
       .def_property_readonly("pending", [](PyBucketer& b) { return b.open()->bucketer().pending(); })
       .def_property_readonly("bucket_bytes_per_rank",
                              [](PyBucketer& b) { return b.open()->bucketer().bucket_bytes_per_rank(); });

@@ -150,7 +150,7 @@ class PyMultiNode {
   py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy,
                             bool async) {
     Buffer in = checked(x, "x", false, "", false);
-    divisible(in);
+    check_divisible(in, world_size_);
     Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
     return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
@@ -173,7 +173,7 @@ class PyMultiNode {
 
   py::object all_to_all(const py::handle& x, const py::handle& out, const std::string& hierarchy, bool async) {
     Buffer in = checked(x, "x", false, "", false);
-    divisible(in);
+    check_divisible(in, world_size_);
     Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
     const size_t block = in.count / world_size_;
@@ -257,12 +257,7 @@ class PyMultiNode {
     std::vector<std::shared_ptr<Work>> works = in_flight_.works();
     {
       py::gil_scoped_release release;
-      for (const auto& w : works) {
-        try {
-          w->wait();
-        } catch (const std::exception&) {  // the error belongs to the Work's owner; the call is over
-        }
-      }
+      wait_quietly(works);
     }
     in_flight_.clear();
     std::unique_ptr<MultiNodeCommunicator> comm;
@@ -277,13 +272,6 @@ class PyMultiNode {
   }
 
  private:
-  void divisible(const Buffer& in) const {
-    if (in.count % world_size_ != 0) {
-      throw py::value_error("x: " + std::to_string(in.count) + " elements are not divisible by the world size " +
-                            std::to_string(world_size_));
-    }
-  }
-
   /// Issues a call through `call(comm, async)`; keeps its arrays as NOTE [python buffers] says.
   template <class F>
   py::object submit(std::vector<py::object> arrays, py::object result, bool async, F&& call) {

@@ -65,6 +65,17 @@ class PyWork {
   py::object result_;
 };
 
+/// Waits for every Work, ignoring their errors (they belong to the Works' owners; the calls are over): before a
+/// communicator is destroyed. Called without the GIL.
+inline void wait_quietly(const std::vector<std::shared_ptr<Work>>& works) {
+  for (const auto& w : works) {
+    try {
+      w->wait();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
 /// The arrays of one communicator's calls in flight: those of `*_async` calls until their Work has completed, those
 /// of calls recorded in a group until its outermost level has ended (or, for group_end_async(), until the group's
 /// Work has completed). Used with the GIL held.
