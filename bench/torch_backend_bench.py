@@ -60,6 +60,70 @@ def graph_trial(graph, iters):
     return slowest(start.elapsed_time(end) * 1e3 / iters)
 
 
+def host_us(fn, iters):
+    """Microseconds of host time per call of fn, the least of 7 runs of `iters` calls (this rank only; the least,
+    as for any host-time microbenchmark: other load only adds time)."""
+    runs = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        runs.append((time.perf_counter() - t0) / iters * 1e6)
+    torch.cuda.synchronize()
+    return min(runs)
+
+
+def breakdown(x, nccl, iters):
+    """Where the host time of dist.all_reduce(x) on the symcomm group goes: the whole call, the process group's
+    allreduce() and Work.wait() without torch.distributed's wrapper, and each piece of the process group's call
+    alone; NCCL's whole call beside them. [(piece, us)] of this rank."""
+    pg = dist.group.WORLD
+    core = pg._cuda  # noqa: SLF001 - symcomm.torch's CUDA communicator
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    ptr, index = (x.data_ptr(), x.numel()), x.get_device()
+    raw = torch._C._cuda_getCurrentRawStream  # noqa: SLF001
+    work = pg.allreduce([x], opts)
+    pieces = {
+        "dist.all_reduce (symcomm)": lambda: dist.all_reduce(x),
+        "dist.all_reduce (nccl)": lambda: dist.all_reduce(x, group=nccl),
+        "pg.allreduce + wait": lambda: pg.allreduce([x], opts).wait(),
+        "pg.allreduce": lambda: pg.allreduce([x], opts),
+        "pg.allreduce, general path": lambda: pg.allreduce([x]),
+        "_core all_reduce": lambda: core.all_reduce(ptr, ptr, SUM, False, "bfloat16", raw(index)),
+        "AllreduceOptions()": dist.AllreduceOptions,
+        "opts.reduceOp = SUM": lambda: setattr(opts, "reduceOp", dist.ReduceOp.SUM),
+        "_reduce_op": lambda: symcomm_torch._reduce_op(opts, x),  # noqa: SLF001
+        "_array": lambda: symcomm_torch._array(x, ""),  # noqa: SLF001
+        "_stream": lambda: symcomm_torch._stream(x),  # noqa: SLF001
+        "raw stream query": lambda: raw(index),
+        "Work()": lambda: symcomm_torch.Work(None, [x], None, False, core),
+        "Work.wait()": work.wait,
+        "comm.check()": core.check,
+        "x.get_device()": x.get_device,
+        "x.data_ptr()": x.data_ptr,
+    }
+    return [(name, host_us(fn, iters)) for name, fn in pieces.items()]
+
+
+def profile(fn, iters):
+    """cProfile's table (functions by own time, the first 25) of `iters` calls of fn: where torch.distributed's
+    Python spends the host time of a call."""
+    import cProfile  # noqa: PLC0415 - only with --breakdown
+    import io  # noqa: PLC0415
+    import pstats  # noqa: PLC0415
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(iters):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+    return out.getvalue()
+
+
 def capture(fn, iters):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -79,6 +143,8 @@ def main():
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--trials", type=int, default=7)
     parser.add_argument("--fused", default="8192,8192,8192", help="M,K,N of the fused all-gather + matmul ('' skips)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the pieces of a 4 KiB dist.all_reduce on this rank (host time)")
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -113,6 +179,16 @@ def main():
             add(name, nbytes, "graph", statistics.median(graph_trial(graph, args.iters) for _ in range(args.trials)))
             del graph
 
+    pieces = []
+    if args.breakdown:
+        x = torch.zeros(2048, dtype=torch.bfloat16, device=dev)
+        pieces = breakdown(x, nccl, 2000)
+        table = profile(lambda: dist.all_reduce(x), 20000)
+        if dist.get_rank() == 0:
+            print(table)
+        for name, us in pieces:
+            add(f"piece: {name}", 4096, "host", us)
+
     if args.fused:
         m, k, n = (int(v) for v in args.fused.split(","))
         gen = torch.Generator(device=dev).manual_seed(dist.get_rank())
@@ -145,11 +221,11 @@ def main():
         if fused:
             ratio = fused[0]["us"] / by[("matmul", fused[0]["bytes"], fused[0]["mode"])]
             print(f"  fused_all_gather_matmul {fused[0]['mode']} / matmul alone: {ratio:.3f}")
-        line = json.dumps(records)
-        print(line)
-        if args.json:
-            with open(args.json, "w") as f:
-                f.write(line + "\n")
+        if pieces:
+            print("\nhost time of the pieces of a 4 KiB dist.all_reduce, rank 0 (us per call)")
+            for name, us in pieces:
+                print(f"  {name:28} {us:8.2f}")
+        emit(records, args.json)
     torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()

@@ -10,6 +10,7 @@
 #   (everything; sabotage rebuilds parts of the tree several times)
 #   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu/check.sh   (the full 1000 cycles)
 #   GPU_CHECK_STEPS="build shared" tools/gpu/check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
+#   GPU_CHECK_STEPS="build python" tools/gpu/check.sh   (symcomm.torch on CUDA against NCCL, and its benchmark)
 #
 #   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu/check.sh   (here, on the CPU machine: see "prebuilt" below)
 #
@@ -80,7 +81,7 @@ PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench bench/symcomm-targets
 # The one build configuration (the `build` and `pack` steps); its output goes to the log named.
 configure() {
   cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DSYMCOMM_WITH_MPI=OFF "${PREFIX_ARGS[@]}" >"$1" 2>&1
+    -DSYMCOMM_WITH_MPI=OFF -DPython3_EXECUTABLE="$(command -v python3)" "${PREFIX_ARGS[@]}" >"$1" 2>&1
 }
 
 if has pack; then
@@ -178,6 +179,36 @@ if has shared && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
     grep -E "^\[       OK|^\[  (PASSED|FAILED) |^\[  FAILED  \]|SKIPPED \]" "$OUT/gpu_shared$world.log" |
       tee -a "$SUMMARY"
   done
+fi
+
+# symcomm.torch and symcomm._core on CUDA tensors (tests/python/test_torch_cuda.py, against torch's NCCL), then
+# bench/torch_backend_bench.py (host overhead over _core, eager and graph against NCCL, fused all-gather +
+# matmul, the host time of each piece of a 4 KiB call), on PY_WORLD ranks (default: one per GPU, at most 2).
+# Builds the module for the python3 that holds torch (the `build` step's configuration).
+if has python && [ $BUILD_OK = 1 ]; then
+  t0=$(date +%s)
+  [ -e "$BUILD/build.ninja" ] || configure "$OUT/python_build.log"
+  if ninja -C "$BUILD" -j"$JOBS" _core symcomm-run >>"$OUT/python_build.log" 2>&1; then
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    pw=${PY_WORLD:-$((ngpu < 2 ? ngpu : 2))}
+    export PYTHONPATH=$BUILD/python:$ROOT/python
+    timeout "${PY_TEST_TIMEOUT:-360}" "$BUILD/tools/symcomm-run" -n "$pw" --timeout "$((${PY_TEST_TIMEOUT:-360} - 10))" \
+      -- python3 -m pytest -q -rs -p no:cacheprovider "$ROOT/tests/python/test_torch_cuda.py" \
+      >"$OUT/python_cuda.log" 2>&1
+    note "python CUDA tests ($pw ranks): rc=$? in $(($(date +%s) - t0)) s (log: python_cuda.log)"
+    grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)" "$OUT/python_cuda.log" | sort -u | head -40 |
+      tee -a "$SUMMARY"
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout 240 "$BUILD/tools/symcomm-run" -n "$pw" --timeout 230 -- python3 "$ROOT/bench/torch_backend_bench.py" \
+      --breakdown ${TORCH_BENCH_ARGS:-} --json "$OUT/torch_bench.json" >"$OUT/torch_bench.log" 2>&1
+    note "torch bench ($pw ranks): rc=$? in $(($(date +%s) - t0)) s (log: torch_bench.log)"
+    sed -n '/^\[rank 0\] what /,/^\[rank 0\] \[{/p' "$OUT/torch_bench.log" | grep -v '^\[rank 0\] \[{' |
+      sed 's/^\[rank 0\] //' | tee -a "$SUMMARY"
+  else
+    note "python: build of _core FAILED (log: python_build.log)"
+    tail -20 "$OUT/python_build.log"
+  fi
 fi
 
 # The lifecycle count: LIFECYCLE_CYCLES (default 1000) create/destroy and create/abort cycles with NCCL
