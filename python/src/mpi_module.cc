@@ -59,6 +59,14 @@ void ensure_mpi() {
   g_initialized_mpi = true;
 }
 
+/// MPI_Comm_rank or MPI_Comm_size of MPI_COMM_WORLD, MPI initialised first.
+int world_query(int (*query)(MPI_Comm, int*)) {
+  ensure_mpi();
+  int value = 0;
+  query(MPI_COMM_WORLD, &value);
+  return value;
+}
+
 Hierarchy parse_hierarchy(const std::string& h) {
   if (h == "auto") return Hierarchy::kAuto;
   if (h == "hierarchical") return Hierarchy::kHierarchical;
@@ -72,10 +80,14 @@ std::vector<PyMultiNode*> g_open;  ///< communicators not yet closed (guarded by
 /// symcomm._mpi.MultiNodeCommunicator: owns a MultiNodeCommunicator over MPI_COMM_WORLD until close().
 class PyMultiNode {
  public:
+  /// Over MPI_COMM_WORLD, or over the world ranks `ranks` (ranked in that order; collective over those ranks only,
+  /// through MPI_Comm_create_group).
   static std::unique_ptr<PyMultiNode> create(int fake_node_size, bool fake_round_robin,
-                                             std::optional<std::string> min_bytes) {
+                                             std::optional<std::string> min_bytes,
+                                             std::optional<std::vector<int>> ranks) {
     if (fake_node_size < 0) throw py::value_error("fake_node_size " + std::to_string(fake_node_size) + " is negative");
     ensure_mpi();
+    if (ranks) check_ranks(*ranks);
     MultiNodeOptions options;
     options.fake_node_size = fake_node_size;
     options.fake_round_robin = fake_round_robin;
@@ -84,10 +96,59 @@ class PyMultiNode {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(g_call_mu);
-      comm = MultiNodeCommunicator::create(MPI_COMM_WORLD, options);
+      if (!ranks) {
+        comm = MultiNodeCommunicator::create(MPI_COMM_WORLD, options);
+      } else {
+        MPI_Comm sub = subset_comm(*ranks);
+        try {
+          comm = MultiNodeCommunicator::create(sub, options);  // it keeps a duplicate of `sub`
+        } catch (...) {
+          MPI_Comm_free(&sub);
+          throw;
+        }
+        MPI_Comm_free(&sub);
+      }
     }
     return std::make_unique<PyMultiNode>(std::move(comm));
   }
+
+  /// ValueError unless `ranks` are distinct ranks of MPI_COMM_WORLD and include this process.
+  static void check_ranks(const std::vector<int>& ranks) {
+    int world = 0;
+    int me = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    std::vector<bool> seen(static_cast<size_t>(world), false);
+    for (int r : ranks) {
+      if (r < 0 || r >= world || seen[static_cast<size_t>(r)]) {
+        throw py::value_error("ranks: " + std::to_string(r) + " is not a distinct rank of MPI_COMM_WORLD (size " +
+                              std::to_string(world) + ")");
+      }
+      seen[static_cast<size_t>(r)] = true;
+    }
+    if (!seen[static_cast<size_t>(me)]) {
+      throw py::value_error("ranks: this process (MPI_COMM_WORLD rank " + std::to_string(me) + ") is not among them");
+    }
+  }
+
+  /// A communicator of the world ranks `ranks`, in that order (MPI_Comm_create_group: only they take part).
+  static MPI_Comm subset_comm(const std::vector<int>& ranks) {
+    MPI_Group world_group = MPI_GROUP_NULL;
+    MPI_Group group = MPI_GROUP_NULL;
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    int rc = MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateGroupTag, &sub);
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    if (rc != MPI_SUCCESS || sub == MPI_COMM_NULL) {
+      throw Error(ErrorCode::kSystem, "MPI_Comm_create_group failed (rc " + std::to_string(rc) + ")", __FILE__,
+                  __LINE__);
+    }
+    return sub;
+  }
+  /// The tag of MPI_Comm_create_group: creations are collective calls, issued in the same order by every member.
+  static constexpr int kCreateGroupTag = 0x5c0;
 
   explicit PyMultiNode(std::unique_ptr<MultiNodeCommunicator> comm)
       : comm_(std::move(comm)),
@@ -125,9 +186,9 @@ class PyMultiNode {
   }
 
   py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy,
-                        bool async) {
-    Buffer in = checked(x, "x", false, "", false);
-    Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
+                        bool async, const std::string& dtype) {
+    Buffer in = checked(x, "x", false, dtype, false);
+    Buffer o = checked_output(out, in, in.count, "the input's count", dtype, false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
     return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
       if (a) return c.all_reduce_async(in.data(), o.data(), in.count, in.dtype, op, opts);
@@ -136,9 +197,10 @@ class PyMultiNode {
     });
   }
 
-  py::object all_gather(const py::handle& x, const py::handle& out, const std::string& hierarchy, bool async) {
-    Buffer in = checked(x, "x", false, "", false);
-    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", "", false);
+  py::object all_gather(const py::handle& x, const py::handle& out, const std::string& hierarchy, bool async,
+                        const std::string& dtype) {
+    Buffer in = checked(x, "x", false, dtype, false);
+    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", dtype, false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
     return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
       if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype, opts);
@@ -148,10 +210,10 @@ class PyMultiNode {
   }
 
   py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, const std::string& hierarchy,
-                            bool async) {
-    Buffer in = checked(x, "x", false, "", false);
+                            bool async, const std::string& dtype) {
+    Buffer in = checked(x, "x", false, dtype, false);
     check_divisible(in, world_size_);
-    Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", "", false);
+    Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", dtype, false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
     return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
       if (a) return c.reduce_scatter_async(in.data(), o.data(), o.count, in.dtype, op, opts);
@@ -160,9 +222,10 @@ class PyMultiNode {
     });
   }
 
-  py::object broadcast(const py::handle& x, const py::handle& out, int root, const std::string& hierarchy, bool async) {
-    Buffer in = checked(x, "x", false, "", false);
-    Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
+  py::object broadcast(const py::handle& x, const py::handle& out, int root, const std::string& hierarchy, bool async,
+                       const std::string& dtype) {
+    Buffer in = checked(x, "x", false, dtype, false);
+    Buffer o = checked_output(out, in, in.count, "the input's count", dtype, false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
     return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
       if (a) return c.broadcast_async(in.data(), o.data(), in.count, in.dtype, root, opts);
@@ -171,10 +234,11 @@ class PyMultiNode {
     });
   }
 
-  py::object all_to_all(const py::handle& x, const py::handle& out, const std::string& hierarchy, bool async) {
-    Buffer in = checked(x, "x", false, "", false);
+  py::object all_to_all(const py::handle& x, const py::handle& out, const std::string& hierarchy, bool async,
+                        const std::string& dtype) {
+    Buffer in = checked(x, "x", false, dtype, false);
     check_divisible(in, world_size_);
-    Buffer o = checked_output(out, in, in.count, "the input's count", "", false);
+    Buffer o = checked_output(out, in, in.count, "the input's count", dtype, false);
     const NodeCollOptions opts{.hierarchy = parse_hierarchy(hierarchy)};
     const size_t block = in.count / world_size_;
     return submit(refs({&in, &o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
@@ -193,8 +257,8 @@ class PyMultiNode {
     });
   }
 
-  py::object send(const py::handle& x, int peer, bool async) {
-    Buffer in = checked(x, "x", false, "", false);
+  py::object send(const py::handle& x, int peer, bool async, const std::string& dtype) {
+    Buffer in = checked(x, "x", false, dtype, false);
     return submit(refs({&in}), py::none(), async, [&](MultiNodeCommunicator& c, bool a) {
       if (a) return c.send_async(in.data(), in.count, in.dtype, peer);
       c.send(in.data(), in.count, in.dtype, peer);
@@ -202,8 +266,8 @@ class PyMultiNode {
     });
   }
 
-  py::object recv(const py::handle& out, int peer, bool async) {
-    Buffer o = checked(out, "out", true, "", false);
+  py::object recv(const py::handle& out, int peer, bool async, const std::string& dtype) {
+    Buffer o = checked(out, "out", true, dtype, false);
     return submit(refs({&o}), o.owner, async, [&](MultiNodeCommunicator& c, bool a) {
       if (a) return c.recv_async(o.data(), o.count, o.dtype, peer);
       c.recv(o.data(), o.count, o.dtype, peer);
@@ -337,9 +401,13 @@ PYBIND11_MODULE(_mpi, m) {
   });
   py::module_::import("atexit").attr("register")(py::cpp_function(&finalize));
 
+  // MPI_COMM_WORLD's rank of this process and size (MPI is initialised here if it is not yet).
+  m.def("world_rank", [] { return world_query(MPI_Comm_rank); });
+  m.def("world_size", [] { return world_query(MPI_Comm_size); });
+
   py::class_<PyMultiNode>(m, "MultiNodeCommunicator")
       .def_static("create", &PyMultiNode::create, py::arg("fake_node_size") = 0, py::arg("fake_round_robin") = false,
-                  py::arg("min_bytes") = py::none())
+                  py::arg("min_bytes") = py::none(), py::arg("ranks") = py::none())
       .def_property_readonly("rank", &PyMultiNode::rank)
       .def_property_readonly("world_size", &PyMultiNode::world_size)
       .def_property_readonly("node", &PyMultiNode::node)
@@ -349,18 +417,18 @@ PYBIND11_MODULE(_mpi, m) {
       .def_property_readonly("closed", &PyMultiNode::closed)
       .def_property_readonly("last_path", &PyMultiNode::last_path)
       .def("all_reduce", &PyMultiNode::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("hierarchy"),
-           py::arg("async_op"))
+           py::arg("async_op"), py::arg("dtype") = "")
       .def("all_gather", &PyMultiNode::all_gather, py::arg("x"), py::arg("out"), py::arg("hierarchy"),
-           py::arg("async_op"))
+           py::arg("async_op"), py::arg("dtype") = "")
       .def("reduce_scatter", &PyMultiNode::reduce_scatter, py::arg("x"), py::arg("out"), py::arg("op"),
-           py::arg("hierarchy"), py::arg("async_op"))
+           py::arg("hierarchy"), py::arg("async_op"), py::arg("dtype") = "")
       .def("broadcast", &PyMultiNode::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("hierarchy"),
-           py::arg("async_op"))
+           py::arg("async_op"), py::arg("dtype") = "")
       .def("all_to_all", &PyMultiNode::all_to_all, py::arg("x"), py::arg("out"), py::arg("hierarchy"),
-           py::arg("async_op"))
+           py::arg("async_op"), py::arg("dtype") = "")
       .def("barrier", &PyMultiNode::barrier, py::arg("hierarchy"), py::arg("async_op"))
-      .def("send", &PyMultiNode::send, py::arg("x"), py::arg("peer"), py::arg("async_op"))
-      .def("recv", &PyMultiNode::recv, py::arg("out"), py::arg("peer"), py::arg("async_op"))
+      .def("send", &PyMultiNode::send, py::arg("x"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
+      .def("recv", &PyMultiNode::recv, py::arg("out"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
       .def("group_start", &PyMultiNode::group_start)
       .def("group_end", &PyMultiNode::group_end)
       .def("group_end_async", &PyMultiNode::group_end_async)

@@ -32,12 +32,21 @@ class MultiNodeCommunicator(_Handle):
     naming it)."""
 
     @classmethod
-    def create(cls, fake_node_size=0, fake_round_robin=False, min_bytes=None):
+    def create(cls, fake_node_size=0, fake_round_robin=False, min_bytes=None, ranks=None):
         """Collective over MPI_COMM_WORLD (MPI is initialised here if the program has not done it, and finalised
-        at exit). fake_node_size: nodes of that many consecutive ranks (round-robin with fake_round_robin), 0 the
-        real nodes. min_bytes: "all_reduce=64K,..." sizes from which "auto" goes hierarchical, equal on every rank
-        (None: the compiled-in table)."""
-        return cls(_mpi().MultiNodeCommunicator.create(int(fake_node_size), bool(fake_round_robin), min_bytes))
+        at exit), or over the MPI_COMM_WORLD ranks `ranks` only, ranked in that order (the others do not call it).
+        fake_node_size: nodes of that many consecutive ranks (round-robin with fake_round_robin), 0 the real nodes.
+        min_bytes: "all_reduce=64K,..." sizes from which "auto" goes hierarchical, equal on every rank (None: the
+        compiled-in table)."""
+        if ranks is not None:
+            ranks = [int(r) for r in ranks]
+        return cls(_mpi().MultiNodeCommunicator.create(int(fake_node_size), bool(fake_round_robin), min_bytes,
+                                                       ranks))
+
+    @staticmethod
+    def world_rank():
+        """This process's rank in MPI_COMM_WORLD (MPI is initialised here if it is not yet)."""
+        return _mpi().world_rank()
 
     @property
     def node(self):

@@ -35,6 +35,7 @@ torch.distributed gives the backend. All ranks must be on one node.
 """
 
 import contextlib
+import os
 import secrets
 import sys
 
@@ -389,6 +390,113 @@ class _BackendView:
         return getattr(self._pg, name)
 
 
+def _node_layout():
+    """How symcomm.torch's groups span nodes, from the job's environment (the same on every rank): None where the job
+    runs on one node; else the fake_node_size of symcomm.MultiNodeCommunicator (SYMCOMM_FAKE_NODE_SIZE: nodes of that
+    many consecutive ranks on one machine; 0: the real nodes, where LOCAL_WORLD_SIZE or Open MPI's local size is
+    below the world size)."""
+    fake = os.environ.get("SYMCOMM_FAKE_NODE_SIZE", "").strip()
+    if fake:
+        try:
+            size = int(fake)
+        except ValueError:
+            raise ValueError(f"symcomm: SYMCOMM_FAKE_NODE_SIZE={fake!r} is not a whole number") from None
+        if size < 0:
+            raise ValueError(f"symcomm: SYMCOMM_FAKE_NODE_SIZE={size} is negative")
+        if size > 0:
+            return size
+    for local, world in (("LOCAL_WORLD_SIZE", "WORLD_SIZE"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE")):
+        if os.environ.get(local, "").isdigit() and os.environ.get(world, "").isdigit():
+            if int(os.environ[local]) < int(os.environ[world]):
+                return 0
+    return None
+
+
+class _MultiNodeComm:
+    """The calls ProcessGroupSymcomm makes on a symcomm._core.Communicator, on a symcomm._mpi.MultiNodeCommunicator
+    (a group whose ranks span nodes; CPU tensors): the hierarchy is chosen by size ("auto"); a forced algorithm or
+    contention, which name one-node paths, are not passed on. What a group on one node only has (fused operations,
+    the symmetric heap) raises RuntimeError."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise RuntimeError(f"symcomm: {name} needs a process group on one node; this group spans nodes "
+                           "(SYMCOMM_FAKE_NODE_SIZE, or ranks on several nodes)")
+
+    def all_reduce(self, x, out, op, async_op, dtype="", stream=None, algorithm="", contention=""):
+        del stream, algorithm, contention
+        return self._impl.all_reduce(x, out, op, "auto", async_op, dtype)
+
+    def all_gather(self, x, out, async_op, dtype="", stream=None, algorithm="", contention=""):
+        del stream, algorithm, contention
+        return self._impl.all_gather(x, out, "auto", async_op, dtype)
+
+    def reduce_scatter(self, x, out, op, async_op, dtype="", stream=None, algorithm="", contention=""):
+        del stream, algorithm, contention
+        return self._impl.reduce_scatter(x, out, op, "auto", async_op, dtype)
+
+    def broadcast(self, x, out, root, async_op, dtype="", stream=None, algorithm="", contention=""):
+        del stream, algorithm, contention
+        return self._impl.broadcast(x, out, root, "auto", async_op, dtype)
+
+    def all_to_all(self, x, out, async_op, dtype="", stream=None, algorithm="", contention=""):
+        del stream, algorithm, contention
+        return self._impl.all_to_all(x, out, "auto", async_op, dtype)
+
+    def barrier(self, async_op, stream=None):
+        del stream
+        return self._impl.barrier("auto", async_op)
+
+    def send(self, x, peer, async_op, dtype=""):
+        return self._impl.send(x, peer, async_op, dtype)
+
+    def recv(self, out, peer, async_op, dtype=""):
+        return self._impl.recv(out, peer, async_op, dtype)
+
+    def group_start(self):
+        self._impl.group_start()
+
+    def group_end(self):
+        self._impl.group_end()
+
+    def group_end_async(self):
+        return self._impl.group_end_async()
+
+    def group_cancel(self):
+        self._impl.group_cancel()
+
+    def check(self):
+        self._impl.check()
+
+    def abort(self):
+        self._impl.abort()
+
+    def close(self):
+        self._impl.close()
+
+    @property
+    def closed(self):
+        return self._impl.closed
+
+    @property
+    def last_path(self):
+        """The path of the last collective: "node", "hierarchical" or "flat" (MultiNodeCommunicator.last_path)."""
+        return self._impl.last_path
+
+
+def _mpi_module():
+    try:
+        from . import _mpi  # noqa: PLC0415 - only for groups that span nodes
+    except ImportError as e:
+        raise RuntimeError("symcomm: a process group that spans nodes needs symcomm._mpi (symcomm built with MPI) "
+                           f"and a job started by mpirun: {e}") from e
+    return _mpi
+
+
 class ProcessGroupSymcomm(_ProcessGroup):
     """torch.distributed process group over symcomm communicators: CPU tensors on a host-backend communicator
     made with the group, CUDA tensors on a CUDA-backend communicator made at the group's first collective on a
@@ -399,6 +507,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._store = store
+        self._fake_node_size = _node_layout()  # None: the group's ranks are on one node
         self._comm = self._make_comm("symcomm", "host", -1)
         self._cuda = None  # the CUDA communicator, made by the first CUDA collective (_cuda_comm)
         self._cuda_device = -1  # its device
@@ -412,9 +521,21 @@ class ProcessGroupSymcomm(_ProcessGroup):
         # Tensors made by empty() on this group: their data pointer -> (HeapBuffer, communicator).
         self._heap = {}
 
+    @property
+    def spans_nodes(self):
+        """True where this group runs on a symcomm.MultiNodeCommunicator (the job spans nodes, or declares fake
+        ones with SYMCOMM_FAKE_NODE_SIZE): CPU tensors only, no fused operations or symmetric tensors."""
+        return self._fake_node_size is not None
+
     def _make_comm(self, prefix, backend, device):
         """A symcomm communicator of this group's ranks: rank 0 serves its store on a free loopback port and
-        passes the port and a fresh token to the others through torch's store, under keys `prefix`/..."""
+        passes the port and a fresh token to the others through torch's store, under keys `prefix`/...; where the
+        job spans nodes, a MultiNodeCommunicator (_multi_node_comm)."""
+        if self._fake_node_size is not None:
+            if backend != "host":
+                raise RuntimeError("symcomm: CUDA tensors on a process group that spans nodes are not supported; "
+                                   "run them on NCCL (init_process_group(backend=\"cpu:symcomm,cuda:nccl\"))")
+            return self._multi_node_comm(prefix)
         key_port, key_token = f"{prefix}/port", f"{prefix}/token"
         if self._rank == 0:
             token = secrets.token_hex(16)
@@ -424,6 +545,18 @@ class ProcessGroupSymcomm(_ProcessGroup):
         token = self._store.get(key_token).decode()
         port = int(self._store.get(key_port).decode())
         return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", port, None, backend, device)
+
+    def _multi_node_comm(self, prefix):
+        """A MultiNodeCommunicator of this group's ranks, ranked as torch ranks them: each rank publishes its
+        MPI_COMM_WORLD rank in torch's store; the group is MPI_COMM_WORLD itself where those are 0..size-1 in order,
+        else a communicator of those ranks (made by them only, as torch makes a group on its members only)."""
+        mpi = _mpi_module()
+        self._store.set(f"{prefix}/mpi_rank/{self._rank}", str(mpi.world_rank()))
+        ranks = [int(self._store.get(f"{prefix}/mpi_rank/{r}").decode()) for r in range(self._size)]
+        whole = ranks == list(range(mpi.world_size()))
+        min_bytes = os.environ.get("SYMCOMM_NODE_MIN_BYTES") or None  # "all_reduce=64K,...": where "auto" goes hierarchical
+        impl = mpi.MultiNodeCommunicator.create(self._fake_node_size, False, min_bytes, None if whole else ranks)
+        return _MultiNodeComm(impl)
 
     def _cuda_comm(self, index):
         """The CUDA communicator, on device `index`: made at the first CUDA collective (every rank issues it),

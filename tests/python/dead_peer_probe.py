@@ -3,7 +3,10 @@ until one raises, then print one line "RESULT {json}" with the seconds that took
 and message, and whether closing afterwards returned. Started by test_dead_peer.py with the rendezvous variables
 set (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, SYMCOMM_TOKEN).
 
-    dead_peer_probe.py numpy|torch-cpu|torch-cuda
+    dead_peer_probe.py numpy|torch-cpu|torch-cuda|torch-cpu-nodes
+
+torch-cpu-nodes runs under mpirun with SYMCOMM_FAKE_NODE_SIZE set (the ranks from Open MPI's variables), so the
+process group is a MultiNodeCommunicator.
 """
 
 import json
@@ -15,6 +18,11 @@ import time
 
 def main():
     mode = sys.argv[1]
+    if mode == "torch-cpu-nodes":  # under mpirun, with SYMCOMM_FAKE_NODE_SIZE: a group that spans fake nodes
+        for ours, theirs in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
+                             ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                             ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")):
+            os.environ[ours] = os.environ[theirs]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if mode == "numpy":
         import numpy as np  # noqa: PLC0415 - only this mode needs it
@@ -62,7 +70,8 @@ def main():
         result["closed"] = True
     except Exception as e:  # noqa: BLE001
         result["closed"] = f"{type(e).__name__}: {e}"
-    print("RESULT " + json.dumps(result), flush=True)
+    # One write(2) of the whole line: under mpirun every rank's output meets in one stream.
+    os.write(1, ("RESULT " + json.dumps(result) + "\n").encode())
     os._exit(0)
 
 

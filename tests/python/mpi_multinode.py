@@ -141,6 +141,29 @@ def test_argument_errors(mn):
     mn.barrier()  # still usable, in step
 
 
+def test_communicators_over_some_ranks(mn):
+    """ranks=: a communicator of the given MPI_COMM_WORLD ranks in that order, made by them only."""
+    ws, me = mn.world_size, mn.rank
+    backwards = symcomm.MultiNodeCommunicator.create(fake_node_size=FAKE_NODE_SIZE, ranks=range(ws - 1, -1, -1))
+    assert (backwards.rank, backwards.world_size) == (ws - 1 - me, ws)
+    rows = backwards.all_gather(np.array([me], np.int64), hierarchy="hierarchical")
+    assert rows[:, 0].tolist() == list(range(ws - 1, -1, -1))
+    backwards.close()
+    evens = list(range(0, ws, 2))
+    if me in evens:
+        sub = symcomm.MultiNodeCommunicator.create(fake_node_size=1, ranks=evens)
+        assert (sub.rank, sub.world_size, sub.num_nodes) == (me // 2, len(evens), len(evens))
+        got = sub.all_reduce(np.array([me], np.int64))
+        assert got[0] == sum(evens)
+        sub.close()
+    for bad, why in (([ws], "not a distinct rank"), ([0, 0] + list(range(1, ws)), "not a distinct rank"),
+                     ([r for r in range(ws) if r != me], "not among them")):
+        with pytest.raises(ValueError, match=why):
+            symcomm.MultiNodeCommunicator.create(ranks=bad)
+    assert symcomm.MultiNodeCommunicator.world_rank() == me
+    mn.barrier()
+
+
 def test_closed_communicator_refuses_calls(mn):
     other = symcomm.MultiNodeCommunicator.create(fake_node_size=FAKE_NODE_SIZE, fake_round_robin=ROUND_ROBIN)
     got = other.all_reduce(np.array([1], np.int64))

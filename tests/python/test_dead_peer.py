@@ -1,12 +1,15 @@
 """A rank killed with SIGKILL surfaces on every survivor as a Python exception naming it within 2 s, through the
-NumPy API and symcomm.torch (CPU tensors; CUDA tensors where each rank has a GPU), and closing afterwards returns.
+NumPy API and symcomm.torch (CPU tensors; CUDA tensors where each rank has a GPU; CPU tensors on a group that spans
+fake nodes, under mpirun), and closing afterwards returns.
 
 Rank 0 of the pytest job starts a job of its own (dead_peer_probe.py, 3 ranks, its own rendezvous) per case; the
 other ranks skip the cases (they issue no collectives)."""
 
+import importlib.util
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -51,6 +54,30 @@ def run_probe(mode, world):
     return results
 
 
+def run_probe_under_mpirun(mpiexec, world, fake_node_size):
+    """The torch-cpu-nodes probe: `world` ranks under mpirun --enable-recovery (the survivors keep running after the
+    death), declared as fake nodes of `fake_node_size`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SYMCOMM_TOKEN")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), SYMCOMM_FAKE_NODE_SIZE=str(fake_node_size),
+               PYTHONUNBUFFERED="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    cmd = [mpiexec, "--enable-recovery", "-np", str(world)]
+    for name in ("MASTER_ADDR", "MASTER_PORT", "SYMCOMM_FAKE_NODE_SIZE", "PYTHONUNBUFFERED", "PYTHONPATH"):
+        cmd += ["-x", name]
+    cmd += [sys.executable, os.path.join(HERE, "dead_peer_probe.py"), "torch-cpu-nodes"]
+    try:
+        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=120, check=False).stdout
+    except subprocess.TimeoutExpired:
+        pytest.fail("the torch-cpu-nodes probe job did not end within 120 s")
+    # mpirun merges the ranks' output: a line may carry another rank's text around the result.
+    results = [json.JSONDecoder().raw_decode(ln, ln.index("RESULT ") + len("RESULT "))[0]
+               for ln in out.splitlines() if "RESULT " in ln]
+    assert len(results) == world - 1, f"{len(results)} of {world - 1} survivors printed a result:\n{out}"
+    return results
+
+
 def cuda_ranks():
     try:
         import torch  # noqa: PLC0415
@@ -61,7 +88,7 @@ def cuda_ranks():
     return torch.cuda.device_count()
 
 
-@pytest.mark.parametrize("mode", ["numpy", "torch-cpu", "torch-cuda"])
+@pytest.mark.parametrize("mode", ["numpy", "torch-cpu", "torch-cuda", "torch-cpu-nodes"])
 def test_killed_rank_raises_naming_it(mode):
     if int(os.environ.get("RANK", "0")) != 0:
         pytest.skip("rank 0 runs the probe job")
@@ -72,7 +99,15 @@ def test_killed_rank_raises_naming_it(mode):
         world = min(WORLD, cuda_ranks())
         if world < 2:
             pytest.skip("needs torch with CUDA, symcomm's CUDA backend and 2 GPUs")
-    for r, res in enumerate(run_probe(mode, world)):
+    if mode == "torch-cpu-nodes":
+        mpiexec = shutil.which("mpirun")
+        if mpiexec is None or importlib.util.find_spec("symcomm._mpi") is None:
+            pytest.skip("needs mpirun and symcomm._mpi (symcomm built with MPI)")
+        world = 4
+        results = run_probe_under_mpirun(mpiexec, world, 2)
+    else:
+        results = run_probe(mode, world)
+    for r, res in enumerate(results):
         assert res["elapsed"] is not None, f"rank {r}: no exception within 30 s of the kill"
         assert res["elapsed"] < 2.0, f"rank {r}: the exception took {res['elapsed']:.2f} s: {res['message']}"
         assert res["type"] == "Error" and res["code"] == "peer_dead", f"rank {r}: {res}"

@@ -6,6 +6,7 @@ store and symcomm's Communicator.from_env() both serve on MASTER_PORT). Skipped 
 """
 
 import datetime
+import os
 
 import numpy as np
 import pytest
@@ -60,6 +61,13 @@ def gloo():
     yield group
     dist.barrier()
     dist.destroy_process_group()
+
+
+def one_node_only():
+    """Skips a test of what groups on one node only have (fused operations, symmetric tensors) where the job spans
+    nodes (SYMCOMM_FAKE_NODE_SIZE: run_mpi_torch.py)."""
+    if dist.distributed_c10d._get_default_group().spans_nodes:  # noqa: SLF001
+        pytest.skip("fused operations and symmetric tensors need a group on one node; this job spans nodes")
 
 
 def check_usable(gloo):
@@ -291,6 +299,25 @@ def test_reduce_gather_scatter_errors(gloo):
     with pytest.raises(ValueError, match="elements"):
         dist.all_to_all([torch.ones(2)] * w, [torch.ones(2)] * (w - 1) + [torch.ones(3)])
     check_usable(gloo)
+
+
+def test_groups_spanning_nodes_take_the_path_asked_for(gloo):
+    """Where the job declares fake nodes (run_mpi_torch.py), the group runs on a MultiNodeCommunicator: hierarchical
+    from SYMCOMM_NODE_MIN_BYTES's sizes, else (these small sizes) flat on MPI; results as gloo's."""
+    pg = dist.distributed_c10d._get_default_group()  # noqa: SLF001
+    if not pg.spans_nodes:
+        pytest.skip("the job runs on one node")
+    forced = "all_reduce=0" in os.environ.get("SYMCOMM_NODE_MIN_BYTES", "")
+    for what, call in (("all_reduce", lambda t, g: dist.all_reduce(t, group=g)),
+                       ("broadcast", lambda t, g: dist.broadcast(t, src=dist.get_world_size() - 1, group=g))):
+        x = inp(seed_of(what, 1), 1000, torch.int32, "sum")
+        y = x.clone()
+        call(x, None)
+        assert pg._comm.last_path == ("hierarchical" if forced else "flat"), what  # noqa: SLF001
+        call(y, gloo)
+        same(x, y, what)
+    with pytest.raises(RuntimeError, match="spans nodes"):
+        symcomm_torch.empty(4)
 
 
 def test_barrier(gloo):
@@ -737,6 +764,7 @@ def small_ints(seed, shape, dtype):
 @pytest.mark.parametrize("gather_dim", [0, 1, -2])
 @pytest.mark.parametrize("return_a", [True, False], ids=["return_A", "no_A"])
 def test_fused_all_gather_matmul(gloo, dtype, gather_dim, return_a):
+    one_node_only()
     w, r = dist.get_world_size(), dist.get_rank()
     shard_shape = (2, 3, 8)  # [batch, M_local, K]
     shards = [small_ints(seed_of("ag", q), shard_shape, dtype) for q in range(w)]
@@ -757,6 +785,7 @@ def test_fused_all_gather_matmul(gloo, dtype, gather_dim, return_a):
 @pytest.mark.parametrize("scatter_dim", [0, 1, -2])
 @pytest.mark.parametrize("reduce_op", ["sum", "avg"])
 def test_fused_matmul_reduce_scatter(gloo, dtype, scatter_dim, reduce_op):
+    one_node_only()
     w, r = dist.get_world_size(), dist.get_rank()
     a_shape = (2 * w, 3 * w, 6)  # [batch, M, K_local]: both leading extents divisible by the world size
     parts = [(small_ints(seed_of("rs", q), a_shape, dtype), small_ints(seed_of("rs-b", q), (6, 7), dtype))
@@ -776,6 +805,7 @@ def test_fused_matmul_reduce_scatter(gloo, dtype, scatter_dim, reduce_op):
 
 
 def test_fused_ops_with_transposed_weights_and_a_group_object(gloo):
+    one_node_only()
     w, r = dist.get_world_size(), dist.get_rank()
     shard = small_ints(seed_of("t", r), (4, 8), torch.float32)
     b_t = small_ints(seed_of("t-b"), (5, 8), torch.float32)  # B = b_t.t(): a non-contiguous [8, 5] view
@@ -785,6 +815,7 @@ def test_fused_ops_with_transposed_weights_and_a_group_object(gloo):
 
 
 def test_fused_ops_errors(gloo):
+    one_node_only()
     name = dist.group.WORLD.group_name
     a = torch.ones(2, 4, 8)
     with pytest.raises(ValueError, match="no process group is named"):
@@ -837,6 +868,7 @@ def test_symmetric_memory_ops(gloo, dtype):
 def test_symmetric_tensors(gloo, dtype):
     """empty() / peer_tensor() / free(): collectives on heap tensors (zero-copy) against gloo, and every rank
     reading its peers' copies directly."""
+    one_node_only()
     w, r = dist.get_world_size(), dist.get_rank()
     t = symcomm_torch.empty(3, 5 * w, dtype=dtype)
     assert t.shape == (3, 5 * w) and t.dtype == dtype and t.is_contiguous()
@@ -858,6 +890,7 @@ def test_symmetric_tensors(gloo, dtype):
 
 
 def test_fused_torch_ops(gloo):
+    one_node_only()
     name = dist.group.WORLD.group_name
     w, r = dist.get_world_size(), dist.get_rank()
     shard = small_ints(seed_of("op", r), (4, 8), torch.float32)
