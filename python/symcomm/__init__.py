@@ -55,9 +55,7 @@ def _reduce_op(op):
 
 
 def _array(x, name="x"):
-    if isinstance(x, _np.generic):
-        raise TypeError(f"{name}: expected an array, got the NumPy scalar {type(x).__name__} (numpy.asarray() makes a "
-                        "0-d array of it)")
+    """x as the compiled modules take it (they refuse NumPy scalars: buffers.h); TypeError for what holds no array."""
     if not (isinstance(x, _np.ndarray) or hasattr(x, "__cuda_array_interface__") or hasattr(x, "__array_interface__")
             or hasattr(x, "__dlpack__")):
         raise TypeError(f"{name}: expected a numpy.ndarray, an object with __array_interface__, "
