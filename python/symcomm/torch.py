@@ -553,6 +553,9 @@ class ProcessGroupSymcomm(_ProcessGroup):
         mpi = _mpi_module()
         self._store.set(f"{prefix}/mpi_rank/{self._rank}", str(mpi.world_rank()))
         ranks = [int(self._store.get(f"{prefix}/mpi_rank/{r}").decode()) for r in range(self._size)]
+        if len(set(ranks)) != len(ranks):  # e.g. torchrun without mpirun: each process is MPI rank 0 of its own
+            raise RuntimeError(f"symcomm: a process group that spans nodes runs on MPI, and its {self._size} ranks are "
+                               f"not distinct MPI_COMM_WORLD ranks ({ranks}): start the job with mpirun")
         whole = ranks == list(range(mpi.world_size()))
         min_bytes = os.environ.get("SYMCOMM_NODE_MIN_BYTES") or None  # "all_reduce=64K,...": where "auto" goes hierarchical
         impl = mpi.MultiNodeCommunicator.create(self._fake_node_size, False, min_bytes, None if whole else ranks)

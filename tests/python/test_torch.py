@@ -6,7 +6,11 @@ store and symcomm's Communicator.from_env() both serve on MASTER_PORT). Skipped 
 """
 
 import datetime
+import importlib.util
 import os
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -318,6 +322,41 @@ def test_groups_spanning_nodes_take_the_path_asked_for(gloo):
         same(x, y, what)
     with pytest.raises(RuntimeError, match="spans nodes"):
         symcomm_torch.empty(4)
+
+
+NO_MPIRUN_PROBE = """
+import torch.distributed as dist
+import symcomm.torch
+try:
+    dist.init_process_group(backend="symcomm")
+except RuntimeError as e:
+    print("RAISED", e)
+"""
+
+
+def test_groups_spanning_nodes_need_mpirun(gloo):
+    """Fake nodes declared in a job that mpirun did not start (each process its own MPI world): every rank's
+    init_process_group raises RuntimeError saying so, none hangs. Rank 0 runs a 2-rank job of its own."""
+    if dist.get_rank() != 0 or dist.distributed_c10d._get_default_group().spans_nodes:  # noqa: SLF001
+        pytest.skip("rank 0 of a one-node job runs the probe job")
+    if importlib.util.find_spec("symcomm._mpi") is None:
+        pytest.skip("symcomm._mpi is not built (no MPI)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+               SYMCOMM_FAKE_NODE_SIZE="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    procs = [subprocess.Popen([sys.executable, "-c", NO_MPIRUN_PROBE], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    for r, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("the probe job did not end within 60 s")
+        assert "RAISED" in out and "start the job with mpirun" in out, f"rank {r}:\n{out}"
 
 
 def test_barrier(gloo):
