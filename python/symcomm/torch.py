@@ -535,7 +535,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if self._fake_node_size is not None:
             if backend != "host":
                 raise RuntimeError("symcomm: CUDA tensors on a process group that spans nodes are not supported; "
-                                   "run them on NCCL (init_process_group(backend=\"cpu:symcomm,cuda:nccl\"))")
+                                   "run them on an NCCL group (dist.new_group(backend=\"nccl\"))")
             return self._multi_node_comm(prefix)
         key_port, key_token = f"{prefix}/port", f"{prefix}/token"
         if self._rank == 0:
