@@ -484,6 +484,14 @@ class _MultiNodeComm:
         return self._impl.closed
 
     @property
+    def node(self):
+        return self._impl.node
+
+    @property
+    def num_nodes(self):
+        return self._impl.num_nodes
+
+    @property
     def last_path(self):
         """The path of the last collective: "node", "hierarchical" or "flat" (MultiNodeCommunicator.last_path)."""
         return self._impl.last_path
@@ -559,7 +567,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
                                f"not distinct MPI_COMM_WORLD ranks ({ranks}): start the job with mpirun")
         whole = ranks == list(range(mpi.world_size()))
         min_bytes = os.environ.get("SYMCOMM_NODE_MIN_BYTES") or None  # "all_reduce=64K,...": where "auto" goes hierarchical
-        impl = mpi.MultiNodeCommunicator.create(self._fake_node_size, False, min_bytes, None if whole else ranks)
+        round_robin = self._fake_node_size > 0 and os.environ.get("SYMCOMM_FAKE_ROUND_ROBIN", "0") not in ("", "0")
+        impl = mpi.MultiNodeCommunicator.create(self._fake_node_size, round_robin, min_bytes, None if whole else ranks)
         return _MultiNodeComm(impl)
 
     def _cuda_comm(self, index):

@@ -2,7 +2,8 @@
 (SYMCOMM_FAKE_NODE_SIZE), so that every symcomm process group is a symcomm.MultiNodeCommunicator: symcomm inside
 each fake node, MPI between them.
 
-    run_mpi_torch.py --mpiexec mpirun --ranks 4 --fake-node-size 2 [--min-bytes all_reduce=0,...] [-- pytest args]
+    run_mpi_torch.py --mpiexec mpirun --ranks 4 --fake-node-size 2 [--round-robin] [--min-bytes all_reduce=0,...]
+                     [-- pytest args]
 
 torch.distributed's env:// rendezvous gets MASTER_ADDR (the loopback) and MASTER_PORT (a port free when this script
 looked) through mpirun's -x; conftest.py sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE from Open MPI's
@@ -27,6 +28,8 @@ def main():
     parser.add_argument("--mpiexec", required=True)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--fake-node-size", type=int, default=2)
+    parser.add_argument("--round-robin", action="store_true",
+                        help="SYMCOMM_FAKE_ROUND_ROBIN=1: the fake nodes take the ranks round-robin")
     parser.add_argument("--min-bytes", default="",
                         help="SYMCOMM_NODE_MIN_BYTES: sizes from which calls go hierarchical ('' the compiled-in ones)")
     parser.add_argument("pytest_args", nargs="*")
@@ -39,9 +42,11 @@ def main():
         return 77
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               SYMCOMM_FAKE_NODE_SIZE=str(args.fake_node_size), SYMCOMM_NODE_MIN_BYTES=args.min_bytes)
+               SYMCOMM_FAKE_NODE_SIZE=str(args.fake_node_size), SYMCOMM_NODE_MIN_BYTES=args.min_bytes,
+               SYMCOMM_FAKE_ROUND_ROBIN="1" if args.round_robin else "0")
     cmd = [args.mpiexec, "-np", str(args.ranks)]
-    for name in ("MASTER_ADDR", "MASTER_PORT", "SYMCOMM_FAKE_NODE_SIZE", "SYMCOMM_NODE_MIN_BYTES"):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "SYMCOMM_FAKE_NODE_SIZE", "SYMCOMM_NODE_MIN_BYTES",
+                 "SYMCOMM_FAKE_ROUND_ROBIN"):
         cmd += ["-x", name]
     cmd += [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--color=no", "--rootdir", here,
             os.path.join(here, "test_torch.py"), *args.pytest_args]
