@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -66,10 +67,19 @@ def run_probe_under_mpirun(mpiexec, world, fake_node_size):
     for name in ("MASTER_ADDR", "MASTER_PORT", "SYMCOMM_FAKE_NODE_SIZE", "PYTHONUNBUFFERED", "PYTHONPATH"):
         cmd += ["-x", name]
     cmd += [sys.executable, os.path.join(HERE, "dead_peer_probe.py"), "torch-cpu-nodes"]
+    # A session of its own: mpirun's handling of the death may signal its whole process group, which would
+    # otherwise include this pytest process (and interrupt it, out of step with the other ranks).
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
-        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=120, check=False).stdout
+        out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        proc.terminate()  # mpirun ends its job on SIGTERM; the ranks are not all in its process group
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
         pytest.fail("the torch-cpu-nodes probe job did not end within 120 s")
     # mpirun merges the ranks' output: a line may carry another rank's text around the result.
     results = [json.JSONDecoder().raw_decode(ln, ln.index("RESULT ") + len("RESULT "))[0]
