@@ -3,7 +3,8 @@ NumPy API and symcomm.torch (CPU tensors; CUDA tensors where each rank has a GPU
 fake nodes, under mpirun), and closing afterwards returns.
 
 Rank 0 of the pytest job starts a job of its own (dead_peer_probe.py, 3 ranks, its own rendezvous) per case; the
-other ranks skip the cases (they issue no collectives)."""
+other ranks skip the cases (they issue no collectives). The fake-node case starts 4 ranks under mpirun and runs only
+where pytest runs alone (python -m pytest test_dead_peer.py -k nodes: ctest's python_torch_multinode_kill)."""
 
 import importlib.util
 import json
@@ -110,6 +111,8 @@ def test_killed_rank_raises_naming_it(mode):
         if world < 2:
             pytest.skip("needs torch with CUDA, symcomm's CUDA backend and 2 GPUs")
     if mode == "torch-cpu-nodes":
+        if os.environ.get("WORLD_SIZE", "1") != "1":
+            pytest.skip("runs alone, outside a job of ranks (ctest -R python_torch_multinode_kill)")
         mpiexec = shutil.which("mpirun")
         if mpiexec is None or importlib.util.find_spec("symcomm._mpi") is None:
             pytest.skip("needs mpirun and symcomm._mpi (symcomm built with MPI)")
