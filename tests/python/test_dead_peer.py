@@ -68,8 +68,8 @@ def run_probe_under_mpirun(mpiexec, world, fake_node_size):
     for name in ("MASTER_ADDR", "MASTER_PORT", "SYMCOMM_FAKE_NODE_SIZE", "PYTHONUNBUFFERED", "PYTHONPATH"):
         cmd += ["-x", name]
     cmd += [sys.executable, os.path.join(HERE, "dead_peer_probe.py"), "torch-cpu-nodes"]
-    # A session of its own: mpirun's handling of the death may signal its whole process group, which would
-    # otherwise include this pytest process (and interrupt it, out of step with the other ranks).
+    # mpirun leads a process group of its own, without this pytest process, which a signal mpirun sends to its
+    # group while it handles the death then cannot reach.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
