@@ -422,7 +422,13 @@ class _MultiNodeComm:
     def __init__(self, impl):
         self._impl = impl
 
+    # The calls that are the same on both: handed to the MultiNodeCommunicator as they are.
+    _SAME = frozenset({"group_start", "group_end", "group_end_async", "group_cancel", "check", "abort", "close",
+                       "closed", "rank", "world_size", "node", "num_nodes", "last_path"})
+
     def __getattr__(self, name):
+        if name in _MultiNodeComm._SAME:
+            return getattr(self._impl, name)
         if name.startswith("__"):
             raise AttributeError(name)
         raise RuntimeError(f"symcomm: {name} needs a process group on one node; this group spans nodes "
@@ -458,52 +464,15 @@ class _MultiNodeComm:
     def recv(self, out, peer, async_op, dtype=""):
         return self._impl.recv(out, peer, async_op, dtype)
 
-    def group_start(self):
-        self._impl.group_start()
-
-    def group_end(self):
-        self._impl.group_end()
-
-    def group_end_async(self):
-        return self._impl.group_end_async()
-
-    def group_cancel(self):
-        self._impl.group_cancel()
-
-    def check(self):
-        self._impl.check()
-
-    def abort(self):
-        self._impl.abort()
-
-    def close(self):
-        self._impl.close()
-
-    @property
-    def closed(self):
-        return self._impl.closed
-
-    @property
-    def node(self):
-        return self._impl.node
-
-    @property
-    def num_nodes(self):
-        return self._impl.num_nodes
-
-    @property
-    def last_path(self):
-        """The path of the last collective: "node", "hierarchical" or "flat" (MultiNodeCommunicator.last_path)."""
-        return self._impl.last_path
-
 
 def _mpi_module():
+    """symcomm._mpi (symcomm.multinode's import of it); RuntimeError where symcomm was built without MPI."""
+    from .multinode import _mpi  # noqa: PLC0415 - only for groups that span nodes
     try:
-        from . import _mpi  # noqa: PLC0415 - only for groups that span nodes
+        return _mpi()
     except ImportError as e:
-        raise RuntimeError("symcomm: a process group that spans nodes needs symcomm._mpi (symcomm built with MPI) "
-                           f"and a job started by mpirun: {e}") from e
-    return _mpi
+        raise RuntimeError(f"symcomm: a process group that spans nodes runs on MPI, in a job started by mpirun: {e}") \
+            from e
 
 
 class ProcessGroupSymcomm(_ProcessGroup):
