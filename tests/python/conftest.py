@@ -6,19 +6,13 @@ in every dtype (sums of [-3, 3], products of {-1, 1, 2}, min/max of [-50, 50]; u
 [0, 100]); the expected result is computed here with NumPy from every rank's inputs and compared bit for bit.
 """
 
-import os
-
 import numpy as np
 import pytest
+from job_env import ranks_from_open_mpi
 
 import symcomm
 
-# Under mpirun (run_mpi_torch.py), torch.distributed's env:// rendezvous takes the ranks from Open MPI's variables.
-if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" in os.environ:
-    for ours, theirs in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
-                         ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                         ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")):
-        os.environ[ours] = os.environ[theirs]
+ranks_from_open_mpi()  # under mpirun (run_mpi_torch.py)
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64]
 OPS = ["sum", "prod", "min", "max", "avg"]

@@ -19,10 +19,8 @@ import time
 def main():
     mode = sys.argv[1]
     if mode == "torch-cpu-nodes":  # under mpirun, with SYMCOMM_FAKE_NODE_SIZE: a group that spans fake nodes
-        for ours, theirs in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
-                             ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                             ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")):
-            os.environ[ours] = os.environ[theirs]
+        from job_env import ranks_from_open_mpi  # noqa: PLC0415 - this folder, beside this script
+        ranks_from_open_mpi()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if mode == "numpy":
         import numpy as np  # noqa: PLC0415 - only this mode needs it

@@ -12,15 +12,10 @@ variables. Exit status: pytest's, or 77 (ctest: skipped) when this interpreter h
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from job_env import free_port
 
 
 def main():

@@ -12,22 +12,16 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
+from job_env import free_port
 
 import symcomm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_probe(mode, world):

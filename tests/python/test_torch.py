@@ -8,7 +8,6 @@ store and symcomm's Communicator.from_env() both serve on MASTER_PORT). Skipped 
 import datetime
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import values
+from job_env import free_port
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -345,9 +345,7 @@ def test_groups_spanning_nodes_need_mpirun(gloo):
         pytest.skip("rank 0 of a one-node job runs the probe job")
     if importlib.util.find_spec("symcomm._mpi") is None:
         pytest.skip("symcomm._mpi is not built (no MPI)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
                SYMCOMM_FAKE_NODE_SIZE="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
