@@ -84,4 +84,57 @@ class TestBuffer {
   void* ptr_;
 };
 
+/// A TestBuffer (or, with `heap`, a buffer of that communicator's symmetric heap) whose payload sits between two
+/// guards of kGuardByte, so that a check sees every byte written outside it. prepare() places a payload of up to
+/// `capacity` bytes `misalign` bytes (below kMaxMisalign) past a guard of kGuard bytes: the front guard is the
+/// kGuard + misalign bytes before the payload, the back guard the kGuard bytes after it.
+class GuardedTestBuffer {
+ public:
+  static constexpr size_t kGuard = 256;
+  static constexpr size_t kMaxMisalign = 16;
+  static constexpr uint8_t kGuardByte = 0xa5;
+
+  GuardedTestBuffer(TestMemory& mem, size_t capacity, Communicator* heap = nullptr)
+      : mem_(&mem),
+        capacity_(capacity),
+        buf_(heap ? TestBuffer(mem, *heap, capacity + kMaxMisalign + 2 * kGuard)
+                  : TestBuffer(mem, capacity + kMaxMisalign + 2 * kGuard)) {}
+
+  /// Places a payload of `bytes` and writes both of its guards (not the payload); returns the payload.
+  uint8_t* prepare(size_t bytes, size_t misalign = 0) {
+    if (bytes > capacity_ || misalign >= kMaxMisalign) throw std::runtime_error("GuardedTestBuffer: payload too big");
+    bytes_ = bytes;
+    front_ = kGuard + misalign;
+    mem_->set(buf_.get(), kGuardByte, front_);
+    mem_->set(data() + bytes_, kGuardByte, kGuard);
+    return data();
+  }
+  uint8_t* data() const { return buf_.get<uint8_t>() + front_; }
+  /// Fills the payload with `byte`.
+  void poison(uint8_t byte) { mem_->set(data(), byte, bytes_); }
+  /// The payload's bytes; *guards_ok: whether both guards are intact (one copy of the guards and the payload).
+  std::vector<uint8_t> read(bool* guards_ok) {
+    const std::vector<uint8_t> all = mem_->read_vector<uint8_t>(buf_.get(), front_ + bytes_ + kGuard);
+    *guards_ok = intact(all.data(), front_) && intact(all.data() + front_ + bytes_, kGuard);
+    return std::vector<uint8_t>(all.begin() + front_, all.begin() + front_ + bytes_);
+  }
+  /// Whether both guards are intact (copies the guards only).
+  bool guards_ok() {
+    return intact(mem_->read_vector<uint8_t>(buf_.get(), front_).data(), front_) &&
+           intact(mem_->read_vector<uint8_t>(data() + bytes_, kGuard).data(), kGuard);
+  }
+
+ private:
+  static bool intact(const uint8_t* guard, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) {
+      if (guard[i] != kGuardByte) return false;
+    }
+    return true;
+  }
+
+  TestMemory* mem_;
+  size_t capacity_, bytes_ = 0, front_ = kGuard;
+  TestBuffer buf_;
+};
+
 }  // namespace symcomm::testing
