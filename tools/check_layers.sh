@@ -16,7 +16,7 @@
 #   5 core            Communicator, configuration, tuning, bucketer
 #   6 fused           fused GEMM + collective operations
 #   7 nccl_shim       the NCCL drop-in library (its native layer uses core and base)
-#   7 multinode       communicators that span nodes (symcomm inside a node, MPI between nodes)
+#   7 multinode       communicators that span nodes (symcomm inside a node, MPI or NCCL between nodes)
 # Folders of one layer (bootstrap and memory; backends/host and backends/cuda; nccl_shim and multinode) do not
 # include each other.
 # Every folder under src/ that holds sources must be in this table.

@@ -26,27 +26,6 @@
 
 namespace symcomm {
 
-struct MultiNodeOptions {
-  /// The node communicators' options (backend kHost; the CUDA backend between nodes needs NCCL, not built here:
-  /// Error(kUnsupported)). Its config (or Config::from_env()) also gives the deadline of the inter-node waits.
-  CommOptions node;
-  /// Declares nodes of this many consecutive ranks (the last may be smaller), so one machine can run the
-  /// multi-node paths; 0: the real nodes (MPI_COMM_TYPE_SHARED).
-  int fake_node_size = 0;
-  /// Fake nodes take ranks round-robin (rank r on node r % nodes, as `mpirun --map-by node` places them) instead
-  /// of consecutively.
-  bool fake_round_robin = false;
-  /// Sizes (bytes, as detail::path_bytes counts them) from which kAuto takes the hierarchical path, as
-  /// "all_reduce=64K,all_gather=256K,..." over the compiled-in table (nullopt: that table). Must be equal on every
-  /// rank (Error(kMismatch) otherwise).
-  std::optional<std::string> min_bytes;
-};
-
-/// Per-call options.
-struct NodeCollOptions {
-  Hierarchy hierarchy = Hierarchy::kAuto;
-};
-
 class MultiNodeCommunicator {
  public:
   /// Collective over `comm` (MPI must be initialised; MPI_THREAD_SERIALIZED or more if several threads call

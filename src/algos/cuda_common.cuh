@@ -359,6 +359,14 @@ __device__ __forceinline__ A finish(A a, int nsrc, ReduceOp rt) {
   return a;
 }
 
+/// The block writes dst[i] = src[i] / by (in Elem<T>::Acc; integers truncate) for i < n; dst may be src.
+template <class T>
+__device__ void block_divide(T* dst, const T* src, size_t n, int by) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = E::store(E::load(src[i]) / static_cast<A>(by));
+}
+
 /// One 16-byte pack of T.
 template <class T>
 union Pack {

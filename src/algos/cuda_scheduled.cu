@@ -27,14 +27,6 @@ namespace {
 constexpr int kSources = device::kMaxDeviceRanks;  // this rank's chunk and at most 7 slots per reduce
 static_assert(kMaxPlanRanks == device::kMaxDeviceRanks, "a plan's neighbour bits cover the kernel's ranks");
 
-/// The block writes dst[i] = src[i] / by (in Elem<T>::Acc; integers truncate) for i < n; dst may be src.
-template <class T>
-__device__ void block_divide(T* dst, const T* src, size_t n, int by) {
-  using E = Elem<T>;
-  using A = typename E::Acc;
-  for (size_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = E::store(E::load(src[i]) / static_cast<A>(by));
-}
-
 /// NOTE [signal refresh] for a kernel whose barriers reach only `peers`: the slots of blocks the kernel did not
 /// use, which for the other peers are all of them.
 __device__ void refresh_unused(const DeviceComm& c, uint32_t peers, uint32_t value) {

@@ -10,7 +10,6 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -21,7 +20,9 @@
 #include "algos/request.h"
 #include "base/check.h"
 #include "base/deadline.h"
+#include "base/host_process.h"
 #include "multinode/multinode_impl.h"
+#include "multinode/node_common.h"
 #include "symcomm/mpi.h"
 
 namespace symcomm {
@@ -98,9 +99,6 @@ MPI_Op mpi_op(ReduceOp op, DataType d) {
   return mpi_types().ops[static_cast<int>(op == ReduceOp::kAvg ? ReduceOp::kSum : op)][static_cast<int>(d)];
 }
 
-// The reduction the stages run: avg is a sum until the last stage divides by the world size.
-ReduceOp stage_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
-
 // MPI counts are ints: element-wise calls run in pieces of at most this many elements.
 constexpr size_t kMaxMpiCount = size_t{1} << 30;
 
@@ -108,32 +106,6 @@ int mpi_count(size_t n, const char* what) {
   SYMCOMM_CHECK(n <= static_cast<size_t>(INT_MAX), kUnsupported,
                 "{}: blocks of {} elements exceed what MPI can count ({})", what, n, INT_MAX);
   return static_cast<int>(n);
-}
-
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
-}
-
-// What makes pids comparable: the same boot of the same machine and the same pid namespace.
-std::string host_identity() {
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  char ns[256] = {};
-  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-  return boot + "/" + (n > 0 ? std::string(ns, n) : std::string("?"));
-}
-
-// A process that is gone or a zombie (killed, not yet reaped by its launcher).
-bool process_gone(int pid) {
-  std::ifstream f(fmt::format("/proc/{}/stat", pid));
-  if (!f) return true;
-  std::string line;
-  std::getline(f, line);
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return false;
-  const char state = line[close + 2];
-  return state == 'Z' || state == 'X';
 }
 
 constexpr size_t kIdentityBytes = 160;
@@ -175,7 +147,7 @@ MultiNodeCommunicator::Impl::Impl(MPI_Comm comm, const MultiNodeOptions& options
       fmt::format("fake_node_size={};round_robin={};min_bytes={}", fake, round_robin ? 1 : 0, min_bytes);
   SYMCOMM_CHECK_ARG(opts.size() < kOptionBytes, "multinode options are too long ({} bytes)", opts.size());
   std::snprintf(mine.options, sizeof(mine.options), "%s", opts.c_str());
-  std::snprintf(mine.identity, sizeof(mine.identity), "%s", host_identity().c_str());
+  std::snprintf(mine.identity, sizeof(mine.identity), "%s", detail::host_identity().c_str());
   mine.pid = static_cast<int32_t>(::getpid());
   if (fake > 0) {
     mine.node_key = detail::fake_node_keys(world, fake, round_robin)[rank_];
@@ -190,16 +162,9 @@ MultiNodeCommunicator::Impl::Impl(MPI_Comm comm, const MultiNodeOptions& options
   std::vector<Hello> all(world);
   check_mpi(MPI_Allgather(&mine, sizeof(Hello), MPI_BYTE, all.data(), sizeof(Hello), MPI_BYTE, world_),
             "MPI_Allgather");
-  std::vector<int> differ;
-  for (int p = 0; p < world; ++p) {
-    if (std::strncmp(all[p].options, mine.options, kOptionBytes) != 0) differ.push_back(p);
-  }
-  if (!differ.empty()) {
-    throw Error(ErrorCode::kMismatch,
-                fmt::format("rank {}: multinode options differ: here '{}', rank {} '{}'", rank_, opts, differ[0],
-                            all[differ[0]].options),
-                __FILE__, __LINE__, differ);
-  }
+  std::vector<std::string> options_of;
+  for (const Hello& h : all) options_of.emplace_back(h.options, strnlen(h.options, kOptionBytes));
+  detail::check_same_options(rank_, opts, options_of);
   std::vector<int64_t> keys(world);
   for (int p = 0; p < world; ++p) {
     keys[p] = all[p].node_key;
@@ -258,17 +223,7 @@ void MultiNodeCommunicator::Impl::watch(const char* what, Clock::time_point star
   const Clock::time_point now = Clock::now();
   if (now - *last_look < std::chrono::milliseconds(5)) return;
   *last_look = now;
-  std::vector<int> dead;
-  for (int p : host_peers_) {
-    if (process_gone(pids_[p])) dead.push_back(p);
-  }
-  if (!dead.empty()) {
-    std::string names;
-    for (int p : dead) names += fmt::format("{}rank {} (pid {})", names.empty() ? "" : ", ", p, pids_[p]);
-    throw Error(ErrorCode::kPeerDead,
-                fmt::format("rank {}: {}: {} ended without leaving the communicator", rank_, what, names), __FILE__,
-                __LINE__, dead);
-  }
+  if (auto dead = detail::dead_host_peers(rank_, host_peers_, pids_, what)) throw *dead;
   if (now - start > timeout_) {
     SYMCOMM_THROW(kTimeout, "rank {}: {} did not complete within {} ms", rank_, what, timeout_.count());
   }
@@ -292,17 +247,7 @@ void MultiNodeCommunicator::Impl::wait(MPI_Request& req, const char* what) {
 }
 
 void MultiNodeCommunicator::Impl::rethrow_node_error(const Error& e, const char* what) {
-  std::vector<int> ranks;
-  std::string names;
-  for (int l : e.ranks()) {
-    if (l < 0 || l >= static_cast<int>(layout_.members[node_].size())) continue;
-    ranks.push_back(layout_.members[node_][l]);
-    names += fmt::format("{}local rank {} is rank {}", names.empty() ? "" : ", ", l, ranks.back());
-  }
-  throw Error(e.code(),
-              fmt::format("rank {}: {} on node {}: {}{}", rank_, what, node_, e.message(),
-                          names.empty() ? "" : fmt::format(" ({})", names)),
-              e.file(), e.line(), ranks);
+  throw detail::node_error(layout_, rank_, node_, e, what);
 }
 
 void MultiNodeCommunicator::Impl::wait(const std::shared_ptr<Work>& work, const char* what) {
@@ -348,10 +293,7 @@ void MultiNodeCommunicator::Impl::guarded(const detail::Request& r, F&& body) {
 }
 
 NodePath MultiNodeCommunicator::Impl::path_of(const detail::Request& r, Hierarchy h) const {
-  SYMCOMM_CHECK_ARG(h == Hierarchy::kAuto || h == Hierarchy::kHierarchical || h == Hierarchy::kFlat,
-                    "invalid hierarchy value {}", static_cast<int>(h));
-  return detail::choose_node_path(layout_, r.kind, detail::path_bytes(r.kind, r.count, r.dtype, layout_.world_size), h,
-                                  thresholds_);
+  return detail::call_path(layout_, thresholds_, r, h);
 }
 
 NodePath MultiNodeCommunicator::Impl::plan(const detail::Request& r, Hierarchy h) {
@@ -388,7 +330,7 @@ void MultiNodeCommunicator::Impl::all_reduce(const void* in, void* out, size_t c
     const int world = layout_.world_size;
     if (path == NodePath::kNode) return node_all_reduce(in, out, count, dtype, op);
     if (in != out) {
-      if (overlaps(in, bytes, out, bytes)) in = std::memcpy(scratch(2, bytes), in, bytes);
+      if (detail::overlaps(in, bytes, out, bytes)) in = std::memcpy(scratch(2, bytes), in, bytes);
     }
     if (path == NodePath::kFlat) {
       if (in != out) std::memcpy(out, in, bytes);
@@ -400,7 +342,7 @@ void MultiNodeCommunicator::Impl::all_reduce(const void* in, void* out, size_t c
     // left over are all-reduced in the node and across the nodes by every rank.
     const int l = layout_.node_size();
     const size_t shard = count / l, tail = count % l;
-    const ReduceOp sop = stage_op(op);
+    const ReduceOp sop = detail::stage_op(op);
     auto* o = static_cast<uint8_t*>(out);
     const auto* i = static_cast<const uint8_t*>(in);
     if (shard > 0) {
@@ -431,7 +373,7 @@ void MultiNodeCommunicator::Impl::all_gather(const void* in, void* out, size_t c
     const size_t es = dtype_size(dtype), block = count * es;
     auto* o = static_cast<uint8_t*>(out);
     const bool in_place = in == o + rank_ * block;
-    if (!in_place && overlaps(in, block, out, block * world)) in = std::memcpy(scratch(2, block), in, block);
+    if (!in_place && detail::overlaps(in, block, out, block * world)) in = std::memcpy(scratch(2, block), in, block);
     const int n = mpi_count(count, "all-gather");
     if (path == NodePath::kFlat) {
       MPI_Request req;
@@ -467,10 +409,10 @@ void MultiNodeCommunicator::Impl::reduce_scatter(const void* in, void* out, size
     const int world = layout_.world_size, n_nodes = layout_.num_nodes();
     const size_t es = dtype_size(dtype), block = count * es;
     const int n = mpi_count(count, "reduce-scatter");
-    const ReduceOp sop = stage_op(op);
+    const ReduceOp sop = detail::stage_op(op);
     const auto* i = static_cast<const uint8_t*>(in);
     if (path == NodePath::kFlat) {
-      if (overlaps(in, block * world, out, block))
+      if (detail::overlaps(in, block * world, out, block))
         i = static_cast<uint8_t*>(std::memcpy(scratch(2, block * world), in, block * world));
       MPI_Request req;
       check_mpi(MPI_Ireduce_scatter_block(i, out, n, mpi_type(dtype), mpi_op(sop, dtype), world_, &req),
@@ -533,7 +475,7 @@ void MultiNodeCommunicator::Impl::all_to_all(const void* in, void* out, size_t c
     if (path == NodePath::kNode)
       return run_node([&] { return node_comm_->all_to_all_async(in, out, count, dtype); }, "the all-to-all");
     const size_t bytes = count * dtype_size(dtype) * layout_.world_size;
-    if (overlaps(in, bytes, out, bytes)) in = std::memcpy(scratch(2, bytes), in, bytes);
+    if (detail::overlaps(in, bytes, out, bytes)) in = std::memcpy(scratch(2, bytes), in, bytes);
     const int n = mpi_count(count, "all-to-all");
     MPI_Request req;
     check_mpi(MPI_Ialltoall(in, n, mpi_type(dtype), out, n, mpi_type(dtype), world_, &req), "MPI_Ialltoall");

@@ -59,6 +59,45 @@ inline std::string hex_bytes(const uint8_t* p, size_t n) {
   return s;
 }
 
+/// Issues case c on `comm` (a Communicator, or a communicator with the same collectives) with per-call options `o`.
+template <class Comm, class Options>
+void issue_case(Comm& comm, const Case& c, const void* in, void* out, const Options& o) {
+  switch (c.kind) {
+    case Collective::kAllReduce: comm.all_reduce(in, out, c.count, c.dt, c.op, o); break;
+    case Collective::kAllGather: comm.all_gather(in, out, c.count, c.dt, o); break;
+    case Collective::kReduceScatter: comm.reduce_scatter(in, out, c.count, c.dt, c.op, o); break;
+    case Collective::kBroadcast: comm.broadcast(in, out, c.count, c.dt, c.root, o); break;
+    case Collective::kAllToAll: comm.all_to_all(in, out, c.count, c.dt, o); break;
+    case Collective::kBarrier: comm.barrier(o); break;
+  }
+}
+
+/// "" where `got` holds the output of case c on rank `me` of `n` with inputs of `seed` (values computed on the host,
+/// independently of the kernels), else the first element that differs.
+inline std::string first_difference(const Case& c, const std::vector<uint8_t>& got, uint64_t seed, int n, int me) {
+  const size_t es = dtype_size(c.dt), out_elems = case_elems(c, n).out;
+  std::vector<uint8_t> w(es);
+  for (size_t i = 0; i < out_elems; ++i) {
+    switch (c.kind) {
+      case Collective::kAllReduce: expected_reduce(c.dt, c.op, seed, n, i, w.data()); break;
+      case Collective::kReduceScatter: expected_reduce(c.dt, c.op, seed, n, me * c.count + i, w.data()); break;
+      case Collective::kAllGather:
+        encode(c.dt, input_value(c.dt, c.op, seed, i / c.count, i % c.count), w.data());
+        break;
+      case Collective::kBroadcast: encode(c.dt, input_value(c.dt, c.op, seed, c.root, i), w.data()); break;
+      case Collective::kAllToAll:
+        encode(c.dt, input_value(c.dt, c.op, seed, i / c.count, me * c.count + i % c.count), w.data());
+        break;
+      case Collective::kBarrier: break;
+    }
+    if (std::memcmp(got.data() + i * es, w.data(), es) != 0) {
+      return "element " + std::to_string(i) + " of " + std::to_string(out_elems) + " differs (got 0x" +
+             hex_bytes(got.data() + i * es, es) + ", want 0x" + hex_bytes(w.data(), es) + ")";
+    }
+  }
+  return "";
+}
+
 class Runner {
  public:
   Runner(Communicator& comm, BufKind kind, size_t capacity)
@@ -99,14 +138,7 @@ class Runner {
     cudaDeviceSynchronize();
     CollOptions o{.stream = stream_, .algorithm = c.algo};
     try {
-      switch (c.kind) {
-        case Collective::kAllReduce: comm_.all_reduce(in, out, c.count, c.dt, c.op, o); break;
-        case Collective::kAllGather: comm_.all_gather(in, out, c.count, c.dt, o); break;
-        case Collective::kReduceScatter: comm_.reduce_scatter(in, out, c.count, c.dt, c.op, o); break;
-        case Collective::kBroadcast: comm_.broadcast(in, out, c.count, c.dt, c.root, o); break;
-        case Collective::kAllToAll: comm_.all_to_all(in, out, c.count, c.dt, o); break;
-        case Collective::kBarrier: comm_.barrier(o); break;
-      }
+      issue_case(comm_, c, in, out, o);
     } catch (const std::exception& e) {
       return std::string("threw: ") + e.what();
     }
@@ -124,27 +156,7 @@ class Runner {
       got = out_.read(out, out_bytes, &guards);
     }
     if (!guards) return "guard bytes around the output were overwritten";
-    std::vector<uint8_t> want(out_bytes);
-    for (size_t i = 0; i < out_elems; ++i) {
-      uint8_t* w = want.data() + i * es;
-      switch (c.kind) {
-        case Collective::kAllReduce: expected_reduce(c.dt, c.op, seed, n, i, w); break;
-        case Collective::kReduceScatter: expected_reduce(c.dt, c.op, seed, n, me * c.count + i, w); break;
-        case Collective::kAllGather: encode(c.dt, input_value(c.dt, c.op, seed, i / c.count, i % c.count), w); break;
-        case Collective::kBroadcast: encode(c.dt, input_value(c.dt, c.op, seed, c.root, i), w); break;
-        case Collective::kAllToAll:
-          encode(c.dt, input_value(c.dt, c.op, seed, i / c.count, me * c.count + i % c.count), w);
-          break;
-        case Collective::kBarrier: break;
-      }
-    }
-    for (size_t i = 0; i < out_elems; ++i) {
-      if (std::memcmp(got.data() + i * es, want.data() + i * es, es) != 0) {
-        return "element " + std::to_string(i) + " of " + std::to_string(out_elems) + " differs (got 0x" +
-               hex_bytes(got.data() + i * es, es) + ", want 0x" + hex_bytes(want.data() + i * es, es) + ")";
-      }
-    }
-    return "";
+    return first_difference(c, got, seed, n, me);
   }
 
   /// The kernel path of the last case with a payload (Communicator::last_path()).

@@ -15,11 +15,6 @@ bool reached(uint64_t ready, uint64_t step) { return static_cast<int64_t>(ready 
 
 }  // namespace
 
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return na > 0 && nb > 0 && x < y + nb && y < x + na;
-}
-
 HostEngine::HostEngine(CommContext& ctx, HostSegments& seg)
     : ctx_(ctx), seg_(seg), me_(ctx.ranks.rank), n_(ctx.ranks.world_size), seen_(ctx.ranks.world_size) {}
 

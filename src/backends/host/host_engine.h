@@ -30,6 +30,7 @@
 
 #include "backends/backend.h"
 #include "backends/host/host_heap.h"
+#include "base/overlap.h"
 
 namespace symcomm::detail {
 
@@ -102,8 +103,5 @@ class HostEngine {
   Clock::time_point deadline_at_;
   std::vector<StepHeader> seen_;  ///< peers' headers of the current step
 };
-
-/// True if [a, a + na) and [b, b + nb) share a byte.
-bool overlaps(const void* a, size_t na, const void* b, size_t nb);
 
 }  // namespace symcomm::detail

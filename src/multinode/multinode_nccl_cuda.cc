@@ -1,0 +1,754 @@
+// CudaMultiNodeCommunicator (symcomm/multinode_cuda.h): symcomm inside each node, NCCL between the nodes. The plans
+// (layout, paths, block orders) are src/algos/node_plan.h; this file enqueues their stages on the caller's stream
+// and watches for faults.
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "algos/cuda_divide.h"
+#include "algos/node_plan.h"
+#include "algos/request.h"
+#include "base/check.h"
+#include "base/cuda_check.h"
+#include "base/host_process.h"
+#include "base/logging.h"
+#include "base/nccl_map.h"
+#include "multinode/node_common.h"
+#include "symcomm/multinode_cuda.h"
+
+namespace symcomm {
+
+using detail::DeviceScope;
+
+namespace {
+
+void check_nccl(ncclResult_t r, ncclComm_t comm, const char* what) {
+  if (r == ncclSuccess) return;
+  const char* last = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+  SYMCOMM_THROW(kCuda, "{} failed: {}{}", what, ncclGetErrorString(r),
+                last && *last ? fmt::format(" ({})", last) : std::string());
+}
+
+CollOptions on(cudaStream_t s) {
+  CollOptions o;
+  o.stream = s;
+  return o;
+}
+
+// Device scratch of one call, from the stream-ordered allocator: freed on the stream after the call's last stage,
+// so a later call on any stream cannot reuse it early, and CUDA-graph capture records it as allocation nodes.
+class StreamScratch {
+ public:
+  explicit StreamScratch(cudaStream_t s) : stream_(s) {}
+  ~StreamScratch() {
+    for (void* p : blocks_) cudaFreeAsync(p, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  uint8_t* get(size_t bytes) {
+    void* p = nullptr;
+    SYMCOMM_CUDA_CHECK(cudaMallocAsync(&p, std::max<size_t>(bytes, 1), stream_));
+    blocks_.push_back(p);
+    return static_cast<uint8_t*>(p);
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<void*> blocks_;
+};
+
+std::atomic<int> g_made{0};
+
+// What every rank publishes at creation: "options\nidentity\npid".
+struct Hello {
+  std::string options, identity;
+  int pid = 0;
+};
+
+Hello parse_hello(const Bytes& b) {
+  std::istringstream in(std::string(b.begin(), b.end()));
+  Hello h;
+  std::string pid;
+  std::getline(in, h.options);
+  std::getline(in, h.identity);
+  std::getline(in, pid);
+  h.pid = std::atoi(pid.c_str());
+  return h;
+}
+
+}  // namespace
+
+class CudaMultiNodeCommunicator::Impl {
+ public:
+  Impl(std::shared_ptr<Store> store, const RankInfo& ranks, const MultiNodeOptions& options);
+  ~Impl();
+
+  /// Every call of the public API: checked at once, then enqueued, or recorded in the open group.
+  void issue(const detail::Request& r, Hierarchy h);
+  void group_start();
+  void group_end();
+  void group_cancel();
+  void abort();
+  void check() const;
+
+  int rank_ = 0, node_ = 0, local_ = 0, device_ = -1;
+  detail::NodeLayout layout_;
+  std::unique_ptr<Communicator> node_comm_;
+  std::atomic<NodePath> last_{NodePath::kNone};
+  std::atomic<bool> aborted_{false};
+
+ private:
+  struct Call {
+    detail::Request request;
+    Hierarchy hierarchy;
+  };
+  NodePath path_of(const detail::Request& r, Hierarchy h) const;
+  void execute(const detail::Request& r, Hierarchy h);
+  void exchange(const std::vector<const detail::Request*>& p2p);
+  void all_reduce(const detail::Request& r, NodePath path, cudaStream_t s);
+  void all_gather(const detail::Request& r, NodePath path, cudaStream_t s);
+  void reduce_scatter(const detail::Request& r, NodePath path, cudaStream_t s);
+  void broadcast(const detail::Request& r, NodePath path, cudaStream_t s);
+  void all_to_all(const detail::Request& r, cudaStream_t s);
+  void barrier(NodePath path, cudaStream_t s);
+  /// Copies the blocks of `src` (block b at b * block) to `dst` so that block b of the local-index-major order and
+  /// block local_major_rank(b) of rank order meet: to_rank_order moves src's block b to dst's block
+  /// local_major_rank(b); otherwise dst's block b takes src's block local_major_rank(b).
+  void reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order, cudaStream_t s) const;
+  void divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype, cudaStream_t s) const;
+  ncclComm_t nccl(ncclComm_t c, const char* what) const;
+
+  // Faults (NOTE [multi-node CUDA faults]).
+  void watch_loop();
+  /// Records `e` as the sticky error (the first one wins) and aborts both engines.
+  void fail(const Error& e);
+  void abort_engines();
+  /// The node communicator's error, its local ranks named as this job's ranks.
+  Error node_error(const Error& e, const char* what) const;
+  /// Runs a node stage's call; its errors (but argument errors) name this job's ranks.
+  template <class F>
+  void node_stage(const char* what, F&& f) const;
+  bool failed() const;
+
+  std::shared_ptr<Store> store_;
+  detail::NodeThresholds thresholds_;
+  std::vector<int> pids_;
+  std::vector<int> host_peers_;  ///< ranks on this host (their pids can be watched), this rank excluded
+  ncclComm_t world_ = nullptr, inter_ = nullptr;
+
+  mutable std::mutex mu_;  ///< sticky_
+  std::optional<Error> sticky_;
+  std::once_flag engines_aborted_;
+  std::timed_mutex engine_mu_;  ///< held while a call enqueues on the engines, and by abort_engines()
+
+  int group_depth_ = 0;
+  std::vector<size_t> level_starts_;
+  std::vector<Call> recorded_;
+
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool stopping_ = false;
+  std::thread watch_;
+};
+
+CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankInfo& ranks,
+                                      const MultiNodeOptions& options)
+    : store_(std::move(store)) {
+  const int world = ranks.world_size;
+  SYMCOMM_CHECK_ARG(store_ != nullptr, "CudaMultiNodeCommunicator::create: the store is null");
+  SYMCOMM_CHECK_ARG(world >= 1 && ranks.rank >= 0 && ranks.rank < world, "rank {} of world size {} is out of range",
+                    ranks.rank, world);
+  SYMCOMM_CHECK(options.node.backend == BackendKind::kCuda, kUnsupported,
+                "CudaMultiNodeCommunicator runs the CUDA backend; the {} backend spans nodes through "
+                "MultiNodeCommunicator (MPI)",
+                to_string(options.node.backend));
+  const int fake = options.fake_node_size;
+  SYMCOMM_CHECK_ARG(fake >= 0, "fake_node_size {} is negative", fake);
+  rank_ = ranks.rank;
+  const Config config = options.node.config.value_or(Config::from_env());
+  const std::string name =
+      options.node.name.empty() ? fmt::format("multinode{}", g_made.fetch_add(1)) : options.node.name;
+  const std::string min_bytes = options.min_bytes.value_or("");
+
+  // Every rank's options, host identity and pid: the options must agree; the rest gives the nodes (unless fake) and
+  // the liveness watch.
+  const std::string opts = fmt::format("fake_node_size={};round_robin={};min_bytes={};shared_gpu={}", fake,
+                                       options.fake_round_robin ? 1 : 0, min_bytes, config.shared_gpu ? 1 : 0);
+  SYMCOMM_CHECK_ARG(opts.find('\n') == std::string::npos, "multinode options hold a line break");
+  const std::string identity = detail::host_identity();
+  store_->set(fmt::format("{}/hello/{}", name, rank_), fmt::format("{}\n{}\n{}", opts, identity, ::getpid()));
+  std::vector<Hello> all(world);
+  for (int p = 0; p < world; ++p) all[p] = parse_hello(store_->get(fmt::format("{}/hello/{}", name, p)));
+  std::vector<std::string> options_of;
+  for (const Hello& h : all) options_of.push_back(h.options);
+  detail::check_same_options(rank_, opts, options_of);
+  std::vector<int64_t> keys(world);
+  for (int p = 0; p < world; ++p) {
+    pids_.push_back(all[p].pid);
+    if (p != rank_ && all[p].identity == identity) host_peers_.push_back(p);
+    // A real node is a host: its key is the lowest rank with the same identity.
+    keys[p] = p;
+    for (int q = 0; q < p; ++q) {
+      if (all[q].identity == all[p].identity) {
+        keys[p] = q;
+        break;
+      }
+    }
+  }
+  if (fake > 0) keys = detail::fake_node_keys(world, fake, options.fake_round_robin);
+  layout_ = detail::make_node_layout(keys);
+  node_ = layout_.node_of[rank_];
+  local_ = layout_.local_of[rank_];
+  thresholds_ = detail::parse_node_thresholds(min_bytes, detail::default_node_thresholds(layout_.node_size()));
+  const bool several = layout_.num_nodes() > 1;
+  SYMCOMM_CHECK(!(several && config.shared_gpu), kUnsupported,
+                "rank {}: a CUDA communicator of {} nodes needs NCCL between them, which refuses two ranks on one GPU "
+                "(Config::shared_gpu)",
+                rank_, layout_.num_nodes());
+
+  // The device: as a one-node communicator picks it, from the rank's place on its host (not in its node, which
+  // differs on fake nodes).
+  device_ = options.node.device;
+  if (device_ < 0) {
+    device_ = ranks.local_rank;
+    int visible = 0;
+    if (config.shared_gpu && cudaGetDeviceCount(&visible) == cudaSuccess && visible > 0) device_ %= visible;
+  }
+  CommOptions node_options = options.node;
+  node_options.device = device_;
+  node_options.config = config;
+  node_options.name = fmt::format("{}/node{}", name, node_);
+  const int local_size = static_cast<int>(layout_.members[node_].size());
+  node_comm_ = Communicator::create(
+      store_, RankInfo{.rank = local_, .world_size = local_size, .local_rank = local_, .local_world_size = local_size},
+      node_options);
+
+  // NCCL: the whole job, and one communicator per local index with one rank per node (ranked by node). Rank 0 of
+  // each makes its id; every rank shows it holds its ids before any creates, so a rank that died before is
+  // reported as a timeout of the store rather than a hang inside NCCL.
+  if (!config.shared_gpu) {
+    DeviceScope scope(device_);
+    auto share_id = [&](const std::string& key, bool maker) {
+      ncclUniqueId id;
+      if (maker) {
+        check_nccl(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
+        store_->set(key,
+                    Bytes(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof(id)));
+      }
+      const Bytes b = store_->get(key);
+      SYMCOMM_CHECK(b.size() == sizeof(id), kStore, "rank {}: NCCL id under {} has {} bytes", rank_, key, b.size());
+      std::memcpy(&id, b.data(), sizeof(id));
+      return id;
+    };
+    const ncclUniqueId world_id = share_id(fmt::format("{}/nccl/world", name), rank_ == 0);
+    std::optional<ncclUniqueId> inter_id;
+    if (several && layout_.uniform()) inter_id = share_id(fmt::format("{}/nccl/inter{}", name, local_), node_ == 0);
+    store_->set(fmt::format("{}/ready/{}", name, rank_), "1");
+    std::vector<std::string> ready;
+    for (int p = 0; p < world; ++p) ready.push_back(fmt::format("{}/ready/{}", name, p));
+    store_->wait(ready, config.timeout);
+    check_nccl(ncclCommInitRank(&world_, world, world_id, rank_), nullptr, "ncclCommInitRank (the whole job)");
+    if (inter_id) {
+      const ncclResult_t res = ncclCommInitRank(&inter_, layout_.num_nodes(), *inter_id, node_);
+      if (res != ncclSuccess) {
+        ncclCommAbort(world_);
+        world_ = inter_ = nullptr;
+        check_nccl(res, nullptr, "ncclCommInitRank (one rank per node)");
+      }
+    }
+  }
+  watch_ = std::thread([this] { watch_loop(); });
+}
+
+CudaMultiNodeCommunicator::Impl::~Impl() {
+  {
+    std::lock_guard lock(watch_mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watch_.joinable()) watch_.join();
+  DeviceScope scope(device_, std::nothrow);
+  if (!failed()) cudaDeviceSynchronize();  // the enqueued stages finish before their communicators go
+  // ncclCommAbort also on a clean shutdown: it never waits for peers, which may be gone or busy elsewhere
+  // (the CUDA backend's NCCL communicator ends the same way).
+  std::call_once(engines_aborted_, [&] {
+    if (inter_) ncclCommAbort(inter_);
+    if (world_) ncclCommAbort(world_);
+  });
+  node_comm_.reset();
+}
+
+// NOTE [multi-node CUDA faults] Calls only enqueue, so faults surface on a thread of the communicator's own: every
+// 5 ms it looks at the node communicator's sticky error (a peer of the node dead, a node stage past its deadline),
+// NCCL's asynchronous errors and the pids of every rank on this host. The first fault becomes the sticky error and
+// aborts both engines: the node communicator (its kernels return) and the NCCL communicators (ncclCommAbort ends
+// their kernels and proxy threads), so nothing enqueued waits for ever and the caller's stream drains. A call that
+// is enqueueing holds engine_mu_, so an abort does not free an NCCL communicator under it; a call that blocks inside
+// NCCL (connecting to a dead peer) is ended by the abort itself, which takes the communicators without the lock
+// after waiting 1 s for it.
+void CudaMultiNodeCommunicator::Impl::watch_loop() {
+  std::unique_lock lock(watch_mu_);
+  while (!watch_cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; })) {
+    try {
+      if (auto dead = detail::dead_host_peers(rank_, host_peers_, pids_, "the multi-node communicator")) fail(*dead);
+      try {
+        node_comm_->check();
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kAborted || !aborted_.load()) fail(node_error(e, "the node communicator"));
+      }
+      for (ncclComm_t c : {world_, inter_}) {
+        if (c == nullptr || failed()) continue;
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(c, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
+          fail(Error(ErrorCode::kCuda,
+                     fmt::format("rank {}: NCCL reported {} on the {} communicator", rank_, ncclGetErrorString(state),
+                                 c == world_ ? "whole job's" : "inter-node"),
+                     __FILE__, __LINE__));
+        }
+      }
+    } catch (const std::exception& e) {
+      SYMCOMM_LOG_WARN("rank {}: the multi-node watch failed: {}", rank_, e.what());
+    }
+    if (failed()) break;
+  }
+}
+
+void CudaMultiNodeCommunicator::Impl::fail(const Error& e) {
+  {
+    std::lock_guard lock(mu_);
+    if (!sticky_) sticky_ = e;
+  }
+  abort_engines();
+}
+
+void CudaMultiNodeCommunicator::Impl::abort_engines() {
+  node_comm_->abort();
+  std::call_once(engines_aborted_, [&] {
+    const bool locked = engine_mu_.try_lock_for(std::chrono::seconds(1));
+    if (inter_) ncclCommAbort(inter_);
+    if (world_) ncclCommAbort(world_);
+    if (locked) engine_mu_.unlock();
+  });
+}
+
+Error CudaMultiNodeCommunicator::Impl::node_error(const Error& e, const char* what) const {
+  return detail::node_error(layout_, rank_, node_, e, what);
+}
+
+template <class F>
+void CudaMultiNodeCommunicator::Impl::node_stage(const char* what, F&& f) const {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+    throw node_error(e, what);
+  }
+}
+
+bool CudaMultiNodeCommunicator::Impl::failed() const {
+  std::lock_guard lock(mu_);
+  return sticky_.has_value() || aborted_.load();
+}
+
+void CudaMultiNodeCommunicator::Impl::check() const {
+  std::lock_guard lock(mu_);
+  if (sticky_) throw *sticky_;
+  if (aborted_.load()) SYMCOMM_THROW(kAborted, "rank {}: the multi-node communicator was aborted", rank_);
+}
+
+void CudaMultiNodeCommunicator::Impl::abort() {
+  aborted_.store(true);
+  abort_engines();
+}
+
+NodePath CudaMultiNodeCommunicator::Impl::path_of(const detail::Request& r, Hierarchy h) const {
+  return detail::call_path(layout_, thresholds_, r, h);
+}
+
+ncclComm_t CudaMultiNodeCommunicator::Impl::nccl(ncclComm_t c, const char* what) const {
+  SYMCOMM_CHECK(c != nullptr, kUnsupported,
+                "rank {}: {} needs NCCL, which is not made where ranks share a GPU (Config::shared_gpu)", rank_, what);
+  return c;
+}
+
+void CudaMultiNodeCommunicator::Impl::issue(const detail::Request& r, Hierarchy h) {
+  detail::validate_request(r, layout_.world_size);
+  if (r.is_p2p()) {
+    SYMCOMM_CHECK_ARG(group_depth_ > 0 || r.peer != rank_,
+                      "rank {}: a send or receive to this rank itself must be in a group", rank_);
+    (void)nccl(world_, "point-to-point");
+  } else {
+    (void)path_of(r, h);  // argument errors (a hierarchy the call cannot take) now
+  }
+  check();
+  if (group_depth_ > 0) {
+    recorded_.push_back(Call{r, h});
+    return;
+  }
+  if (r.is_p2p()) return exchange({&r});
+  execute(r, h);
+}
+
+void CudaMultiNodeCommunicator::Impl::group_start() {
+  ++group_depth_;
+  level_starts_.push_back(recorded_.size());
+}
+
+void CudaMultiNodeCommunicator::Impl::group_end() {
+  SYMCOMM_CHECK_ARG(group_depth_ > 0, "rank {}: group_end() without group_start()", rank_);
+  --group_depth_;
+  level_starts_.pop_back();
+  if (group_depth_ > 0) return;
+  std::vector<Call> calls;
+  calls.swap(recorded_);
+  check();
+  std::vector<const detail::Request*> p2p;
+  for (const Call& c : calls) {
+    if (c.request.is_p2p()) {
+      p2p.push_back(&c.request);
+    } else {
+      execute(c.request, c.hierarchy);
+    }
+  }
+  if (!p2p.empty()) exchange(p2p);
+}
+
+void CudaMultiNodeCommunicator::Impl::group_cancel() {
+  SYMCOMM_CHECK_ARG(group_depth_ > 0, "rank {}: group_cancel() without group_start()", rank_);
+  recorded_.resize(level_starts_.back());
+  level_starts_.pop_back();
+  --group_depth_;
+}
+
+void CudaMultiNodeCommunicator::Impl::execute(const detail::Request& r, Hierarchy h) {
+  const NodePath path = path_of(r, h);
+  last_.store(path);
+  auto s = static_cast<cudaStream_t>(r.options.stream);
+  DeviceScope scope(device_);
+  std::lock_guard lock(engine_mu_);
+  check();
+  try {
+    switch (r.kind) {
+      case Collective::kAllReduce: return all_reduce(r, path, s);
+      case Collective::kAllGather: return all_gather(r, path, s);
+      case Collective::kReduceScatter: return reduce_scatter(r, path, s);
+      case Collective::kBroadcast: return broadcast(r, path, s);
+      case Collective::kAllToAll:
+        if (path == NodePath::kNode) {
+          return node_stage("the all-to-all", [&] { node_comm_->all_to_all(r.in, r.out, r.count, r.dtype, on(s)); });
+        }
+        return all_to_all(r, s);
+      case Collective::kBarrier: return barrier(path, s);
+    }
+    SYMCOMM_THROW(kInvalidArgument, "rank {}: invalid collective {}", rank_, static_cast<int>(r.kind));
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+    fail(e);
+    throw;
+  }
+}
+
+void CudaMultiNodeCommunicator::Impl::divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype,
+                                                    cudaStream_t s) const {
+  if (op == ReduceOp::kAvg) detail::cuda::launch_divide(data, count, dtype, layout_.world_size, s);
+}
+
+void CudaMultiNodeCommunicator::Impl::all_reduce(const detail::Request& r, NodePath path, cudaStream_t s) {
+  const DataType dtype = r.dtype;
+  const ReduceOp op = r.op, sop = detail::stage_op(op);
+  const size_t count = r.count, es = dtype_size(dtype), bytes = count * es;
+  if (path == NodePath::kNode) {
+    return node_stage("the all-reduce", [&] { node_comm_->all_reduce(r.in, r.out, count, dtype, op, on(s)); });
+  }
+  if (count == 0) return;
+  StreamScratch scratch(s);
+  const auto* in = static_cast<const uint8_t*>(r.in);
+  auto* out = static_cast<uint8_t*>(r.out);
+  if (in != out && detail::overlaps(in, bytes, out, bytes)) {
+    uint8_t* copy = scratch.get(bytes);
+    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, bytes, cudaMemcpyDeviceToDevice, s));
+    in = copy;
+  }
+  const ncclDataType_t t = detail::to_nccl(dtype);
+  if (path == NodePath::kFlat) {
+    check_nccl(ncclAllReduce(in, out, count, t, detail::to_nccl(sop), world_, s), world_, "ncclAllReduce");
+    return divide_if_avg(op, out, count, dtype, s);
+  }
+  // Node reduce-scatter, inter-node all-reduce of this rank's shard, node all-gather; the count % L elements left
+  // over are all-reduced in the node and across the nodes by every rank.
+  const int l = layout_.node_size();
+  const size_t shard = count / l, tail = count % l;
+  if (shard > 0) {
+    uint8_t* sh = scratch.get(shard * es);
+    node_stage("the node reduce-scatter", [&] { node_comm_->reduce_scatter(in, sh, shard, dtype, sop, on(s)); });
+    check_nccl(ncclAllReduce(sh, sh, shard, t, detail::to_nccl(sop), inter_, s), inter_, "ncclAllReduce");
+    divide_if_avg(op, sh, shard, dtype, s);
+    node_stage("the node all-gather", [&] { node_comm_->all_gather(sh, out, shard, dtype, on(s)); });
+  }
+  if (tail > 0) {
+    uint8_t* tl = scratch.get(tail * es);
+    node_stage("the node all-reduce",
+               [&] { node_comm_->all_reduce(in + shard * l * es, tl, tail, dtype, sop, on(s)); });
+    check_nccl(ncclAllReduce(tl, tl, tail, t, detail::to_nccl(sop), inter_, s), inter_, "ncclAllReduce");
+    divide_if_avg(op, tl, tail, dtype, s);
+    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(out + shard * l * es, tl, tail * es, cudaMemcpyDeviceToDevice, s));
+  }
+}
+
+void CudaMultiNodeCommunicator::Impl::reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order,
+                                              cudaStream_t s) const {
+  const int world = layout_.world_size, n_nodes = layout_.num_nodes(), l_size = layout_.node_size();
+  // Ranks numbered node by node: block l * N + n is rank n * L + l, so each local index's N blocks move as one
+  // strided copy (rows of one block, one pitch per side).
+  if (layout_.blocked() && static_cast<double>(block) * l_size < static_cast<double>(1u << 30)) {
+    for (int l = 0; l < l_size; ++l) {
+      const size_t major = l * static_cast<size_t>(n_nodes) * block, minor = l * block, wide = block * l_size;
+      if (to_rank_order) {
+        SYMCOMM_CUDA_CHECK(
+            cudaMemcpy2DAsync(dst + minor, wide, src + major, block, block, n_nodes, cudaMemcpyDeviceToDevice, s));
+      } else {
+        SYMCOMM_CUDA_CHECK(
+            cudaMemcpy2DAsync(dst + major, block, src + minor, wide, block, n_nodes, cudaMemcpyDeviceToDevice, s));
+      }
+    }
+    return;
+  }
+  for (int b = 0; b < world; ++b) {
+    const size_t at_rank = detail::local_major_rank(layout_, b) * block, at_major = b * block;
+    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(dst + (to_rank_order ? at_rank : at_major),
+                                       src + (to_rank_order ? at_major : at_rank), block, cudaMemcpyDeviceToDevice, s));
+  }
+}
+
+void CudaMultiNodeCommunicator::Impl::all_gather(const detail::Request& r, NodePath path, cudaStream_t s) {
+  const size_t count = r.count;
+  if (path == NodePath::kNode) {
+    return node_stage("the all-gather", [&] { node_comm_->all_gather(r.in, r.out, count, r.dtype, on(s)); });
+  }
+  if (count == 0) return;
+  const int world = layout_.world_size, n_nodes = layout_.num_nodes();
+  const size_t block = count * dtype_size(r.dtype);
+  StreamScratch scratch(s);
+  const auto* in = static_cast<const uint8_t*>(r.in);
+  auto* out = static_cast<uint8_t*>(r.out);
+  const bool in_place = in == out + rank_ * block;
+  if (!in_place && detail::overlaps(in, block, out, block * world)) {
+    uint8_t* copy = scratch.get(block);
+    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block, cudaMemcpyDeviceToDevice, s));
+    in = copy;
+  }
+  const ncclDataType_t t = detail::to_nccl(r.dtype);
+  if (path == NodePath::kFlat) {
+    check_nccl(ncclAllGather(in, out, count, t, world_, s), world_, "ncclAllGather");
+    return;
+  }
+  // Inter-node all-gather of this rank's block among its local index, node all-gather of those N blocks, then
+  // every block to its rank's place (detail::local_major_rank).
+  uint8_t* across = scratch.get(block * n_nodes);
+  uint8_t* gathered = scratch.get(block * world);
+  check_nccl(ncclAllGather(in, across, count, t, inter_, s), inter_, "ncclAllGather");
+  node_stage("the node all-gather", [&] { node_comm_->all_gather(across, gathered, count * n_nodes, r.dtype, on(s)); });
+  reorder(out, gathered, block, true, s);
+}
+
+void CudaMultiNodeCommunicator::Impl::reduce_scatter(const detail::Request& r, NodePath path, cudaStream_t s) {
+  const size_t count = r.count;
+  const ReduceOp op = r.op, sop = detail::stage_op(op);
+  if (path == NodePath::kNode) {
+    return node_stage("the reduce-scatter",
+                      [&] { node_comm_->reduce_scatter(r.in, r.out, count, r.dtype, op, on(s)); });
+  }
+  if (count == 0) return;
+  const int world = layout_.world_size, n_nodes = layout_.num_nodes();
+  const size_t block = count * dtype_size(r.dtype);
+  StreamScratch scratch(s);
+  const auto* in = static_cast<const uint8_t*>(r.in);
+  const ncclDataType_t t = detail::to_nccl(r.dtype);
+  if (path == NodePath::kFlat) {
+    if (detail::overlaps(in, block * world, r.out, block)) {
+      uint8_t* copy = scratch.get(block * world);
+      SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block * world, cudaMemcpyDeviceToDevice, s));
+      in = copy;
+    }
+    check_nccl(ncclReduceScatter(in, r.out, count, t, detail::to_nccl(sop), world_, s), world_, "ncclReduceScatter");
+  } else {
+    // Input blocks reordered local index by local index (detail::local_major_rank), node reduce-scatter of N blocks
+    // each, inter-node reduce-scatter among this rank's local index.
+    uint8_t* ordered = scratch.get(block * world);
+    reorder(ordered, in, block, false, s);
+    uint8_t* partial = scratch.get(block * n_nodes);
+    node_stage("the node reduce-scatter",
+               [&] { node_comm_->reduce_scatter(ordered, partial, count * n_nodes, r.dtype, sop, on(s)); });
+    check_nccl(ncclReduceScatter(partial, r.out, count, t, detail::to_nccl(sop), inter_, s), inter_,
+               "ncclReduceScatter");
+  }
+  divide_if_avg(op, r.out, count, r.dtype, s);
+}
+
+void CudaMultiNodeCommunicator::Impl::broadcast(const detail::Request& r, NodePath path, cudaStream_t s) {
+  const size_t count = r.count;
+  if (path == NodePath::kNode) {
+    return node_stage("the broadcast", [&] { node_comm_->broadcast(r.in, r.out, count, r.dtype, r.root, on(s)); });
+  }
+  if (count == 0) return;
+  const ncclDataType_t t = detail::to_nccl(r.dtype);
+  if (path == NodePath::kFlat) {
+    check_nccl(ncclBroadcast(r.in, r.out, count, t, r.root, world_, s), world_, "ncclBroadcast");
+    return;
+  }
+  // Among the root's local index across the nodes, then in every node from that local index.
+  const int root_node = layout_.node_of[r.root], root_local = layout_.local_of[r.root];
+  if (local_ == root_local) {
+    check_nccl(ncclBroadcast(rank_ == r.root ? r.in : r.out, r.out, count, t, root_node, inter_, s), inter_,
+               "ncclBroadcast");
+  }
+  node_stage("the node broadcast", [&] { node_comm_->broadcast(r.out, r.out, count, r.dtype, root_local, on(s)); });
+}
+
+void CudaMultiNodeCommunicator::Impl::all_to_all(const detail::Request& r, cudaStream_t s) {
+  const int world = layout_.world_size;
+  const size_t count = r.count, block = count * dtype_size(r.dtype);
+  if (count == 0) return;
+  ncclComm_t c = nccl(world_, "all-to-all");
+  StreamScratch scratch(s);
+  const auto* in = static_cast<const uint8_t*>(r.in);
+  auto* out = static_cast<uint8_t*>(r.out);
+  if (detail::overlaps(in, block * world, out, block * world)) {
+    uint8_t* copy = scratch.get(block * world);
+    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block * world, cudaMemcpyDeviceToDevice, s));
+    in = copy;
+  }
+  const ncclDataType_t t = detail::to_nccl(r.dtype);
+  check_nccl(ncclGroupStart(), c, "ncclGroupStart");
+  ncclResult_t res = ncclSuccess;
+  for (int p = 0; p < world && res == ncclSuccess; ++p) {
+    res = ncclSend(in + p * block, count, t, p, c, s);
+    if (res == ncclSuccess) res = ncclRecv(out + p * block, count, t, p, c, s);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  check_nccl(res, c, "ncclSend/ncclRecv");
+  check_nccl(end, c, "ncclGroupEnd");
+}
+
+void CudaMultiNodeCommunicator::Impl::barrier(NodePath path, cudaStream_t s) {
+  if (path == NodePath::kNode) return node_stage("the barrier", [&] { node_comm_->barrier(on(s)); });
+  StreamScratch scratch(s);
+  uint8_t* word = scratch.get(sizeof(int32_t));
+  SYMCOMM_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int32_t), s));
+  if (path == NodePath::kFlat) {
+    check_nccl(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, world_, s), world_, "ncclAllReduce");
+    return;
+  }
+  node_stage("the node barrier", [&] { node_comm_->barrier(on(s)); });
+  check_nccl(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, inter_, s), inter_, "ncclAllReduce");
+  node_stage("the node barrier", [&] { node_comm_->barrier(on(s)); });
+}
+
+void CudaMultiNodeCommunicator::Impl::exchange(const std::vector<const detail::Request*>& p2p) {
+  ncclComm_t c = nccl(world_, "point-to-point");
+  DeviceScope scope(device_);
+  std::lock_guard lock(engine_mu_);
+  check();
+  try {
+    check_nccl(ncclGroupStart(), c, "ncclGroupStart");
+    ncclResult_t res = ncclSuccess;
+    for (const detail::Request* r : p2p) {
+      if (res != ncclSuccess) break;
+      const ncclDataType_t t = detail::to_nccl(r->dtype);
+      auto s = static_cast<cudaStream_t>(r->options.stream);
+      res = r->p2p == detail::P2pDir::kSend ? ncclSend(r->in, r->count, t, r->peer, c, s)
+                                            : ncclRecv(r->out, r->count, t, r->peer, c, s);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    check_nccl(res, c, "ncclSend/ncclRecv");
+    check_nccl(end, c, "ncclGroupEnd");
+  } catch (const Error& e) {
+    fail(e);
+    throw;
+  }
+}
+
+CudaMultiNodeCommunicator::CudaMultiNodeCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaMultiNodeCommunicator::~CudaMultiNodeCommunicator() = default;
+
+std::unique_ptr<CudaMultiNodeCommunicator> CudaMultiNodeCommunicator::create(std::shared_ptr<Store> store,
+                                                                             const RankInfo& ranks,
+                                                                             const MultiNodeOptions& options) {
+  return std::unique_ptr<CudaMultiNodeCommunicator>(
+      new CudaMultiNodeCommunicator(std::make_unique<Impl>(std::move(store), ranks, options)));
+}
+
+int CudaMultiNodeCommunicator::rank() const { return impl_->rank_; }
+int CudaMultiNodeCommunicator::world_size() const { return impl_->layout_.world_size; }
+int CudaMultiNodeCommunicator::node() const { return impl_->node_; }
+int CudaMultiNodeCommunicator::num_nodes() const { return impl_->layout_.num_nodes(); }
+int CudaMultiNodeCommunicator::local_rank() const { return impl_->local_; }
+int CudaMultiNodeCommunicator::local_world_size() const {
+  return static_cast<int>(impl_->layout_.members[impl_->node_].size());
+}
+int CudaMultiNodeCommunicator::device() const { return impl_->device_; }
+Communicator& CudaMultiNodeCommunicator::node_communicator() { return *impl_->node_comm_; }
+
+void CudaMultiNodeCommunicator::all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                           const NodeCollOptions& o) {
+  impl_->issue(detail::make_request(Collective::kAllReduce, in, out, count, dtype, op, 0, on(o.stream)), o.hierarchy);
+}
+void CudaMultiNodeCommunicator::all_gather(const void* in, void* out, size_t count, DataType dtype,
+                                           const NodeCollOptions& o) {
+  impl_->issue(detail::make_request(Collective::kAllGather, in, out, count, dtype, ReduceOp::kSum, 0, on(o.stream)),
+               o.hierarchy);
+}
+void CudaMultiNodeCommunicator::reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+                                               const NodeCollOptions& o) {
+  impl_->issue(detail::make_request(Collective::kReduceScatter, in, out, count, dtype, op, 0, on(o.stream)),
+               o.hierarchy);
+}
+void CudaMultiNodeCommunicator::broadcast(const void* in, void* out, size_t count, DataType dtype, int root,
+                                          const NodeCollOptions& o) {
+  impl_->issue(detail::make_request(Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root, on(o.stream)),
+               o.hierarchy);
+}
+void CudaMultiNodeCommunicator::all_to_all(const void* in, void* out, size_t count, DataType dtype,
+                                           const NodeCollOptions& o) {
+  impl_->issue(detail::make_request(Collective::kAllToAll, in, out, count, dtype, ReduceOp::kSum, 0, on(o.stream)),
+               o.hierarchy);
+}
+void CudaMultiNodeCommunicator::barrier(const NodeCollOptions& o) {
+  impl_->issue(detail::make_request(Collective::kBarrier, nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum, 0,
+                                    on(o.stream)),
+               o.hierarchy);
+}
+void CudaMultiNodeCommunicator::send(const void* buf, size_t count, DataType dtype, int peer,
+                                     const NodeCollOptions& o) {
+  impl_->issue(detail::make_p2p(detail::P2pDir::kSend, buf, nullptr, count, dtype, peer, on(o.stream)), o.hierarchy);
+}
+void CudaMultiNodeCommunicator::recv(void* buf, size_t count, DataType dtype, int peer, const NodeCollOptions& o) {
+  impl_->issue(detail::make_p2p(detail::P2pDir::kRecv, nullptr, buf, count, dtype, peer, on(o.stream)), o.hierarchy);
+}
+
+void CudaMultiNodeCommunicator::group_start() { impl_->group_start(); }
+void CudaMultiNodeCommunicator::group_end() { impl_->group_end(); }
+void CudaMultiNodeCommunicator::group_cancel() { impl_->group_cancel(); }
+
+NodePath CudaMultiNodeCommunicator::last_path() const { return impl_->last_.load(); }
+void CudaMultiNodeCommunicator::abort() { impl_->abort(); }
+bool CudaMultiNodeCommunicator::is_aborted() const { return impl_->aborted_.load(); }
+void CudaMultiNodeCommunicator::check() const { impl_->check(); }
+
+}  // namespace symcomm

@@ -1,0 +1,60 @@
+// What both communicators that span nodes do alike (src/multinode/node_common.h).
+
+#include "multinode/node_common.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "base/check.h"
+#include "base/host_process.h"
+
+namespace symcomm::detail {
+
+NodePath call_path(const NodeLayout& layout, const NodeThresholds& thresholds, const Request& r, Hierarchy h) {
+  SYMCOMM_CHECK_ARG(h == Hierarchy::kAuto || h == Hierarchy::kHierarchical || h == Hierarchy::kFlat,
+                    "invalid hierarchy value {}", static_cast<int>(h));
+  return choose_node_path(layout, r.kind, path_bytes(r.kind, r.count, r.dtype, layout.world_size), h, thresholds);
+}
+
+Error node_error(const NodeLayout& layout, int rank, int node, const Error& e, const char* what) {
+  std::vector<int> ranks;
+  std::string names;
+  for (int l : e.ranks()) {
+    if (l < 0 || l >= static_cast<int>(layout.members[node].size())) continue;
+    ranks.push_back(layout.members[node][l]);
+    names += fmt::format("{}local rank {} is rank {}", names.empty() ? "" : ", ", l, ranks.back());
+  }
+  return Error(e.code(),
+               fmt::format("rank {}: {} on node {}: {}{}", rank, what, node, e.message(),
+                           names.empty() ? "" : fmt::format(" ({})", names)),
+               e.file(), e.line(), ranks);
+}
+
+void check_same_options(int rank, const std::string& mine, const std::vector<std::string>& all) {
+  std::vector<int> differ;
+  for (int p = 0; p < static_cast<int>(all.size()); ++p) {
+    if (all[p] != mine) differ.push_back(p);
+  }
+  if (differ.empty()) return;
+  throw Error(
+      ErrorCode::kMismatch,
+      fmt::format("rank {}: multinode options differ: here '{}', rank {} '{}'", rank, mine, differ[0], all[differ[0]]),
+      __FILE__, __LINE__, differ);
+}
+
+std::optional<Error> dead_host_peers(int rank, const std::vector<int>& host_peers, const std::vector<int>& pids,
+                                     const char* what) {
+  std::vector<int> dead;
+  for (int p : host_peers) {
+    if (process_gone(pids[p])) dead.push_back(p);
+  }
+  if (dead.empty()) return std::nullopt;
+  std::string names;
+  for (int p : dead) names += fmt::format("{}rank {} (pid {})", names.empty() ? "" : ", ", p, pids[p]);
+  return Error(ErrorCode::kPeerDead,
+               fmt::format("rank {}: {}: {} ended without leaving the communicator", rank, what, names), __FILE__,
+               __LINE__, dead);
+}
+
+}  // namespace symcomm::detail

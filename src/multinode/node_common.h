@@ -1,0 +1,36 @@
+#pragma once
+// What both communicators that span nodes do alike (symcomm/multinode.h over MPI, symcomm/multinode_cuda.h over
+// NCCL): the path of a call, the naming of a node communicator's errors and of dead ranks on this host, and the
+// reduction the stages run (base/overlap.h: the aliasing test of their buffers). In libsymcomm, beside the CUDA one.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "algos/node_plan.h"
+#include "algos/request.h"
+#include "base/overlap.h"
+#include "symcomm/error.h"
+
+namespace symcomm::detail {
+
+/// The path of call `r` asked with `h` (Error(kInvalidArgument) for an invalid hierarchy, or one the call or layout
+/// has no path for).
+NodePath call_path(const NodeLayout& layout, const NodeThresholds& thresholds, const Request& r, Hierarchy h);
+
+/// Error `e` of the node communicator of `node` (its ranks are local indices there) as rank `rank` of the job
+/// reports it: the ranks named are the job's, and the message says which local rank each is.
+Error node_error(const NodeLayout& layout, int rank, int node, const Error& e, const char* what);
+
+/// Throws Error(kMismatch) naming the ranks whose options (`all`, by rank) differ from this rank's (`mine`).
+void check_same_options(int rank, const std::string& mine, const std::vector<std::string>& all);
+
+/// Error(kPeerDead) naming every rank of `host_peers` whose process (pids[rank]) has ended, if any.
+std::optional<Error> dead_host_peers(int rank, const std::vector<int>& host_peers, const std::vector<int>& pids,
+                                     const char* what);
+
+/// The reduction the stages run: avg is a sum until the last stage divides by the world size.
+inline ReduceOp stage_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+
+}  // namespace symcomm::detail
