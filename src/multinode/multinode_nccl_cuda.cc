@@ -132,7 +132,8 @@ class CudaMultiNodeCommunicator::Impl {
   /// local_major_rank(b); otherwise dst's block b takes src's block local_major_rank(b).
   void reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order, cudaStream_t s) const;
   void divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype, cudaStream_t s) const;
-  ncclComm_t nccl(ncclComm_t c, const char* what) const;
+  /// The whole job's NCCL communicator (Error(kUnsupported) where none is made); the caller holds engine_mu_.
+  ncclComm_t world_nccl(const char* what) const;
 
   // Faults (NOTE [multi-node CUDA faults]).
   void watch_loop();
@@ -150,6 +151,8 @@ class CudaMultiNodeCommunicator::Impl {
   detail::NodeThresholds thresholds_;
   std::vector<int> pids_;
   std::vector<int> host_peers_;  ///< ranks on this host (their pids can be watched), this rank excluded
+  bool has_nccl_ = false;        ///< NCCL communicators were made (not where ranks share a GPU)
+  std::mutex nccl_mu_;           ///< world_ and inter_ between the watch and abort_engines()
   ncclComm_t world_ = nullptr, inter_ = nullptr;
 
   mutable std::mutex mu_;  ///< sticky_
@@ -272,6 +275,7 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
         check_nccl(res, nullptr, "ncclCommInitRank (one rank per node)");
       }
     }
+    has_nccl_ = true;
   }
   watch_ = std::thread([this] { watch_loop(); });
 }
@@ -288,8 +292,10 @@ CudaMultiNodeCommunicator::Impl::~Impl() {
   // ncclCommAbort also on a clean shutdown: it never waits for peers, which may be gone or busy elsewhere
   // (the CUDA backend's NCCL communicator ends the same way).
   std::call_once(engines_aborted_, [&] {
+    std::lock_guard nccl_lock(nccl_mu_);
     if (inter_) ncclCommAbort(inter_);
     if (world_) ncclCommAbort(world_);
+    inter_ = world_ = nullptr;
   });
   node_comm_.reset();
 }
@@ -312,16 +318,21 @@ void CudaMultiNodeCommunicator::Impl::watch_loop() {
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kAborted || !aborted_.load()) fail(node_error(e, "the node communicator"));
       }
-      for (ncclComm_t c : {world_, inter_}) {
-        if (c == nullptr || failed()) continue;
-        ncclResult_t state = ncclSuccess;
-        if (ncclCommGetAsyncError(c, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
-          fail(Error(ErrorCode::kCuda,
-                     fmt::format("rank {}: NCCL reported {} on the {} communicator", rank_, ncclGetErrorString(state),
-                                 c == world_ ? "whole job's" : "inter-node"),
-                     __FILE__, __LINE__));
+      std::optional<Error> nccl_error;
+      {
+        std::lock_guard nccl_lock(nccl_mu_);  // abort_engines() frees them under it
+        for (ncclComm_t c : {world_, inter_}) {
+          ncclResult_t state = ncclSuccess;
+          if (c == nullptr || nccl_error || ncclCommGetAsyncError(c, &state) != ncclSuccess) continue;
+          if (state != ncclSuccess && state != ncclInProgress) {
+            nccl_error = Error(ErrorCode::kCuda,
+                               fmt::format("rank {}: NCCL reported {} on the {} communicator", rank_,
+                                           ncclGetErrorString(state), c == world_ ? "whole job's" : "inter-node"),
+                               __FILE__, __LINE__);
+          }
         }
       }
+      if (nccl_error) fail(*nccl_error);
     } catch (const std::exception& e) {
       SYMCOMM_LOG_WARN("rank {}: the multi-node watch failed: {}", rank_, e.what());
     }
@@ -341,8 +352,12 @@ void CudaMultiNodeCommunicator::Impl::abort_engines() {
   node_comm_->abort();
   std::call_once(engines_aborted_, [&] {
     const bool locked = engine_mu_.try_lock_for(std::chrono::seconds(1));
-    if (inter_) ncclCommAbort(inter_);
-    if (world_) ncclCommAbort(world_);
+    {
+      std::lock_guard nccl_lock(nccl_mu_);
+      if (inter_) ncclCommAbort(inter_);
+      if (world_) ncclCommAbort(world_);
+      inter_ = world_ = nullptr;
+    }
     if (locked) engine_mu_.unlock();
   });
 }
@@ -381,10 +396,10 @@ NodePath CudaMultiNodeCommunicator::Impl::path_of(const detail::Request& r, Hier
   return detail::call_path(layout_, thresholds_, r, h);
 }
 
-ncclComm_t CudaMultiNodeCommunicator::Impl::nccl(ncclComm_t c, const char* what) const {
-  SYMCOMM_CHECK(c != nullptr, kUnsupported,
+ncclComm_t CudaMultiNodeCommunicator::Impl::world_nccl(const char* what) const {
+  SYMCOMM_CHECK(has_nccl_, kUnsupported,
                 "rank {}: {} needs NCCL, which is not made where ranks share a GPU (Config::shared_gpu)", rank_, what);
-  return c;
+  return world_;
 }
 
 void CudaMultiNodeCommunicator::Impl::issue(const detail::Request& r, Hierarchy h) {
@@ -392,7 +407,9 @@ void CudaMultiNodeCommunicator::Impl::issue(const detail::Request& r, Hierarchy 
   if (r.is_p2p()) {
     SYMCOMM_CHECK_ARG(group_depth_ > 0 || r.peer != rank_,
                       "rank {}: a send or receive to this rank itself must be in a group", rank_);
-    (void)nccl(world_, "point-to-point");
+    SYMCOMM_CHECK(has_nccl_, kUnsupported,
+                  "rank {}: point-to-point needs NCCL, which is not made where ranks share a GPU (Config::shared_gpu)",
+                  rank_);
   } else {
     (void)path_of(r, h);  // argument errors (a hierarchy the call cannot take) now
   }
@@ -625,7 +642,7 @@ void CudaMultiNodeCommunicator::Impl::all_to_all(const detail::Request& r, cudaS
   const int world = layout_.world_size;
   const size_t count = r.count, block = count * dtype_size(r.dtype);
   if (count == 0) return;
-  ncclComm_t c = nccl(world_, "all-to-all");
+  ncclComm_t c = world_nccl("all-to-all");
   StreamScratch scratch(s);
   const auto* in = static_cast<const uint8_t*>(r.in);
   auto* out = static_cast<uint8_t*>(r.out);
@@ -661,10 +678,10 @@ void CudaMultiNodeCommunicator::Impl::barrier(NodePath path, cudaStream_t s) {
 }
 
 void CudaMultiNodeCommunicator::Impl::exchange(const std::vector<const detail::Request*>& p2p) {
-  ncclComm_t c = nccl(world_, "point-to-point");
   DeviceScope scope(device_);
   std::lock_guard lock(engine_mu_);
   check();
+  ncclComm_t c = world_nccl("point-to-point");
   try {
     check_nccl(ncclGroupStart(), c, "ncclGroupStart");
     ncclResult_t res = ncclSuccess;
