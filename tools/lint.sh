@@ -6,7 +6,7 @@
 #   tools/lint.sh --fix    reformat the offending files in place with clang-format, then check the rest
 #
 # 1. Formatting: clang-format (the repository's .clang-format) in dry-run mode over every *.h, *.cc, *.cu and
-#    *.cuh under include/ src/ tests/ bench/ tools/ that git tracks or would track (untracked, not ignored).
+#    *.cuh under include/ src/ tests/ bench/ tools/ python/src/ that git tracks or would track (untracked, not ignored).
 # 2. Library code (src/, include/) never exits, aborts or prints to stdout: no exit( (nor _exit, _Exit,
 #    quick_exit), abort(, printf( (device printf included), std::cout or fprintf(stdout; and only
 #    src/core/config.cc, src/bootstrap/rendezvous.cc and src/nccl_shim/shim_config.cc (the NCCL drop-in
@@ -64,7 +64,7 @@ status=0
 unformatted=()
 while IFS= read -r f; do
   if ! "$clang_format" --style=file --dry-run --Werror "$f" >/dev/null 2>&1; then unformatted+=("$f"); fi
-done < <(source_files include src tests bench tools)
+done < <(source_files include src tests bench tools python/src)
 
 if [ "${#unformatted[@]}" -gt 0 ]; then
   if [ "$fix" -eq 1 ]; then

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "symcomm/error.h"
+#include "symcomm/node_path.h"
 #include "symcomm/types.h"
 
 namespace symcomm::python {
@@ -391,6 +392,14 @@ inline void check_divisible(const Buffer& in, int world_size, const char* what =
     throw py::value_error(std::string(what) + ": " + std::to_string(in.count) +
                           " elements are not divisible by the world size " + std::to_string(world_size));
   }
+}
+
+/// The `hierarchy` argument of the calls of a communicator that spans nodes.
+inline Hierarchy parse_hierarchy(const std::string& h) {
+  if (h == "auto") return Hierarchy::kAuto;
+  if (h == "hierarchical") return Hierarchy::kHierarchical;
+  if (h == "flat") return Hierarchy::kFlat;
+  throw py::value_error("hierarchy '" + h + "' is unknown (auto, hierarchical, flat)");
 }
 
 /// Raises symcomm.Error (`type`, made by symcomm._core) for `e`: code ("peer_dead", ...), message and ranks.

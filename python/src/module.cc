@@ -19,11 +19,12 @@
 
 #include "bucketer.h"
 #include "buffers.h"
-#include "work.h"
+#include "cuda_multinode.h"
 #include "symcomm/communicator.h"
 #include "symcomm/error.h"
 #include "symcomm/fused.h"
 #include "symcomm/types.h"
+#include "work.h"
 
 namespace py = pybind11;
 
@@ -142,8 +143,8 @@ class PyCommunicator {
   }
 
   py::object all_reduce(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
-                        const std::string& as_dtype, const py::object& stream,
-                        const std::string& algorithm, const std::string& contention) {
+                        const std::string& as_dtype, const py::object& stream, const std::string& algorithm,
+                        const std::string& contention) {
     Buffer in = input(x, "x", as_dtype, stream);
     Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
@@ -155,11 +156,10 @@ class PyCommunicator {
   }
 
   py::object all_gather(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
-                        const py::object& stream,
-                        const std::string& algorithm, const std::string& contention) {
+                        const py::object& stream, const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype, stream);
-    Buffer o = checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype, cuda_,
-                              stream);
+    Buffer o =
+        checked_output(out, in, in.count * world_size_, "world_size times the input's count", as_dtype, cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
     return submit(refs({&in, &o}), o.owner, async, [&](Communicator& c, bool a) {
       if (a) return c.all_gather_async(in.data(), o.data(), in.count, in.dtype, opts);
@@ -169,8 +169,8 @@ class PyCommunicator {
   }
 
   py::object reduce_scatter(const py::handle& x, const py::handle& out, ReduceOp op, bool async,
-                            const std::string& as_dtype, const py::object& stream,
-                            const std::string& algorithm, const std::string& contention) {
+                            const std::string& as_dtype, const py::object& stream, const std::string& algorithm,
+                            const std::string& contention) {
     Buffer in = input(x, "x", as_dtype, stream);
     check_divisible(in, world_size_);
     Buffer o = checked_output(out, in, in.count / world_size_, "the input's count divided by world_size", as_dtype,
@@ -184,8 +184,7 @@ class PyCommunicator {
   }
 
   py::object broadcast(const py::handle& x, const py::handle& out, int root, bool async, const std::string& as_dtype,
-                       const py::object& stream,
-                       const std::string& algorithm, const std::string& contention) {
+                       const py::object& stream, const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype, stream);
     Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_, stream);
     const CollOptions opts = coll_options(stream, in, algorithm, contention);
@@ -228,8 +227,8 @@ class PyCommunicator {
     submit(std::move(keep), py::none(), false, [&](Communicator& c, bool) {
       FusedOptions fused;
       if (cuda_) {
-        fused.workspace = workspace(c, all_gather_matmul_workspace_bytes(world_size_, a_ref, gather_dim,
-                                                                          gathered.has_value()));
+        fused.workspace =
+            workspace(c, all_gather_matmul_workspace_bytes(world_size_, a_ref, gather_dim, gathered.has_value()));
       }
       symcomm::all_gather_matmul(c, a_ref, b_refs, gather_dim, out_refs, gathered ? &*gathered : nullptr, opts, fused);
       return std::shared_ptr<Work>();
@@ -257,8 +256,7 @@ class PyCommunicator {
   }
 
   py::object all_to_all(const py::handle& x, const py::handle& out, bool async, const std::string& as_dtype,
-                        const py::object& stream,
-                        const std::string& algorithm, const std::string& contention) {
+                        const py::object& stream, const std::string& algorithm, const std::string& contention) {
     Buffer in = input(x, "x", as_dtype, stream);
     check_divisible(in, world_size_);
     Buffer o = checked_output(out, in, in.count, "the input's count", as_dtype, cuda_, stream);
@@ -320,8 +318,8 @@ class PyCommunicator {
   PyHeapBuffer alloc(size_t nbytes) {
     if (nbytes == 0) throw py::value_error("alloc: nbytes must be positive");
     void* p = locked([&](Communicator& c) { return c.alloc(nbytes); });
-    return PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(p), .nbytes = nbytes, .cuda = cuda_, .device = device_,
-                        .peer = -1};
+    return PyHeapBuffer{
+        .ptr = reinterpret_cast<uintptr_t>(p), .nbytes = nbytes, .cuda = cuda_, .device = device_, .peer = -1};
   }
 
   /// Returns a HeapBuffer's memory, or the allocation at an int address, to the heap (collective).
@@ -356,8 +354,8 @@ class PyCommunicator {
                             std::to_string(world_size_) + ")");
     }
     void* q = locked([&](Communicator& c) { return c.peer_ptr(reinterpret_cast<void*>(p), peer); });
-    return PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(q), .nbytes = n, .cuda = cuda_, .device = device_,
-                        .peer = peer};
+    return PyHeapBuffer{
+        .ptr = reinterpret_cast<uintptr_t>(q), .nbytes = n, .cuda = cuda_, .device = device_, .peer = peer};
   }
 
   void group_start() {
@@ -366,12 +364,24 @@ class PyCommunicator {
   }
 
   void group_end() {
-    in_flight_.end_group([&] { return locked([](Communicator& c) { c.group_end(); return std::shared_ptr<Work>(); }); },
-                         false);
+    in_flight_.end_group(
+        [&] {
+          return locked([](Communicator& c) {
+            c.group_end();
+            return std::shared_ptr<Work>();
+          });
+        },
+        false);
   }
   void group_cancel() {
     in_flight_.end_group(
-        [&] { return locked([](Communicator& c) { c.group_cancel(); return std::shared_ptr<Work>(); }); }, false);
+        [&] {
+          return locked([](Communicator& c) {
+            c.group_cancel();
+            return std::shared_ptr<Work>();
+          });
+        },
+        false);
   }
   /// Ends the group level like group_end() and returns one Work for every collective of the group; the arrays of
   /// the group stay referenced until it completes (NOTE [python buffers]).
@@ -426,8 +436,7 @@ class PyCommunicator {
   /// Communicator::split (collective): the communicator of the ranks that pass `color` (>= 0), ranked by `key`
   /// (None: this rank), ties by rank; None for a rank that passes -1 (symcomm._core.SPLIT_NOCOLOR).
   std::unique_ptr<PyCommunicator> split(int color, std::optional<int> key) {
-    std::unique_ptr<Communicator> child =
-        locked([&](Communicator& c) { return c.split(color, key.value_or(rank_)); });
+    std::unique_ptr<Communicator> child = locked([&](Communicator& c) { return c.split(color, key.value_or(rank_)); });
     if (!child) return nullptr;
     return std::make_unique<PyCommunicator>(std::shared_ptr<Communicator>(std::move(child)));
   }
@@ -476,8 +485,11 @@ class PyCommunicator {
   }
   /// ... or a HeapBuffer of the device bytes.
   static py::object device_view(const void* p, size_t count, DataType dtype, int device) {
-    return py::cast(PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(p), .nbytes = count * dtype_size(dtype),
-                                 .cuda = true, .device = device, .peer = -1});
+    return py::cast(PyHeapBuffer{.ptr = reinterpret_cast<uintptr_t>(p),
+                                 .nbytes = count * dtype_size(dtype),
+                                 .cuda = true,
+                                 .device = device,
+                                 .peer = -1});
   }
 
   /// The options of a call: its stream (NOTE [python buffers]); ignored by the host backend.
@@ -554,9 +566,9 @@ class PyCommunicator {
   int rank_, world_size_, device_;
   bool cuda_;
   std::string backend_;
-  std::unique_ptr<FusedWorkspace> workspace_;  ///< guarded by op_mu_ (NOTE [python fused workspace])
+  std::unique_ptr<FusedWorkspace> workspace_;                ///< guarded by op_mu_ (NOTE [python fused workspace])
   std::vector<std::unique_ptr<PyBucketerState>> bucketers_;  ///< used with the GIL held
-  InFlight in_flight_;  ///< used with the GIL held
+  InFlight in_flight_;                                       ///< used with the GIL held
 };
 
 /// symcomm._core.ReduceScatterBucketer: a handle of one of a communicator's bucketers (NOTE [python bucketer]).
@@ -576,7 +588,8 @@ struct PyBucketer {
 PYBIND11_MODULE(_core, m) {
   using namespace symcomm;          // NOLINT(google-build-using-namespace)
   using namespace symcomm::python;  // NOLINT(google-build-using-namespace)
-  m.doc() = "symcomm collectives for NumPy arrays (host backend) and CUDA arrays (CUDA backend); use the package symcomm";
+  m.doc() =
+      "symcomm collectives for NumPy arrays (host backend) and CUDA arrays (CUDA backend); use the package symcomm";
 
   auto error = py::exception<Error>(m, "Error", PyExc_RuntimeError);
   error.attr("__module__") = "symcomm";
@@ -648,20 +661,16 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("device", &PyCommunicator::device)
       .def_property_readonly("closed", &PyCommunicator::closed)
       .def("all_reduce", &PyCommunicator::all_reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
-           py::arg("contention") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "", py::arg("contention") = "")
       .def("all_gather", &PyCommunicator::all_gather, py::arg("x"), py::arg("out"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
-           py::arg("contention") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "", py::arg("contention") = "")
       .def("reduce_scatter", &PyCommunicator::reduce_scatter, py::arg("x"), py::arg("out"), py::arg("op"),
            py::arg("async_op"), py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
            py::arg("contention") = "")
       .def("broadcast", &PyCommunicator::broadcast, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
-           py::arg("contention") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "", py::arg("contention") = "")
       .def("all_to_all", &PyCommunicator::all_to_all, py::arg("x"), py::arg("out"), py::arg("async_op"),
-           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "",
-           py::arg("contention") = "")
+           py::arg("dtype") = "", py::arg("stream") = py::none(), py::arg("algorithm") = "", py::arg("contention") = "")
       .def("send", &PyCommunicator::send, py::arg("x"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
       .def("recv", &PyCommunicator::recv, py::arg("out"), py::arg("peer"), py::arg("async_op"), py::arg("dtype") = "")
       .def("barrier", &PyCommunicator::barrier, py::arg("async_op"), py::arg("stream") = py::none())
@@ -669,9 +678,8 @@ PYBIND11_MODULE(_core, m) {
       .def("all_gather_matmul", &PyCommunicator::all_gather_matmul, py::arg("a_shard"), py::arg("bs"),
            py::arg("gather_dim"), py::arg("outs"), py::arg("a_gathered") = py::none(), py::arg("dtype") = "",
            py::arg("stream") = py::none())
-      .def("matmul_reduce_scatter", &PyCommunicator::matmul_reduce_scatter, py::arg("a"), py::arg("b"),
-           py::arg("op"), py::arg("scatter_dim"), py::arg("out"), py::arg("dtype") = "",
-           py::arg("stream") = py::none())
+      .def("matmul_reduce_scatter", &PyCommunicator::matmul_reduce_scatter, py::arg("a"), py::arg("b"), py::arg("op"),
+           py::arg("scatter_dim"), py::arg("out"), py::arg("dtype") = "", py::arg("stream") = py::none())
       .def("alloc", &PyCommunicator::alloc, py::arg("nbytes"))
       .def("free", &PyCommunicator::free, py::arg("buffer"))
       .def("peer_buffer", &PyCommunicator::peer_buffer, py::arg("buffer"), py::arg("peer"),
@@ -685,7 +693,9 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &PyCommunicator::close)
       .def(
           "bucketer",
-          [](PyCommunicator& c, double bucket_cap_mb) { return PyBucketer{&c, c.bucketer_new(bucket_cap_mb)}; },
+          [](PyCommunicator& c, double bucket_cap_mb) {
+            return PyBucketer{&c, c.bucketer_new(bucket_cap_mb)};
+          },
           py::arg("bucket_cap_mb") = 25.0, py::keep_alive<0, 1>());
 
   py::class_<PyBucketer>(m, "ReduceScatterBucketer")
@@ -699,11 +709,11 @@ PYBIND11_MODULE(_core, m) {
           py::arg("stream") = py::none())
       .def("flush", [](PyBucketer& b) { b.comm->bucketer_flush(b.open()); })
       .def("teardown", [](PyBucketer& b) { b.comm->bucketer_teardown(b.open()); })
-      .def("close", [](PyBucketer& b) {
-        b.comm->bucketer_close(b.state);
-      })
+      .def("close", [](PyBucketer& b) { b.comm->bucketer_close(b.state); })
       .def_property_readonly("closed", [](const PyBucketer& b) { return !b.comm->bucketer_open(b.state); })
       .def_property_readonly("pending", [](PyBucketer& b) { return b.open()->bucketer().pending(); })
       .def_property_readonly("bucket_bytes_per_rank",
                              [](PyBucketer& b) { return b.open()->bucketer().bucket_bytes_per_rank(); });
+
+  bind_cuda_multinode(m);
 }

@@ -67,13 +67,6 @@ int world_query(int (*query)(MPI_Comm, int*)) {
   return value;
 }
 
-Hierarchy parse_hierarchy(const std::string& h) {
-  if (h == "auto") return Hierarchy::kAuto;
-  if (h == "hierarchical") return Hierarchy::kHierarchical;
-  if (h == "flat") return Hierarchy::kFlat;
-  throw py::value_error("hierarchy '" + h + "' is unknown (auto, hierarchical, flat)");
-}
-
 class PyMultiNode;
 std::vector<PyMultiNode*> g_open;  ///< communicators not yet closed (guarded by the GIL)
 

@@ -414,17 +414,23 @@ def _node_layout():
 
 
 class _MultiNodeComm:
-    """The calls ProcessGroupSymcomm makes on a symcomm._core.Communicator, on a symcomm._mpi.MultiNodeCommunicator
-    (a group whose ranks span nodes; CPU tensors): the hierarchy is chosen by size ("auto"); a forced algorithm or
+    """The calls ProcessGroupSymcomm makes on a symcomm._core.Communicator, on a communicator of a group whose ranks
+    span nodes: symcomm._mpi.MultiNodeCommunicator for CPU tensors, symcomm._core.CudaMultiNodeCommunicator for CUDA
+    tensors (enqueued on the call's stream). The hierarchy is chosen by size ("auto"); a forced algorithm or
     contention, which name one-node paths, are not passed on. What a group on one node only has (fused operations,
     the symmetric heap) raises RuntimeError."""
 
-    def __init__(self, impl):
+    def __init__(self, impl, cuda=False):
         self._impl = impl
+        self._cuda = cuda
 
-    # The calls that are the same on both: handed to the MultiNodeCommunicator as they are.
+    # The calls that are the same on both: handed to the multi-node communicator as they are.
     _SAME = frozenset({"group_start", "group_end", "group_end_async", "group_cancel", "check", "abort", "close",
-                       "closed", "rank", "world_size", "node", "num_nodes", "last_path"})
+                       "closed", "rank", "world_size", "node", "num_nodes", "last_path", "device"})
+
+    def _stream(self, stream):
+        """The stream argument the communicator takes last: the CUDA one's; none for MPI's."""
+        return (stream,) if self._cuda else ()
 
     def __getattr__(self, name):
         if name in _MultiNodeComm._SAME:
@@ -435,28 +441,27 @@ class _MultiNodeComm:
                            "(SYMCOMM_FAKE_NODE_SIZE, or ranks on several nodes)")
 
     def all_reduce(self, x, out, op, async_op, dtype="", stream=None, algorithm="", contention=""):
-        del stream, algorithm, contention
-        return self._impl.all_reduce(x, out, op, "auto", async_op, dtype)
+        del algorithm, contention
+        return self._impl.all_reduce(x, out, op, "auto", async_op, dtype, *self._stream(stream))
 
     def all_gather(self, x, out, async_op, dtype="", stream=None, algorithm="", contention=""):
-        del stream, algorithm, contention
-        return self._impl.all_gather(x, out, "auto", async_op, dtype)
+        del algorithm, contention
+        return self._impl.all_gather(x, out, "auto", async_op, dtype, *self._stream(stream))
 
     def reduce_scatter(self, x, out, op, async_op, dtype="", stream=None, algorithm="", contention=""):
-        del stream, algorithm, contention
-        return self._impl.reduce_scatter(x, out, op, "auto", async_op, dtype)
+        del algorithm, contention
+        return self._impl.reduce_scatter(x, out, op, "auto", async_op, dtype, *self._stream(stream))
 
     def broadcast(self, x, out, root, async_op, dtype="", stream=None, algorithm="", contention=""):
-        del stream, algorithm, contention
-        return self._impl.broadcast(x, out, root, "auto", async_op, dtype)
+        del algorithm, contention
+        return self._impl.broadcast(x, out, root, "auto", async_op, dtype, *self._stream(stream))
 
     def all_to_all(self, x, out, async_op, dtype="", stream=None, algorithm="", contention=""):
-        del stream, algorithm, contention
-        return self._impl.all_to_all(x, out, "auto", async_op, dtype)
+        del algorithm, contention
+        return self._impl.all_to_all(x, out, "auto", async_op, dtype, *self._stream(stream))
 
     def barrier(self, async_op, stream=None):
-        del stream
-        return self._impl.barrier("auto", async_op)
+        return self._impl.barrier("auto", async_op, *self._stream(stream))
 
     def send(self, x, peer, async_op, dtype=""):
         return self._impl.send(x, peer, async_op, dtype)
@@ -465,14 +470,40 @@ class _MultiNodeComm:
         return self._impl.recv(out, peer, async_op, dtype)
 
 
+class _NoMpi(RuntimeError):
+    """Why the CPU tensors of a group that spans nodes cannot run: MPI is missing (symcomm built without it, or a job
+    not started by mpirun). The same on every rank of the group."""
+
+
+class _HostUnavailable:
+    """The host communicator of a group that spans nodes in a job without MPI: the group is made, its CUDA tensors run
+    on their own communicator (NCCL between the nodes), and a call on CPU tensors raises the RuntimeError that says
+    why. Group, check and close calls, which the process group makes on every communicator, do nothing."""
+
+    closed = False
+
+    def __init__(self, why):
+        self._why = why
+
+    def _nothing(self):
+        pass
+
+    group_start = group_end = group_cancel = check = abort = close = _nothing
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _NoMpi(self._why)
+
+
 def _mpi_module():
-    """symcomm._mpi (symcomm.multinode's import of it); RuntimeError where symcomm was built without MPI."""
+    """symcomm._mpi (symcomm.multinode's import of it); _NoMpi where symcomm was built without MPI."""
     from .multinode import _mpi  # noqa: PLC0415 - only for groups that span nodes
     try:
         return _mpi()
     except ImportError as e:
-        raise RuntimeError(f"symcomm: a process group that spans nodes runs on MPI, in a job started by mpirun: {e}") \
-            from e
+        raise _NoMpi(f"symcomm: the CPU tensors of a process group that spans nodes run on MPI, in a job started by "
+                     f"mpirun: {e}") from e
 
 
 class ProcessGroupSymcomm(_ProcessGroup):
@@ -486,7 +517,10 @@ class ProcessGroupSymcomm(_ProcessGroup):
         self._rank, self._size = rank, size
         self._store = store
         self._fake_node_size = _node_layout()  # None: the group's ranks are on one node
-        self._comm = self._make_comm("symcomm", "host", -1)
+        try:
+            self._comm = self._make_comm("symcomm", "host", -1)
+        except _NoMpi as e:  # a group that spans nodes without MPI: CUDA tensors only
+            self._comm = _HostUnavailable(str(e))
         self._cuda = None  # the CUDA communicator, made by the first CUDA collective (_cuda_comm)
         self._cuda_device = -1  # its device
         self._nccl_pg = None  # the NCCL process group of CUDA sends and receives, made by the first (_nccl)
@@ -501,28 +535,42 @@ class ProcessGroupSymcomm(_ProcessGroup):
 
     @property
     def spans_nodes(self):
-        """True where this group runs on a symcomm.MultiNodeCommunicator (the job spans nodes, or declares fake
-        ones with SYMCOMM_FAKE_NODE_SIZE): CPU tensors only, no fused operations or symmetric tensors."""
+        """True where this group runs on communicators that span nodes (the job spans nodes, or declares fake ones
+        with SYMCOMM_FAKE_NODE_SIZE): CPU tensors on a symcomm.MultiNodeCommunicator (MPI between the nodes), CUDA
+        tensors on a symcomm._core.CudaMultiNodeCommunicator (NCCL between the nodes); no fused operations or
+        symmetric tensors."""
         return self._fake_node_size is not None
 
     def _make_comm(self, prefix, backend, device):
         """A symcomm communicator of this group's ranks: rank 0 serves its store on a free loopback port and
         passes the port and a fresh token to the others through torch's store, under keys `prefix`/...; where the
         job spans nodes, a MultiNodeCommunicator (_multi_node_comm)."""
-        if self._fake_node_size is not None:
-            if backend != "host":
-                raise RuntimeError("symcomm: CUDA tensors on a process group that spans nodes are not supported; "
-                                   "run them on an NCCL group (dist.new_group(backend=\"nccl\"))")
+        if self._fake_node_size is not None and backend == "host":
             return self._multi_node_comm(prefix)
         key_port, key_token = f"{prefix}/port", f"{prefix}/token"
         if self._rank == 0:
             token = secrets.token_hex(16)
             self._store.set(key_token, token)
-            return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", 0,
-                                             lambda port: self._store.set(key_port, str(port)), backend, device)
-        token = self._store.get(key_token).decode()
-        port = int(self._store.get(key_port).decode())
-        return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", port, None, backend, device)
+            started = lambda port: self._store.set(key_port, str(port))  # noqa: E731 - one line, used below
+            port = 0
+        else:
+            token = self._store.get(key_token).decode()
+            port = int(self._store.get(key_port).decode())
+            started = None
+        if self._fake_node_size is not None:
+            return _MultiNodeComm(self._cuda_multi_node_comm(token, port, started, device), cuda=True)
+        return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", port, started, backend, device)
+
+    def _cuda_multi_node_comm(self, token, port, started, device):
+        """A symcomm._core.CudaMultiNodeCommunicator of this group's ranks on `device`: symcomm inside each node,
+        NCCL between the nodes (real ones: the ranks of one host; or SYMCOMM_FAKE_NODE_SIZE's), its store served by
+        rank 0 on `host`:`port` as for a one-node group. No MPI. Jobs that span hosts set MASTER_ADDR to rank 0's
+        address: the store is served there."""
+        host = "127.0.0.1" if self._fake_node_size else os.environ.get("MASTER_ADDR", "127.0.0.1")
+        min_bytes = os.environ.get("SYMCOMM_NODE_MIN_BYTES") or None
+        round_robin = bool(self._fake_node_size) and os.environ.get("SYMCOMM_FAKE_ROUND_ROBIN", "0") not in ("", "0")
+        return _core.CudaMultiNodeCommunicator.create(self._rank, self._size, max(device, 0), token, host, port, started,
+                                                      self._fake_node_size, round_robin, min_bytes, device)
 
     def _multi_node_comm(self, prefix):
         """A MultiNodeCommunicator of this group's ranks, ranked as torch ranks them: each rank publishes its
@@ -532,8 +580,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
         self._store.set(f"{prefix}/mpi_rank/{self._rank}", str(mpi.world_rank()))
         ranks = [int(self._store.get(f"{prefix}/mpi_rank/{r}").decode()) for r in range(self._size)]
         if len(set(ranks)) != len(ranks):  # e.g. torchrun without mpirun: each process is MPI rank 0 of its own
-            raise RuntimeError(f"symcomm: a process group that spans nodes runs on MPI, and its {self._size} ranks are "
-                               f"not distinct MPI_COMM_WORLD ranks ({ranks}): start the job with mpirun")
+            raise _NoMpi(f"symcomm: the CPU tensors of a process group that spans nodes run on MPI, and its {self._size} "
+                         f"ranks are not distinct MPI_COMM_WORLD ranks ({ranks}): start the job with mpirun")
         whole = ranks == list(range(mpi.world_size()))
         min_bytes = os.environ.get("SYMCOMM_NODE_MIN_BYTES") or None  # "all_reduce=64K,...": where "auto" goes hierarchical
         round_robin = self._fake_node_size > 0 and os.environ.get("SYMCOMM_FAKE_ROUND_ROBIN", "0") not in ("", "0")
@@ -893,6 +941,14 @@ class ProcessGroupSymcomm(_ProcessGroup):
         completed (as NCCL's barrier waits for its device work)."""
         if self._cuda is not None:
             _torch.cuda.current_stream(self._cuda.device).synchronize()
+        if isinstance(self._comm, _HostUnavailable) and _torch.cuda.is_available():
+            # A group that spans nodes in a job without MPI: the barrier runs on the CUDA communicator (made on the
+            # current device if no CUDA collective made it), and the host waits for it.
+            device = self._cuda_device if self._cuda is not None else _torch.cuda.current_device()
+            like = _torch.empty(0, device=f"cuda:{device}")
+            work = self._submit(lambda c, a, s: c.barrier(a, s), [], like)
+            _torch.cuda.current_stream(device).synchronize()
+            return work
         return self._submit(lambda c, a, s: c.barrier(a), [], None)
 
     # torch 2.x's _coalescing_manager(group, async_ops) without a device issues nothing inside its block and

@@ -107,6 +107,22 @@ def test_backend_from_python(comm):
     check_usable(comm)
 
 
+def test_cuda_multi_node_arguments(comm):
+    """symcomm._core.CudaMultiNodeCommunicator: bad arguments raise ValueError; a build without the CUDA backend
+    raises symcomm.Error (unsupported) before serving a store."""
+    create = symcomm._core.CudaMultiNodeCommunicator.create  # noqa: SLF001
+    for bad in ({"rank": 2}, {"port": 70000}, {"device": -2}, {"fake_node_size": -1}, {"token": ""}):
+        args = {"rank": 0, "world_size": 2, "local_rank": 0, "token": "t", "host": "127.0.0.1", "port": 0,
+                "on_store_started": None, **bad}
+        with pytest.raises(ValueError):
+            create(**args)
+    if "cuda" not in symcomm.backends():
+        with pytest.raises(symcomm.Error) as info:
+            create(0, 1, 0, "t", "127.0.0.1", 0, lambda port: pytest.fail("a store was served"))
+        assert info.value.code == "unsupported"
+    check_usable(comm)
+
+
 def test_error_class():
     assert issubclass(symcomm.Error, RuntimeError)
     assert symcomm.Error.__module__ == "symcomm"

@@ -329,18 +329,21 @@ def test_groups_spanning_nodes_take_the_path_asked_for(gloo):
 
 
 NO_MPIRUN_PROBE = """
+import torch
 import torch.distributed as dist
 import symcomm.torch
+dist.init_process_group(backend="symcomm")
 try:
-    dist.init_process_group(backend="symcomm")
+    dist.all_reduce(torch.ones(4))
 except RuntimeError as e:
     print("RAISED", e)
 """
 
 
-def test_groups_spanning_nodes_need_mpirun(gloo):
-    """Fake nodes declared in a job that mpirun did not start (each process its own MPI world): every rank's
-    init_process_group raises RuntimeError, rank 0's saying why, none hangs. Rank 0 runs a 2-rank job of its own."""
+def test_cpu_tensors_of_groups_spanning_nodes_need_mpirun(gloo):
+    """Fake nodes declared in a job that mpirun did not start (each process its own MPI world): the group is made
+    (its CUDA tensors would run without MPI), and every rank's first collective on a CPU tensor raises RuntimeError
+    saying why; none hangs. Rank 0 runs a 2-rank job of its own."""
     if dist.get_rank() != 0 or dist.distributed_c10d._get_default_group().spans_nodes:  # noqa: SLF001
         pytest.skip("rank 0 of a one-node job runs the probe job")
     if importlib.util.find_spec("symcomm._mpi") is None:
@@ -358,11 +361,8 @@ def test_groups_spanning_nodes_need_mpirun(gloo):
             for q in procs:
                 q.kill()
             pytest.fail("the probe job did not end within 60 s")
-        # Rank 0 serves torch's store: once it has raised and exited, another rank still reading the store
-        # raises torch's own error (a broken connection) instead of symcomm's.
         assert "RAISED" in out, f"rank {r}:\n{out}"
-        if r == 0:
-            assert "start the job with mpirun" in out, out
+        assert "start the job with mpirun" in out, out
 
 
 def test_barrier(gloo):

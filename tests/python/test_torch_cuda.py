@@ -70,6 +70,21 @@ def same(got, want, what=""):
                              f"{want.reshape(-1)[i].item()} ({bad.numel()} of {got.numel()} differ)")
 
 
+def one_node_only():
+    """Skips a test of what groups on one node only have (fused operations, symmetric tensors) where the job spans
+    nodes (SYMCOMM_FAKE_NODE_SIZE, or LOCAL_WORLD_SIZE below the world size)."""
+    if dist.distributed_c10d._get_default_group().spans_nodes:  # noqa: SLF001
+        pytest.skip("fused operations and symmetric tensors need a group on one node; this job spans nodes")
+
+
+def cpu_tensors_run():
+    """Skips a test that also moves CPU tensors (torch's object collectives) where the job spans nodes without MPI:
+    there only the group's CUDA tensors run."""
+    pg = dist.distributed_c10d._get_default_group()  # noqa: SLF001
+    if pg.spans_nodes and type(pg._comm).__name__ == "_HostUnavailable":  # noqa: SLF001
+        pytest.skip("CPU tensors of a group that spans nodes need MPI (mpirun); this job has none")
+
+
 @pytest.fixture(scope="module")
 def nccl():
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank() if dist.is_initialized() else 0)))
@@ -311,6 +326,7 @@ def test_ddp_step_matches_nccl(nccl):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dname)
 def test_fused_ops_against_float64(nccl, dtype):
+    one_node_only()
     group_name = dist.group.WORLD.group_name
     gen = torch.Generator(device="cpu").manual_seed(7 + dist.get_rank())
     m, k, n = 256, 512, 384
@@ -376,6 +392,7 @@ def test_symmetric_memory_ops(nccl, n):
 
 def test_ops_compiled_and_captured(nccl):
     """The ops under torch.compile(fullgraph=True) and in a replayed CUDA graph give the eager results."""
+    one_node_only()
     name = dist.group.WORLD.group_name
 
     def step(t, w):
@@ -405,6 +422,7 @@ def test_ops_compiled_and_captured(nccl):
 @pytest.mark.parametrize("n", [4096, 1 << 22])
 def test_symmetric_tensors(nccl, n):
     """empty() on the GPU: zero-copy collectives against NCCL, peers' copies read directly, free()."""
+    one_node_only()
     r = dist.get_rank()
     t = symcomm_torch.empty(WORLD, n, dtype=torch.bfloat16, device=dev())
     assert t.is_cuda and t.shape == (WORLD, n)
@@ -431,6 +449,7 @@ def test_symmetric_tensors(nccl, n):
 
 
 def test_object_collectives_barrier_and_blocking_p2p(nccl):
+    cpu_tensors_run()
     me = dist.get_rank()
     objs = [None] * WORLD
     dist.all_gather_object(objs, {"rank": me, "name": f"r{me}"})

@@ -198,6 +198,18 @@ if has python && [ $BUILD_OK = 1 ]; then
     note "python CUDA tests ($pw ranks): rc=$? in $(($(date +%s) - t0)) s (log: python_cuda.log)"
     grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)" "$OUT/python_cuda.log" | sort -u | head -40 |
       tee -a "$SUMMARY"
+    # PY_FAKE_NODE_SIZE=n: the same tests again with the group spanning fake nodes of n ranks (CUDA tensors on
+    # symcomm inside each node and NCCL between the nodes; needs a GPU per rank).
+    if [ -n "${PY_FAKE_NODE_SIZE:-}" ]; then
+      t0=$(date +%s)
+      SYMCOMM_FAKE_NODE_SIZE=$PY_FAKE_NODE_SIZE timeout "${PY_TEST_TIMEOUT:-360}" "$BUILD/tools/symcomm-run" -n "$pw" \
+        --timeout "$((${PY_TEST_TIMEOUT:-360} - 10))" -- python3 -m pytest -q -rs -p no:cacheprovider \
+        "$ROOT/tests/python/test_torch_cuda.py" >"$OUT/python_cuda_nodes.log" 2>&1
+      note "python CUDA tests, fake nodes of $PY_FAKE_NODE_SIZE ($pw ranks): rc=$? in $(($(date +%s) - t0)) s" \
+        "(log: python_cuda_nodes.log)"
+      grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)" "$OUT/python_cuda_nodes.log" | sort -u |
+        head -40 | tee -a "$SUMMARY"
+    fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
     timeout 240 "$BUILD/tools/symcomm-run" -n "$pw" --timeout 230 -- python3 "$ROOT/bench/torch_backend_bench.py" \
