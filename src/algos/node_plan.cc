@@ -168,6 +168,29 @@ int local_major_rank(const NodeLayout& layout, int i) {
   return layout.members[i % n_nodes][i / n_nodes];
 }
 
+std::vector<BlockCopy> block_order_copies(const NodeLayout& layout, size_t block, bool to_rank_order) {
+  const int world = layout.world_size, n_nodes = layout.num_nodes(), l_size = layout.node_size();
+  std::vector<BlockCopy> copies;
+  if (block == 0) return copies;
+  if (layout.blocked() && l_size > 0 && block * l_size <= kMaxCopyPitch) {
+    // Block l * N + n is rank n * L + l: local index l's N blocks sit one block apart in local-index order, at
+    // l * N * block, and L blocks apart in rank order, at l * block.
+    for (int l = 0; l < l_size; ++l) {
+      const size_t major = static_cast<size_t>(l) * n_nodes * block, minor = static_cast<size_t>(l) * block;
+      const size_t wide = block * l_size;
+      copies.push_back(to_rank_order ? BlockCopy{minor, major, block, static_cast<size_t>(n_nodes), wide, block}
+                                     : BlockCopy{major, minor, block, static_cast<size_t>(n_nodes), block, wide});
+    }
+    return copies;
+  }
+  for (int b = 0; b < world; ++b) {
+    const size_t at_rank = static_cast<size_t>(local_major_rank(layout, b)) * block, at_major = b * block;
+    copies.push_back(to_rank_order ? BlockCopy{at_rank, at_major, block, 1, 0, 0}
+                                   : BlockCopy{at_major, at_rank, block, 1, 0, 0});
+  }
+  return copies;
+}
+
 namespace {
 // Seconds -> µs for `bytes` over GB/s.
 double transfer_us(double bytes, double GBps) { return GBps > 0 ? bytes / (GBps * 1e3) : 0; }

@@ -77,6 +77,24 @@ NodePath choose_node_path(const NodeLayout& layout, Collective c, size_t bytes, 
 /// then goes to its rank's place in the output).
 int local_major_rank(const NodeLayout& layout, int i);
 
+/// One strided copy: `rows` rows of `width` bytes, row k from src + src_offset + k * src_pitch to dst + dst_offset +
+/// k * dst_pitch (rows == 1: one plain copy).
+struct BlockCopy {
+  size_t dst_offset = 0, src_offset = 0, width = 0, rows = 1, dst_pitch = 0, src_pitch = 0;
+};
+
+/// Pitches up to which a strided copy is planned: cudaMemcpy2DAsync refuses pitches above the device's limit
+/// (cudaDevAttrMaxPitch, 2 GiB on sm_90); below 1 GiB every GPU takes them.
+inline constexpr size_t kMaxCopyPitch = size_t{1} << 30;
+
+/// The copies that move the `block`-byte blocks of the hierarchical stages between local-index order (block i at
+/// i * block, i = l * num_nodes + n: local_major_rank(i)'s block) and rank order (rank r's block at r * block):
+/// `to_rank_order` from the first to the second (the all-gather's last step), else back (the reduce-scatter's first).
+/// Ranks numbered node by node (NodeLayout::blocked()): one strided copy per local index (its N blocks are one
+/// block apart on one side and L blocks apart on the other) while L * block <= kMaxCopyPitch; else one copy per
+/// block. Needs a uniform layout.
+std::vector<BlockCopy> block_order_copies(const NodeLayout& layout, size_t block, bool to_rank_order);
+
 /// Alpha-beta cost model (docs/design/multinode.md).
 struct LinkModel {
   double latency_us = 0;      ///< per step

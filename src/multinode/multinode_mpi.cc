@@ -390,9 +390,7 @@ void MultiNodeCommunicator::Impl::all_gather(const void* in, void* out, size_t c
     wait(req, "the inter-node all-gather");
     run_node([&] { return node_comm_->all_gather_async(across, gathered, count * n_nodes, dtype); },
              "the node all-gather");
-    for (int b = 0; b < world; ++b) {
-      std::memcpy(o + detail::local_major_rank(layout_, b) * block, gathered + b * block, block);
-    }
+    detail::copy_blocks(o, gathered, detail::block_order_copies(layout_, block, true));
   });
 }
 
@@ -422,9 +420,7 @@ void MultiNodeCommunicator::Impl::reduce_scatter(const void* in, void* out, size
       // Input blocks reordered local index by local index (detail::local_major_rank), node
       // reduce-scatter of N blocks each, inter-node reduce-scatter among this rank's local index.
       auto* ordered = static_cast<uint8_t*>(scratch(0, block * world));
-      for (int b = 0; b < world; ++b) {
-        std::memcpy(ordered + b * block, i + detail::local_major_rank(layout_, b) * block, block);
-      }
+      detail::copy_blocks(ordered, i, detail::block_order_copies(layout_, block, false));
       auto* partial = static_cast<uint8_t*>(scratch(1, block * n_nodes));
       run_node([&] { return node_comm_->reduce_scatter_async(ordered, partial, count * n_nodes, dtype, sop); },
                "the node reduce-scatter");

@@ -127,9 +127,7 @@ class CudaMultiNodeCommunicator::Impl {
   void broadcast(const detail::Request& r, NodePath path, cudaStream_t s);
   void all_to_all(const detail::Request& r, cudaStream_t s);
   void barrier(NodePath path, cudaStream_t s);
-  /// Copies the blocks of `src` (block b at b * block) to `dst` so that block b of the local-index-major order and
-  /// block local_major_rank(b) of rank order meet: to_rank_order moves src's block b to dst's block
-  /// local_major_rank(b); otherwise dst's block b takes src's block local_major_rank(b).
+  /// The blocks of `src` into `dst`, from local-index order to rank order or back (detail::block_order_copies).
   void reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order, cudaStream_t s) const;
   void divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype, cudaStream_t s) const;
   /// The whole job's NCCL communicator (Error(kUnsupported) where none is made); the caller holds engine_mu_.
@@ -530,26 +528,13 @@ void CudaMultiNodeCommunicator::Impl::all_reduce(const detail::Request& r, NodeP
 
 void CudaMultiNodeCommunicator::Impl::reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order,
                                               cudaStream_t s) const {
-  const int world = layout_.world_size, n_nodes = layout_.num_nodes(), l_size = layout_.node_size();
-  // Ranks numbered node by node: block l * N + n is rank n * L + l, so each local index's N blocks move as one
-  // strided copy (rows of one block, one pitch per side).
-  if (layout_.blocked() && static_cast<double>(block) * l_size < static_cast<double>(1u << 30)) {
-    for (int l = 0; l < l_size; ++l) {
-      const size_t major = l * static_cast<size_t>(n_nodes) * block, minor = l * block, wide = block * l_size;
-      if (to_rank_order) {
-        SYMCOMM_CUDA_CHECK(
-            cudaMemcpy2DAsync(dst + minor, wide, src + major, block, block, n_nodes, cudaMemcpyDeviceToDevice, s));
-      } else {
-        SYMCOMM_CUDA_CHECK(
-            cudaMemcpy2DAsync(dst + major, block, src + minor, wide, block, n_nodes, cudaMemcpyDeviceToDevice, s));
-      }
+  for (const detail::BlockCopy& c : detail::block_order_copies(layout_, block, to_rank_order)) {
+    if (c.rows == 1) {
+      SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(dst + c.dst_offset, src + c.src_offset, c.width, cudaMemcpyDeviceToDevice, s));
+    } else {
+      SYMCOMM_CUDA_CHECK(cudaMemcpy2DAsync(dst + c.dst_offset, c.dst_pitch, src + c.src_offset, c.src_pitch, c.width,
+                                           c.rows, cudaMemcpyDeviceToDevice, s));
     }
-    return;
-  }
-  for (int b = 0; b < world; ++b) {
-    const size_t at_rank = detail::local_major_rank(layout_, b) * block, at_major = b * block;
-    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(dst + (to_rank_order ? at_rank : at_major),
-                                       src + (to_rank_order ? at_major : at_rank), block, cudaMemcpyDeviceToDevice, s));
   }
 }
 

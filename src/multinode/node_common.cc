@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <string>
 
 #include "base/check.h"
@@ -55,6 +56,14 @@ std::optional<Error> dead_host_peers(int rank, const std::vector<int>& host_peer
   return Error(ErrorCode::kPeerDead,
                fmt::format("rank {}: {}: {} ended without leaving the communicator", rank, what, names), __FILE__,
                __LINE__, dead);
+}
+
+void copy_blocks(uint8_t* dst, const uint8_t* src, const std::vector<BlockCopy>& copies) {
+  for (const BlockCopy& c : copies) {
+    for (size_t k = 0; k < c.rows; ++k) {
+      std::memcpy(dst + c.dst_offset + k * c.dst_pitch, src + c.src_offset + k * c.src_pitch, c.width);
+    }
+  }
 }
 
 }  // namespace symcomm::detail

@@ -4,6 +4,7 @@
 // reduction the stages run (base/overlap.h: the aliasing test of their buffers). In libsymcomm, beside the CUDA one.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ void check_same_options(int rank, const std::string& mine, const std::vector<std
 /// Error(kPeerDead) naming every rank of `host_peers` whose process (pids[rank]) has ended, if any.
 std::optional<Error> dead_host_peers(int rank, const std::vector<int>& host_peers, const std::vector<int>& pids,
                                      const char* what);
+
+/// Runs `copies` (block_order_copies()) between host buffers.
+void copy_blocks(uint8_t* dst, const uint8_t* src, const std::vector<BlockCopy>& copies);
 
 /// The reduction the stages run: avg is a sum until the last stage divides by the world size.
 inline ReduceOp stage_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }

@@ -85,6 +85,56 @@ TEST(LocalMajorRank, IsAPermutationInLocalIndexMajorOrder) {
   EXPECT_EQ(local_major_rank(l, 3), 3);
 }
 
+// Applies `copies` between host buffers, row by row (independently of the library's copy_blocks()).
+std::vector<uint8_t> applied(const std::vector<BlockCopy>& copies, const std::vector<uint8_t>& src) {
+  std::vector<uint8_t> dst(src.size(), 0xEE);
+  for (const BlockCopy& c : copies) {
+    for (size_t k = 0; k < c.rows; ++k) {
+      for (size_t b = 0; b < c.width; ++b)
+        dst.at(c.dst_offset + k * c.dst_pitch + b) = src.at(c.src_offset + k * c.src_pitch + b);
+    }
+  }
+  return dst;
+}
+
+TEST(BlockOrderCopies, MoveEveryBlockBetweenLocalIndexAndRankOrder) {
+  for (int world : {2, 4, 6, 8, 12}) {
+    for (int size : {1, 2, 3, 4}) {
+      if (world % size != 0) continue;
+      for (bool rr : {false, true}) {
+        const NodeLayout l = make_node_layout(fake_node_keys(world, size, rr));
+        for (size_t block : {size_t{1}, size_t{3}, size_t{8}}) {
+          std::vector<uint8_t> src(world * block);
+          for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+          const std::vector<uint8_t> ranked = applied(block_order_copies(l, block, true), src);
+          const std::vector<uint8_t> back = applied(block_order_copies(l, block, false), ranked);
+          for (int b = 0; b < world; ++b) {
+            const size_t r = local_major_rank(l, b);
+            for (size_t k = 0; k < block; ++k) {
+              ASSERT_EQ(ranked[r * block + k], src[b * block + k])
+                  << world << " ranks, nodes of " << size << (rr ? " round-robin" : "") << ", block " << b;
+            }
+          }
+          EXPECT_EQ(back, src) << world << " " << size << " " << rr << " " << block;
+          // Blocked layouts: one strided copy per local index; others: one copy per block.
+          EXPECT_EQ(block_order_copies(l, block, true).size(),
+                    static_cast<size_t>(l.blocked() ? l.node_size() : world));
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockOrderCopies, PitchesAboveTheLimitTakeOneCopyPerBlock) {
+  const NodeLayout l = make_node_layout(fake_node_keys(4, 2));
+  const size_t big = kMaxCopyPitch / 2 + 1;  // L * block passes the limit
+  const std::vector<BlockCopy> copies = block_order_copies(l, big, true);
+  ASSERT_EQ(copies.size(), 4u);
+  for (const BlockCopy& c : copies) EXPECT_EQ(c.rows, 1u);
+  EXPECT_EQ(block_order_copies(l, kMaxCopyPitch / 2, true).size(), 2u);
+  EXPECT_TRUE(block_order_copies(l, 0, true).empty());
+}
+
 TEST(NodeThresholds, ParseSetsOnlyTheNamedCollectives) {
   NodeThresholds base;
   base.all_reduce = 1;
