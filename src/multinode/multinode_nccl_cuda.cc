@@ -583,7 +583,9 @@ void CudaMultiNodeCommunicator::Impl::reduce_scatter(const detail::Request& r, N
   const auto* in = static_cast<const uint8_t*>(r.in);
   const ncclDataType_t t = detail::to_nccl(r.dtype);
   if (path == NodePath::kFlat) {
-    if (detail::overlaps(in, block * world, r.out, block)) {
+    // NCCL's in-place form (out at in + rank * count) needs no copy; any other overlap does.
+    const bool in_place = r.out == in + rank_ * block;
+    if (!in_place && detail::overlaps(in, block * world, r.out, block)) {
       uint8_t* copy = scratch.get(block * world);
       SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block * world, cudaMemcpyDeviceToDevice, s));
       in = copy;
