@@ -92,6 +92,72 @@ Hello parse_hello(const Bytes& b) {
   return h;
 }
 
+// A communicator between the nodes (one rank per node) or of the whole job: NCCL's or, where the ranks share GPUs on
+// one host (fake nodes under SYMCOMM_SHARED_GPU, which NCCL refuses), a symcomm CUDA communicator over the same ranks.
+// Each call enqueues on the stream; errors of the symcomm one name its ranks as the job's (`job_rank`).
+class Engine {
+ public:
+  ncclComm_t nccl = nullptr;
+  std::unique_ptr<Communicator> sc;
+  std::vector<int> job_rank;  ///< this engine's rank r is the job's job_rank[r]
+
+  bool made() const { return nccl != nullptr || sc != nullptr; }
+
+  void all_reduce(const void* in, void* out, size_t n, DataType dt, ReduceOp op, cudaStream_t s) const {
+    if (sc) return run([&] { sc->all_reduce(in, out, n, dt, op, on(s)); });
+    check_nccl(ncclAllReduce(in, out, n, detail::to_nccl(dt), detail::to_nccl(op), nccl, s), nccl, "ncclAllReduce");
+  }
+  void all_gather(const void* in, void* out, size_t n, DataType dt, cudaStream_t s) const {
+    if (sc) return run([&] { sc->all_gather(in, out, n, dt, on(s)); });
+    check_nccl(ncclAllGather(in, out, n, detail::to_nccl(dt), nccl, s), nccl, "ncclAllGather");
+  }
+  void reduce_scatter(const void* in, void* out, size_t n, DataType dt, ReduceOp op, cudaStream_t s) const {
+    if (sc) return run([&] { sc->reduce_scatter(in, out, n, dt, op, on(s)); });
+    check_nccl(ncclReduceScatter(in, out, n, detail::to_nccl(dt), detail::to_nccl(op), nccl, s), nccl,
+               "ncclReduceScatter");
+  }
+  void broadcast(const void* in, void* out, size_t n, DataType dt, int root, cudaStream_t s) const {
+    if (sc) return run([&] { sc->broadcast(in, out, n, dt, root, on(s)); });
+    check_nccl(ncclBroadcast(in, out, n, detail::to_nccl(dt), root, nccl, s), nccl, "ncclBroadcast");
+  }
+  /// Block p of `in` (n elements) to rank p, block p of `out` from rank p.
+  void all_to_all(const uint8_t* in, uint8_t* out, size_t n, DataType dt, int world, cudaStream_t s) const {
+    if (sc) return run([&] { sc->all_to_all(in, out, n, dt, on(s)); });
+    const size_t block = n * dtype_size(dt);
+    const ncclDataType_t t = detail::to_nccl(dt);
+    check_nccl(ncclGroupStart(), nccl, "ncclGroupStart");
+    ncclResult_t res = ncclSuccess;
+    for (int p = 0; p < world && res == ncclSuccess; ++p) {
+      res = ncclSend(in + p * block, n, t, p, nccl, s);
+      if (res == ncclSuccess) res = ncclRecv(out + p * block, n, t, p, nccl, s);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    check_nccl(res, nccl, "ncclSend/ncclRecv");
+    check_nccl(end, nccl, "ncclGroupEnd");
+  }
+  /// The symcomm engine's error `e` with its ranks named as the job's.
+  Error job_error(const Error& e) const {
+    std::vector<int> ranks;
+    for (int r : e.ranks()) {
+      if (r >= 0 && r < static_cast<int>(job_rank.size())) ranks.push_back(job_rank[r]);
+    }
+    return Error(e.code(),
+                 fmt::format("between the nodes: {} (the job's ranks {})", e.message(), fmt::join(ranks, ", ")),
+                 e.file(), e.line(), ranks);
+  }
+
+ private:
+  template <class F>
+  void run(F&& f) const {
+    try {
+      f();
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+      throw job_error(e);
+    }
+  }
+};
+
 }  // namespace
 
 class CudaMultiNodeCommunicator::Impl {
@@ -130,14 +196,14 @@ class CudaMultiNodeCommunicator::Impl {
   /// The blocks of `src` into `dst`, from local-index order to rank order or back (detail::block_order_copies).
   void reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order, cudaStream_t s) const;
   void divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype, cudaStream_t s) const;
-  /// The whole job's NCCL communicator (Error(kUnsupported) where none is made); the caller holds engine_mu_.
-  ncclComm_t world_nccl(const char* what) const;
 
   // Faults (NOTE [multi-node CUDA faults]).
   void watch_loop();
   /// Records `e` as the sticky error (the first one wins) and aborts both engines.
   void fail(const Error& e);
   void abort_engines();
+  /// Aborts and forgets the NCCL communicators (under nccl_mu_).
+  void abort_nccl();
   /// The node communicator's error, its local ranks named as this job's ranks.
   Error node_error(const Error& e, const char* what) const;
   /// Runs a node stage's call; its errors (but argument errors) name this job's ranks.
@@ -150,8 +216,8 @@ class CudaMultiNodeCommunicator::Impl {
   std::vector<int> pids_;
   std::vector<int> host_peers_;  ///< ranks on this host (their pids can be watched), this rank excluded
   bool has_nccl_ = false;        ///< NCCL communicators were made (not where ranks share a GPU)
-  std::mutex nccl_mu_;           ///< world_ and inter_ between the watch and abort_engines()
-  ncclComm_t world_ = nullptr, inter_ = nullptr;
+  std::mutex nccl_mu_;           ///< the NCCL handles of world_ and inter_ between the watch and abort_engines()
+  Engine world_, inter_;         ///< the whole job's (several nodes, or NCCL); one rank per node (uniform layouts)
 
   mutable std::mutex mu_;  ///< sticky_
   std::optional<Error> sticky_;
@@ -218,10 +284,11 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
   local_ = layout_.local_of[rank_];
   thresholds_ = detail::parse_node_thresholds(min_bytes, detail::default_node_thresholds(layout_.node_size()));
   const bool several = layout_.num_nodes() > 1;
-  SYMCOMM_CHECK(!(several && config.shared_gpu), kUnsupported,
-                "rank {}: a CUDA communicator of {} nodes needs NCCL between them, which refuses two ranks on one GPU "
-                "(Config::shared_gpu)",
-                rank_, layout_.num_nodes());
+  const bool one_host = static_cast<int>(host_peers_.size()) == world - 1;
+  SYMCOMM_CHECK(!(several && config.shared_gpu && !one_host), kUnsupported,
+                "rank {}: ranks that share GPUs (Config::shared_gpu) span nodes on one host only: NCCL, which refuses "
+                "two ranks on one GPU, is not made, and symcomm's communicators do not reach other hosts",
+                rank_);
 
   // The device: as a one-node communicator picks it, from the rank's place on its host (not in its node, which
   // differs on fake nodes).
@@ -240,10 +307,29 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
       store_, RankInfo{.rank = local_, .world_size = local_size, .local_rank = local_, .local_world_size = local_size},
       node_options);
 
-  // NCCL: the whole job, and one communicator per local index with one rank per node (ranked by node). Rank 0 of
-  // each makes its id; every rank shows it holds its ids before any creates, so a rank that died before is
-  // reported as a timeout of the store rather than a hang inside NCCL.
-  if (!config.shared_gpu) {
+  // The engines between the nodes: the whole job's and, for uniform layouts of several nodes, one per local index with
+  // one rank per node (ranked by node).
+  world_.job_rank.resize(world);
+  for (int p = 0; p < world; ++p) world_.job_rank[p] = p;
+  const bool inter = several && layout_.uniform();
+  if (inter) {
+    for (int n = 0; n < layout_.num_nodes(); ++n) inter_.job_rank.push_back(layout_.members[n][local_]);
+  }
+  if (config.shared_gpu) {
+    // Fake nodes of ranks that share GPUs: symcomm CUDA communicators stand in for NCCL between them.
+    if (several) {
+      CommOptions o = node_options;
+      o.name = fmt::format("{}/world", name);
+      world_.sc = Communicator::create(store_, RankInfo{rank_, world, rank_, world}, o);
+      if (inter) {
+        const int n_nodes = layout_.num_nodes();
+        o.name = fmt::format("{}/inter{}", name, local_);
+        inter_.sc = Communicator::create(store_, RankInfo{node_, n_nodes, node_, n_nodes}, o);
+      }
+    }
+  } else {
+    // NCCL: rank 0 of each communicator makes its id; every rank shows it holds its ids before any creates, so a rank
+    // that died before is reported as a timeout of the store rather than a hang inside NCCL.
     DeviceScope scope(device_);
     auto share_id = [&](const std::string& key, bool maker) {
       ncclUniqueId id;
@@ -259,17 +345,17 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
     };
     const ncclUniqueId world_id = share_id(fmt::format("{}/nccl/world", name), rank_ == 0);
     std::optional<ncclUniqueId> inter_id;
-    if (several && layout_.uniform()) inter_id = share_id(fmt::format("{}/nccl/inter{}", name, local_), node_ == 0);
+    if (inter) inter_id = share_id(fmt::format("{}/nccl/inter{}", name, local_), node_ == 0);
     store_->set(fmt::format("{}/ready/{}", name, rank_), "1");
     std::vector<std::string> ready;
     for (int p = 0; p < world; ++p) ready.push_back(fmt::format("{}/ready/{}", name, p));
     store_->wait(ready, config.timeout);
-    check_nccl(ncclCommInitRank(&world_, world, world_id, rank_), nullptr, "ncclCommInitRank (the whole job)");
+    check_nccl(ncclCommInitRank(&world_.nccl, world, world_id, rank_), nullptr, "ncclCommInitRank (the whole job)");
     if (inter_id) {
-      const ncclResult_t res = ncclCommInitRank(&inter_, layout_.num_nodes(), *inter_id, node_);
+      const ncclResult_t res = ncclCommInitRank(&inter_.nccl, layout_.num_nodes(), *inter_id, node_);
       if (res != ncclSuccess) {
-        ncclCommAbort(world_);
-        world_ = inter_ = nullptr;
+        ncclCommAbort(world_.nccl);
+        world_.nccl = inter_.nccl = nullptr;
         check_nccl(res, nullptr, "ncclCommInitRank (one rank per node)");
       }
     }
@@ -289,13 +375,18 @@ CudaMultiNodeCommunicator::Impl::~Impl() {
   if (!failed()) cudaDeviceSynchronize();  // the enqueued stages finish before their communicators go
   // ncclCommAbort also on a clean shutdown: it never waits for peers, which may be gone or busy elsewhere
   // (the CUDA backend's NCCL communicator ends the same way).
-  std::call_once(engines_aborted_, [&] {
-    std::lock_guard nccl_lock(nccl_mu_);
-    if (inter_) ncclCommAbort(inter_);
-    if (world_) ncclCommAbort(world_);
-    inter_ = world_ = nullptr;
-  });
+  std::call_once(engines_aborted_, [&] { abort_nccl(); });
+  inter_.sc.reset();
+  world_.sc.reset();
   node_comm_.reset();
+}
+
+void CudaMultiNodeCommunicator::Impl::abort_nccl() {
+  std::lock_guard nccl_lock(nccl_mu_);
+  for (Engine* e : {&inter_, &world_}) {
+    if (e->nccl) ncclCommAbort(e->nccl);
+    e->nccl = nullptr;
+  }
 }
 
 // NOTE [multi-node CUDA faults] Calls only enqueue, so faults surface on a thread of the communicator's own: every
@@ -316,16 +407,26 @@ void CudaMultiNodeCommunicator::Impl::watch_loop() {
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kAborted || !aborted_.load()) fail(node_error(e, "the node communicator"));
       }
+      for (const Engine* engine : {&world_, &inter_}) {
+        if (engine->sc == nullptr) continue;
+        try {
+          engine->sc->check();
+        } catch (const Error& e) {
+          if (e.code() != ErrorCode::kAborted || !aborted_.load()) fail(engine->job_error(e));
+        }
+      }
       std::optional<Error> nccl_error;
       {
-        std::lock_guard nccl_lock(nccl_mu_);  // abort_engines() frees them under it
-        for (ncclComm_t c : {world_, inter_}) {
+        std::lock_guard nccl_lock(nccl_mu_);  // abort_nccl() frees them under it
+        for (const Engine* engine : {&world_, &inter_}) {
           ncclResult_t state = ncclSuccess;
-          if (c == nullptr || nccl_error || ncclCommGetAsyncError(c, &state) != ncclSuccess) continue;
+          if (engine->nccl == nullptr || nccl_error || ncclCommGetAsyncError(engine->nccl, &state) != ncclSuccess) {
+            continue;
+          }
           if (state != ncclSuccess && state != ncclInProgress) {
             nccl_error = Error(ErrorCode::kCuda,
                                fmt::format("rank {}: NCCL reported {} on the {} communicator", rank_,
-                                           ncclGetErrorString(state), c == world_ ? "whole job's" : "inter-node"),
+                                           ncclGetErrorString(state), engine == &world_ ? "whole job's" : "inter-node"),
                                __FILE__, __LINE__);
           }
         }
@@ -348,14 +449,12 @@ void CudaMultiNodeCommunicator::Impl::fail(const Error& e) {
 
 void CudaMultiNodeCommunicator::Impl::abort_engines() {
   node_comm_->abort();
+  for (const Engine* engine : {&world_, &inter_}) {
+    if (engine->sc) engine->sc->abort();
+  }
   std::call_once(engines_aborted_, [&] {
     const bool locked = engine_mu_.try_lock_for(std::chrono::seconds(1));
-    {
-      std::lock_guard nccl_lock(nccl_mu_);
-      if (inter_) ncclCommAbort(inter_);
-      if (world_) ncclCommAbort(world_);
-      inter_ = world_ = nullptr;
-    }
+    abort_nccl();
     if (locked) engine_mu_.unlock();
   });
 }
@@ -392,12 +491,6 @@ void CudaMultiNodeCommunicator::Impl::abort() {
 
 NodePath CudaMultiNodeCommunicator::Impl::path_of(const detail::Request& r, Hierarchy h) const {
   return detail::call_path(layout_, thresholds_, r, h);
-}
-
-ncclComm_t CudaMultiNodeCommunicator::Impl::world_nccl(const char* what) const {
-  SYMCOMM_CHECK(has_nccl_, kUnsupported,
-                "rank {}: {} needs NCCL, which is not made where ranks share a GPU (Config::shared_gpu)", rank_, what);
-  return world_;
 }
 
 void CudaMultiNodeCommunicator::Impl::issue(const detail::Request& r, Hierarchy h) {
@@ -500,9 +593,8 @@ void CudaMultiNodeCommunicator::Impl::all_reduce(const detail::Request& r, NodeP
     SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, bytes, cudaMemcpyDeviceToDevice, s));
     in = copy;
   }
-  const ncclDataType_t t = detail::to_nccl(dtype);
   if (path == NodePath::kFlat) {
-    check_nccl(ncclAllReduce(in, out, count, t, detail::to_nccl(sop), world_, s), world_, "ncclAllReduce");
+    world_.all_reduce(in, out, count, dtype, sop, s);
     return divide_if_avg(op, out, count, dtype, s);
   }
   // Node reduce-scatter, inter-node all-reduce of this rank's shard, node all-gather; the count % L elements left
@@ -512,7 +604,7 @@ void CudaMultiNodeCommunicator::Impl::all_reduce(const detail::Request& r, NodeP
   if (shard > 0) {
     uint8_t* sh = scratch.get(shard * es);
     node_stage("the node reduce-scatter", [&] { node_comm_->reduce_scatter(in, sh, shard, dtype, sop, on(s)); });
-    check_nccl(ncclAllReduce(sh, sh, shard, t, detail::to_nccl(sop), inter_, s), inter_, "ncclAllReduce");
+    inter_.all_reduce(sh, sh, shard, dtype, sop, s);
     divide_if_avg(op, sh, shard, dtype, s);
     node_stage("the node all-gather", [&] { node_comm_->all_gather(sh, out, shard, dtype, on(s)); });
   }
@@ -520,7 +612,7 @@ void CudaMultiNodeCommunicator::Impl::all_reduce(const detail::Request& r, NodeP
     uint8_t* tl = scratch.get(tail * es);
     node_stage("the node all-reduce",
                [&] { node_comm_->all_reduce(in + shard * l * es, tl, tail, dtype, sop, on(s)); });
-    check_nccl(ncclAllReduce(tl, tl, tail, t, detail::to_nccl(sop), inter_, s), inter_, "ncclAllReduce");
+    inter_.all_reduce(tl, tl, tail, dtype, sop, s);
     divide_if_avg(op, tl, tail, dtype, s);
     SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(out + shard * l * es, tl, tail * es, cudaMemcpyDeviceToDevice, s));
   }
@@ -555,16 +647,12 @@ void CudaMultiNodeCommunicator::Impl::all_gather(const detail::Request& r, NodeP
     SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block, cudaMemcpyDeviceToDevice, s));
     in = copy;
   }
-  const ncclDataType_t t = detail::to_nccl(r.dtype);
-  if (path == NodePath::kFlat) {
-    check_nccl(ncclAllGather(in, out, count, t, world_, s), world_, "ncclAllGather");
-    return;
-  }
+  if (path == NodePath::kFlat) return world_.all_gather(in, out, count, r.dtype, s);
   // Inter-node all-gather of this rank's block among its local index, node all-gather of those N blocks, then
   // every block to its rank's place (detail::local_major_rank).
   uint8_t* across = scratch.get(block * n_nodes);
   uint8_t* gathered = scratch.get(block * world);
-  check_nccl(ncclAllGather(in, across, count, t, inter_, s), inter_, "ncclAllGather");
+  inter_.all_gather(in, across, count, r.dtype, s);
   node_stage("the node all-gather", [&] { node_comm_->all_gather(across, gathered, count * n_nodes, r.dtype, on(s)); });
   reorder(out, gathered, block, true, s);
 }
@@ -581,7 +669,6 @@ void CudaMultiNodeCommunicator::Impl::reduce_scatter(const detail::Request& r, N
   const size_t block = count * dtype_size(r.dtype);
   StreamScratch scratch(s);
   const auto* in = static_cast<const uint8_t*>(r.in);
-  const ncclDataType_t t = detail::to_nccl(r.dtype);
   if (path == NodePath::kFlat) {
     // NCCL's in-place form (out at in + rank * count) needs no copy; any other overlap does.
     const bool in_place = r.out == in + rank_ * block;
@@ -590,7 +677,7 @@ void CudaMultiNodeCommunicator::Impl::reduce_scatter(const detail::Request& r, N
       SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block * world, cudaMemcpyDeviceToDevice, s));
       in = copy;
     }
-    check_nccl(ncclReduceScatter(in, r.out, count, t, detail::to_nccl(sop), world_, s), world_, "ncclReduceScatter");
+    world_.reduce_scatter(in, r.out, count, r.dtype, sop, s);
   } else {
     // Input blocks reordered local index by local index (detail::local_major_rank), node reduce-scatter of N blocks
     // each, inter-node reduce-scatter among this rank's local index.
@@ -599,8 +686,7 @@ void CudaMultiNodeCommunicator::Impl::reduce_scatter(const detail::Request& r, N
     uint8_t* partial = scratch.get(block * n_nodes);
     node_stage("the node reduce-scatter",
                [&] { node_comm_->reduce_scatter(ordered, partial, count * n_nodes, r.dtype, sop, on(s)); });
-    check_nccl(ncclReduceScatter(partial, r.out, count, t, detail::to_nccl(sop), inter_, s), inter_,
-               "ncclReduceScatter");
+    inter_.reduce_scatter(partial, r.out, count, r.dtype, sop, s);
   }
   divide_if_avg(op, r.out, count, r.dtype, s);
 }
@@ -611,16 +697,11 @@ void CudaMultiNodeCommunicator::Impl::broadcast(const detail::Request& r, NodePa
     return node_stage("the broadcast", [&] { node_comm_->broadcast(r.in, r.out, count, r.dtype, r.root, on(s)); });
   }
   if (count == 0) return;
-  const ncclDataType_t t = detail::to_nccl(r.dtype);
-  if (path == NodePath::kFlat) {
-    check_nccl(ncclBroadcast(r.in, r.out, count, t, r.root, world_, s), world_, "ncclBroadcast");
-    return;
-  }
+  if (path == NodePath::kFlat) return world_.broadcast(r.in, r.out, count, r.dtype, r.root, s);
   // Among the root's local index across the nodes, then in every node from that local index.
   const int root_node = layout_.node_of[r.root], root_local = layout_.local_of[r.root];
   if (local_ == root_local) {
-    check_nccl(ncclBroadcast(rank_ == r.root ? r.in : r.out, r.out, count, t, root_node, inter_, s), inter_,
-               "ncclBroadcast");
+    inter_.broadcast(rank_ == r.root ? r.in : r.out, r.out, count, r.dtype, root_node, s);
   }
   node_stage("the node broadcast", [&] { node_comm_->broadcast(r.out, r.out, count, r.dtype, root_local, on(s)); });
 }
@@ -629,7 +710,8 @@ void CudaMultiNodeCommunicator::Impl::all_to_all(const detail::Request& r, cudaS
   const int world = layout_.world_size;
   const size_t count = r.count, block = count * dtype_size(r.dtype);
   if (count == 0) return;
-  ncclComm_t c = world_nccl("all-to-all");
+  SYMCOMM_CHECK(world_.made(), kUnsupported, "rank {}: the all-to-all of several nodes needs the whole job's engine",
+                rank_);
   StreamScratch scratch(s);
   const auto* in = static_cast<const uint8_t*>(r.in);
   auto* out = static_cast<uint8_t*>(r.out);
@@ -638,16 +720,7 @@ void CudaMultiNodeCommunicator::Impl::all_to_all(const detail::Request& r, cudaS
     SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block * world, cudaMemcpyDeviceToDevice, s));
     in = copy;
   }
-  const ncclDataType_t t = detail::to_nccl(r.dtype);
-  check_nccl(ncclGroupStart(), c, "ncclGroupStart");
-  ncclResult_t res = ncclSuccess;
-  for (int p = 0; p < world && res == ncclSuccess; ++p) {
-    res = ncclSend(in + p * block, count, t, p, c, s);
-    if (res == ncclSuccess) res = ncclRecv(out + p * block, count, t, p, c, s);
-  }
-  const ncclResult_t end = ncclGroupEnd();
-  check_nccl(res, c, "ncclSend/ncclRecv");
-  check_nccl(end, c, "ncclGroupEnd");
+  world_.all_to_all(in, out, count, r.dtype, world, s);
 }
 
 void CudaMultiNodeCommunicator::Impl::barrier(NodePath path, cudaStream_t s) {
@@ -655,12 +728,9 @@ void CudaMultiNodeCommunicator::Impl::barrier(NodePath path, cudaStream_t s) {
   StreamScratch scratch(s);
   uint8_t* word = scratch.get(sizeof(int32_t));
   SYMCOMM_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int32_t), s));
-  if (path == NodePath::kFlat) {
-    check_nccl(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, world_, s), world_, "ncclAllReduce");
-    return;
-  }
+  if (path == NodePath::kFlat) return world_.all_reduce(word, word, 1, DataType::kInt32, ReduceOp::kSum, s);
   node_stage("the node barrier", [&] { node_comm_->barrier(on(s)); });
-  check_nccl(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, inter_, s), inter_, "ncclAllReduce");
+  inter_.all_reduce(word, word, 1, DataType::kInt32, ReduceOp::kSum, s);
   node_stage("the node barrier", [&] { node_comm_->barrier(on(s)); });
 }
 
@@ -668,7 +738,10 @@ void CudaMultiNodeCommunicator::Impl::exchange(const std::vector<const detail::R
   DeviceScope scope(device_);
   std::lock_guard lock(engine_mu_);
   check();
-  ncclComm_t c = world_nccl("point-to-point");
+  SYMCOMM_CHECK(has_nccl_, kUnsupported,
+                "rank {}: point-to-point needs NCCL, which is not made where ranks share a GPU (Config::shared_gpu)",
+                rank_);
+  ncclComm_t c = world_.nccl;
   try {
     check_nccl(ncclGroupStart(), c, "ncclGroupStart");
     ncclResult_t res = ncclSuccess;

@@ -1,8 +1,8 @@
 // CudaMultiNodeCommunicator (symcomm/multinode_cuda.h) on fake nodes of the test world's GPUs: every collective,
 // dtype and op on each path the layout has (one node, hierarchical, flat), each output element compared with the
 // value computed on the host, outputs poisoned before every call; sends and receives in a group; a killed rank
-// named by every survivor. Layouts of several nodes need NCCL, which refuses ranks that share a GPU: where the
-// ranks share one (SYMCOMM_SHARED_GPU=1) only the one-node layout runs.
+// named by every survivor. Where the ranks share GPUs (SYMCOMM_SHARED_GPU=1) symcomm communicators stand in for
+// NCCL between the fake nodes, so every layout runs there too; point-to-point needs NCCL.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -33,11 +33,11 @@ std::string describe(const Layout& l) {
   return "fake nodes of " + std::to_string(l.fake_node_size) + (l.round_robin ? " round-robin" : " consecutive");
 }
 
-/// The layouts the test world can run: one node always; where NCCL can be made, nodes of one rank (flat), of two
-/// ranks (uniform where the world is even), and two nodes of half the world, consecutive and round-robin.
+/// The layouts of the test world: one node; nodes of one rank (flat), of two ranks (uniform where the world is
+/// even), and two nodes of half the world, consecutive and round-robin.
 std::vector<Layout> layouts(int world) {
   std::vector<Layout> v{{world, false}};
-  if (ranks_share_gpus() || world < 2) return v;
+  if (world < 2) return v;
   v.push_back({1, false});
   if (world >= 3) v.push_back({2, false});
   if (world >= 4 && world % 2 == 0) {
@@ -236,7 +236,6 @@ TEST(GpuMultiNode, GroupedSendsAndReceivesPassARing) {
 
 TEST(GpuMultiNode, KilledRankIsNamedByEverySurvivor) {
   const int world = testing::gpu_test_world();
-  SKIP_WITHOUT_NCCL();
   if (world < 2) GTEST_SKIP() << "needs 2 ranks";
   testing::HarnessOptions opt;
   opt.config.timeout = std::chrono::seconds(20);  // the deadline must not be what ends the wait
