@@ -549,27 +549,32 @@ void CudaMultiNodeCommunicator::Impl::execute(const detail::Request& r, Hierarch
   last_.store(path);
   auto s = static_cast<cudaStream_t>(r.options.stream);
   DeviceScope scope(device_);
-  std::lock_guard lock(engine_mu_);
-  check();
-  try {
-    switch (r.kind) {
-      case Collective::kAllReduce: return all_reduce(r, path, s);
-      case Collective::kAllGather: return all_gather(r, path, s);
-      case Collective::kReduceScatter: return reduce_scatter(r, path, s);
-      case Collective::kBroadcast: return broadcast(r, path, s);
-      case Collective::kAllToAll:
-        if (path == NodePath::kNode) {
-          return node_stage("the all-to-all", [&] { node_comm_->all_to_all(r.in, r.out, r.count, r.dtype, on(s)); });
-        }
-        return all_to_all(r, s);
-      case Collective::kBarrier: return barrier(path, s);
+  std::optional<Error> failure;
+  {
+    std::lock_guard lock(engine_mu_);
+    check();
+    try {
+      switch (r.kind) {
+        case Collective::kAllReduce: return all_reduce(r, path, s);
+        case Collective::kAllGather: return all_gather(r, path, s);
+        case Collective::kReduceScatter: return reduce_scatter(r, path, s);
+        case Collective::kBroadcast: return broadcast(r, path, s);
+        case Collective::kAllToAll:
+          if (path == NodePath::kNode) {
+            return node_stage("the all-to-all", [&] { node_comm_->all_to_all(r.in, r.out, r.count, r.dtype, on(s)); });
+          }
+          return all_to_all(r, s);
+        case Collective::kBarrier: return barrier(path, s);
+      }
+      SYMCOMM_THROW(kInvalidArgument, "rank {}: invalid collective {}", rank_, static_cast<int>(r.kind));
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+      failure = e;
     }
-    SYMCOMM_THROW(kInvalidArgument, "rank {}: invalid collective {}", rank_, static_cast<int>(r.kind));
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
-    fail(e);
-    throw;
   }
+  if (!failure) return;
+  fail(*failure);  // without engine_mu_, which abort_engines() takes
+  throw *failure;
 }
 
 void CudaMultiNodeCommunicator::Impl::divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype,
@@ -736,29 +741,34 @@ void CudaMultiNodeCommunicator::Impl::barrier(NodePath path, cudaStream_t s) {
 
 void CudaMultiNodeCommunicator::Impl::exchange(const std::vector<const detail::Request*>& p2p) {
   DeviceScope scope(device_);
-  std::lock_guard lock(engine_mu_);
-  check();
   SYMCOMM_CHECK(has_nccl_, kUnsupported,
                 "rank {}: point-to-point needs NCCL, which is not made where ranks share a GPU (Config::shared_gpu)",
                 rank_);
-  ncclComm_t c = world_.nccl;
-  try {
-    check_nccl(ncclGroupStart(), c, "ncclGroupStart");
-    ncclResult_t res = ncclSuccess;
-    for (const detail::Request* r : p2p) {
-      if (res != ncclSuccess) break;
-      const ncclDataType_t t = detail::to_nccl(r->dtype);
-      auto s = static_cast<cudaStream_t>(r->options.stream);
-      res = r->p2p == detail::P2pDir::kSend ? ncclSend(r->in, r->count, t, r->peer, c, s)
-                                            : ncclRecv(r->out, r->count, t, r->peer, c, s);
+  std::optional<Error> failure;
+  {
+    std::lock_guard lock(engine_mu_);
+    check();
+    ncclComm_t c = world_.nccl;
+    try {
+      check_nccl(ncclGroupStart(), c, "ncclGroupStart");
+      ncclResult_t res = ncclSuccess;
+      for (const detail::Request* r : p2p) {
+        if (res != ncclSuccess) break;
+        const ncclDataType_t t = detail::to_nccl(r->dtype);
+        auto s = static_cast<cudaStream_t>(r->options.stream);
+        res = r->p2p == detail::P2pDir::kSend ? ncclSend(r->in, r->count, t, r->peer, c, s)
+                                              : ncclRecv(r->out, r->count, t, r->peer, c, s);
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      check_nccl(res, c, "ncclSend/ncclRecv");
+      check_nccl(end, c, "ncclGroupEnd");
+    } catch (const Error& e) {
+      failure = e;
     }
-    const ncclResult_t end = ncclGroupEnd();
-    check_nccl(res, c, "ncclSend/ncclRecv");
-    check_nccl(end, c, "ncclGroupEnd");
-  } catch (const Error& e) {
-    fail(e);
-    throw;
   }
+  if (!failure) return;
+  fail(*failure);  // without engine_mu_, which abort_engines() takes
+  throw *failure;
 }
 
 CudaMultiNodeCommunicator::CudaMultiNodeCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
