@@ -544,7 +544,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def _make_comm(self, prefix, backend, device):
         """A symcomm communicator of this group's ranks: rank 0 serves its store on a free loopback port and
         passes the port and a fresh token to the others through torch's store, under keys `prefix`/...; where the
-        job spans nodes, a MultiNodeCommunicator (_multi_node_comm)."""
+        job spans nodes, a MultiNodeCommunicator for the host (_multi_node_comm) and a CudaMultiNodeCommunicator for
+        CUDA (_cuda_multi_node_comm), each behind a _MultiNodeComm."""
         if self._fake_node_size is not None and backend == "host":
             return self._multi_node_comm(prefix)
         key_port, key_token = f"{prefix}/port", f"{prefix}/token"
