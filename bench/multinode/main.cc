@@ -23,22 +23,13 @@
 
 #include "algos/node_plan.h"
 #include "bench.h"
+#include "node_rows.h"
 #include "symcomm/multinode.h"
 
 namespace {
 
 using namespace symcomm;
 using Clock = std::chrono::steady_clock;
-
-struct Options {
-  int node_size = 2;
-  bool round_robin = false;
-  size_t min_bytes = 1 << 10, max_bytes = 16 << 20;
-  int step = 4;  // size multiplier
-  int batches = 7, warmup = 2;
-  std::string collectives = "all_reduce,all_gather,reduce_scatter,broadcast,barrier";
-  std::string json_path;
-};
 
 // Per-call time (µs) of `fn`: the median over batches of the slowest rank's mean of one batch.
 double time_us(MPI_Comm comm, int iters, int batches, int warmup, const std::function<void()>& fn) {
@@ -53,10 +44,6 @@ double time_us(MPI_Comm comm, int iters, int batches, int warmup, const std::fun
     per_batch.push_back(slowest);
   }
   return bench::median(per_batch);
-}
-
-int iters_for(size_t bytes) {
-  return static_cast<int>(std::clamp<size_t>((size_t{32} << 20) / std::max<size_t>(bytes, 1), 3, 200));
 }
 
 // Line t = a + b * x through the points, least squares of the relative error (weights 1/t^2), so the small sizes
@@ -111,27 +98,13 @@ void print_model(const std::vector<double>& links, int node_size) {
   }
 }
 
-struct Row {
-  Collective c;
-  size_t bytes;
-  double flat_us, hier_us;
-};
-
 int run(int argc, char** argv) {
   CLI::App app{"symcomm-multinode-bench: flat against hierarchical paths of a multi-node communicator (mpirun)"};
-  Options o;
-  std::string min_b = "1K", max_b = "16M";
-  app.add_option("--fake-node-size", o.node_size, "ranks per fake node (0: the real nodes)");
-  app.add_flag("--round-robin", o.round_robin, "fake nodes take ranks round-robin");
-  app.add_option("-b,--min-bytes", min_b, "smallest size (K/M/G suffixes), as the thresholds count bytes");
-  app.add_option("-e,--max-bytes", max_b, "largest size");
-  app.add_option("-f,--step-factor", o.step, "size multiplier between steps")->check(CLI::Range(2, 64));
-  app.add_option("-c,--collective", o.collectives,
-                 "comma-separated: all_reduce, all_gather, reduce_scatter, "
-                 "broadcast, barrier");
-  app.add_option("--batches", o.batches, "timed batches per size and path (median reported)")
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--json", o.json_path, "write one JSON object per measurement to this file (rank 0)");
+  bench::NodeBenchOptions o;
+  o.min_b = "1K";
+  o.max_b = "16M";
+  o.collectives = "all_reduce,all_gather,reduce_scatter,broadcast,barrier";
+  bench::add_node_bench_options(app, o, "all_reduce, all_gather, reduce_scatter, broadcast, barrier");
   std::vector<double> model_links;
   int model_node_size = 8;
   app.add_option("--model", model_links,
@@ -144,26 +117,21 @@ int run(int argc, char** argv) {
     print_model(model_links, model_node_size);
     return 0;
   }
-  o.min_bytes = bench::parse_size(min_b);
-  o.max_bytes = bench::parse_size(max_b);
+  o.min_bytes = bench::parse_size(o.min_b);
+  o.max_bytes = bench::parse_size(o.max_b);
 
   MultiNodeOptions mo;
   mo.fake_node_size = o.node_size;
   mo.fake_round_robin = o.round_robin;
   auto comm = MultiNodeCommunicator::create(MPI_COMM_WORLD, mo);
   const int w = comm->world_size(), me = comm->rank(), n_nodes = comm->num_nodes(), l = comm->local_world_size();
-  std::vector<Collective> colls;
-  for (size_t at = 0; at <= o.collectives.size();) {
-    const size_t comma = std::min(o.collectives.find(',', at), o.collectives.size());
-    const std::string name = o.collectives.substr(at, comma - at);
-    at = comma + 1;
-    const auto c = parse_collective(name);
-    if (!c || *c == Collective::kAllToAll) {
-      if (me == 0) std::fprintf(stderr, "no hierarchical path to time for collective '%s'\n", name.c_str());
-      return 2;
-    }
-    colls.push_back(*c);
+  std::string bad;
+  const auto parsed = bench::parse_node_collectives(o.collectives, &bad);
+  if (!parsed) {
+    if (me == 0) std::fprintf(stderr, "no hierarchical path to time for collective '%s'\n", bad.c_str());
+    return 2;
   }
+  const std::vector<Collective> colls = *parsed;
   std::vector<float> in(o.max_bytes / sizeof(float) + 1, 1.0f), out(in.size() * std::max(1, w));
   const auto call = [&](Collective c, size_t bytes, Hierarchy h) {
     const NodeCollOptions co{h};
@@ -188,7 +156,7 @@ int run(int argc, char** argv) {
     if (me == 0) std::fprintf(stderr, "%d ranks on %d nodes: no hierarchical path to time\n", w, n_nodes);
     return 2;
   }
-  std::vector<Row> rows;
+  std::vector<bench::NodeRow> rows;
   if (me == 0) {
     fmt::print("# {} ranks, {} nodes x {} ({}), float32 sum, median of {} batches; times per call in us\n", w, n_nodes,
                l, o.node_size > 0 ? (o.round_robin ? "fake, round-robin" : "fake, consecutive") : "real", o.batches);
@@ -199,8 +167,8 @@ int run(int argc, char** argv) {
     const size_t unit = (c == Collective::kAllGather || c == Collective::kReduceScatter ? w : 1) * sizeof(float);
     for (size_t b = o.min_bytes; b <= o.max_bytes; b *= o.step) {
       const size_t bytes = c == Collective::kBarrier ? 0 : std::max(unit, b / unit * unit);
-      const int iters = iters_for(bytes);
-      Row r{c, bytes, 0, 0};
+      const int iters = bench::node_bench_iters(bytes);
+      bench::NodeRow r{c, bytes, 0, 0};
       // Alternating batches of the two paths share the machine's noise.
       std::vector<double> flat, hier;
       for (int k = 0; k < o.batches; ++k) {
@@ -219,21 +187,8 @@ int run(int argc, char** argv) {
     }
   }
 
-  // Thresholds: the smallest measured size from which the hierarchical path is faster at every larger size.
-  detail::NodeThresholds t = detail::default_node_thresholds(l);
-  for (Collective c : colls) {
-    size_t from = SIZE_MAX;
-    for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
-      if (it->c != c) continue;
-      if (it->hier_us >= it->flat_us) break;
-      from = it->bytes;
-    }
-    t.set(c, from);
-  }
-  std::string measured;  // MultiNodeOptions::min_bytes text of the measured collectives only
-  for (Collective c : colls) {
-    measured += fmt::format("{}{}={}", measured.empty() ? "" : ",", to_string(c), detail::threshold_text(t.of(c)));
-  }
+  // MultiNodeOptions::min_bytes text of the measured collectives only.
+  const std::string measured = bench::measured_thresholds(rows, colls);
   if (me == 0) fmt::print("# measured thresholds (MultiNodeOptions::min_bytes): {}\n", measured);
 
   // The cost model, fitted: the node all-reduce of b bytes is two node stages, 2(L-1) latencies and 2(L-1)/L * b
@@ -245,10 +200,10 @@ int run(int argc, char** argv) {
   if (fit) {
     Communicator& node = comm->node_communicator();
     const MPI_Comm inter = comm->inter_node_communicator();
-    for (const Row& r : rows) {
+    for (const bench::NodeRow& r : rows) {
       if (r.c != Collective::kAllReduce) continue;
       const size_t count = r.bytes / sizeof(float), shard = std::max<size_t>(1, count / l);
-      const int iters = iters_for(r.bytes);
+      const int iters = bench::node_bench_iters(r.bytes);
       xs.push_back(static_cast<double>(r.bytes));
       t_node.push_back(time_us(MPI_COMM_WORLD, iters, o.batches, o.warmup, [&] {
         node.all_reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
@@ -277,7 +232,7 @@ int run(int argc, char** argv) {
                  m.intra.latency_us, m.intra.bandwidth_GBps, m.inter.latency_us, m.inter.bandwidth_GBps);
       fmt::print("{:>10} {:>10} {:>12} {:>10} {:>12}\n", "bytes", "flat", "model flat", "hier", "model hier");
     }
-    for (const Row& r : rows) {
+    for (const bench::NodeRow& r : rows) {
       if (r.c != Collective::kAllReduce || me != 0) continue;
       fmt::print("{:>10} {:>10.1f} {:>12.1f} {:>10.1f} {:>12.1f}\n", r.bytes, r.flat_us,
                  detail::model_flat_all_reduce_us(m, static_cast<double>(r.bytes)), r.hier_us,
@@ -287,17 +242,8 @@ int run(int argc, char** argv) {
   }
   if (me == 0 && !o.json_path.empty()) {
     std::ofstream js(o.json_path);
-    for (const Row& r : rows) {
-      nlohmann::json j = {{"bench", "multinode"},
-                          {"collective", to_string(r.c)},
-                          {"bytes", r.bytes},
-                          {"world_size", w},
-                          {"nodes", n_nodes},
-                          {"node_size", l},
-                          {"round_robin", o.round_robin},
-                          {"flat_us", r.flat_us},
-                          {"hierarchical_us", r.hier_us},
-                          {"thresholds", measured}};
+    for (const bench::NodeRow& r : rows) {
+      nlohmann::json j = bench::node_row_json("multinode", r, w, n_nodes, l, o.round_robin, measured);
       if (r.c == Collective::kAllReduce && model) {
         j["model"] = model_fit;
         j["model_flat_us"] = detail::model_flat_all_reduce_us(*model, static_cast<double>(r.bytes));

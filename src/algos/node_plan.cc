@@ -121,6 +121,15 @@ size_t parse_threshold_bytes(const std::string& item, const std::string& value) 
 }
 }  // namespace
 
+NodeThresholds cuda_node_thresholds() {
+  NodeThresholds t;
+  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                       Collective::kBroadcast, Collective::kBarrier}) {
+    t.set(c, SIZE_MAX);
+  }
+  return t;
+}
+
 NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds base) {
   size_t at = 0;
   while (at < text.size()) {

@@ -54,9 +54,13 @@ struct NodeThresholds {
 
 /// A threshold as the thresholds' text writes it: the byte count, or "max" for SIZE_MAX (never).
 std::string threshold_text(size_t bytes);
-/// The compiled-in thresholds for nodes of `node_size` ranks (measured on fake nodes of one host:
-/// docs/design/multinode.md).
+/// The compiled-in thresholds of the host backend (MPI between the nodes) for nodes of `node_size` ranks (measured
+/// on fake nodes of one host: docs/design/multinode.md).
 NodeThresholds default_node_thresholds(int node_size);
+/// The compiled-in thresholds of the CUDA backend (NCCL between the nodes): flat at every size, so that a job runs
+/// no slower than on NCCL alone unless it passes measured ones (symcomm-multinode-cuda-bench prints them); no
+/// crossover of the two paths on GPUs is compiled in.
+NodeThresholds cuda_node_thresholds();
 /// Parses "name=bytes,..." (names as in to_string(Collective); sizes with K/M/G suffixes) over `base`.
 /// Throws Error(kInvalidArgument) naming what it cannot read.
 NodeThresholds parse_node_thresholds(const std::string& text, NodeThresholds base);

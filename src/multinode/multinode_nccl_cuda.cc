@@ -282,7 +282,7 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
   layout_ = detail::make_node_layout(keys);
   node_ = layout_.node_of[rank_];
   local_ = layout_.local_of[rank_];
-  thresholds_ = detail::parse_node_thresholds(min_bytes, detail::default_node_thresholds(layout_.node_size()));
+  thresholds_ = detail::parse_node_thresholds(min_bytes, detail::cuda_node_thresholds());
   const bool several = layout_.num_nodes() > 1;
   const bool one_host = static_cast<int>(host_peers_.size()) == world - 1;
   SYMCOMM_CHECK(!(several && config.shared_gpu && !one_host), kUnsupported,

@@ -192,6 +192,18 @@ TEST(NodeThresholds, SetWritesTheFieldOfEachCollective) {
   EXPECT_EQ(threshold_text(65536), "65536");
 }
 
+TEST(NodeThresholds, CudaDefaultsAreFlatUntilSizesAreGiven) {
+  const NodeLayout l = make_node_layout(fake_node_keys(8, 4));
+  const NodeThresholds t = cuda_node_thresholds();
+  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                       Collective::kBroadcast, Collective::kBarrier}) {
+    EXPECT_EQ(choose_node_path(l, c, size_t{1} << 40, Hierarchy::kAuto, t), NodePath::kFlat) << to_string(c);
+  }
+  const NodeThresholds given = parse_node_thresholds("all_reduce=64K", t);
+  EXPECT_EQ(choose_node_path(l, Collective::kAllReduce, 64 << 10, Hierarchy::kAuto, given), NodePath::kHierarchical);
+  EXPECT_EQ(choose_node_path(l, Collective::kAllGather, 64 << 10, Hierarchy::kAuto, given), NodePath::kFlat);
+}
+
 TEST(PathBytes, EachCollectiveCountsItsLargerBuffer) {
   EXPECT_EQ(path_bytes(Collective::kAllReduce, 10, DataType::kFloat32, 4), 40u);
   EXPECT_EQ(path_bytes(Collective::kBroadcast, 10, DataType::kFloat16, 4), 20u);

@@ -11,6 +11,7 @@
 #   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu/check.sh   (the full 1000 cycles)
 #   GPU_CHECK_STEPS="build shared" tools/gpu/check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
 #   GPU_CHECK_STEPS="build python" tools/gpu/check.sh   (symcomm.torch on CUDA against NCCL, and its benchmark)
+#   GPU_CHECK_STEPS="build multinode" tools/gpu/check.sh   (flat against hierarchical CUDA paths on 2 fake nodes)
 #
 #   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu/check.sh   (here, on the CPU machine: see "prebuilt" below)
 #
@@ -220,6 +221,23 @@ if has python && [ $BUILD_OK = 1 ]; then
   else
     note "python: build of _core FAILED (log: python_build.log)"
     tail -20 "$OUT/python_build.log"
+  fi
+fi
+
+# The CUDA multi-node benchmark: every GPU a rank, two fake nodes of half of them (MULTINODE_FAKE_NODE_SIZE), the flat
+# path (NCCL) against the hierarchical one (symcomm in each node, NCCL between), and the thresholds they give.
+if has multinode && [ -x "$BUILD/bench/symcomm-multinode-cuda-bench" ] && [ -x "$BUILD/tools/symcomm-run" ]; then
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "$ngpu" -ge 4 ]; then
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout 300 "$BUILD/tools/symcomm-run" -n "$ngpu" --timeout 290 -- "$BUILD/bench/symcomm-multinode-cuda-bench" \
+      --fake-node-size "${MULTINODE_FAKE_NODE_SIZE:-$((ngpu / 2))}" ${MULTINODE_ARGS:-} \
+      --json "$OUT/multinode_cuda.json" >"$OUT/multinode_cuda.log" 2>&1
+    note "multinode CUDA bench ($ngpu ranks): rc=$? in $(($(date +%s) - t0)) s (log: multinode_cuda.log)"
+    grep -E "^\[rank 0\]" "$OUT/multinode_cuda.log" | sed 's/^\[rank 0\] //' | tee -a "$SUMMARY"
+  else
+    note "multinode CUDA bench: needs 4 GPUs (2 fake nodes of 2), $ngpu seen"
   fi
 fi
 
