@@ -36,12 +36,12 @@ class CudaMultiNodeCommunicator {
   /// `options.node.name` (empty: "multinode<n>", n counting the multi-node communicators this process created, so
   /// ranks that create them in the same order agree), the ranks split into nodes, each node creates its symcomm
   /// communicator, and the ranks create an NCCL communicator of the whole job (the flat path, all-to-all,
-  /// point-to-point) and, where the job has more than one node, one per local index (the inter-node stages). Where
-  /// ranks share GPUs (Config::shared_gpu) NCCL, which refuses two ranks on one GPU, is not made: symcomm CUDA
-  /// communicators over the same ranks take its place between fake nodes of one host (so one GPU runs every path),
-  /// point-to-point is refused (Error(kUnsupported)), and so is a job over several hosts, at creation. Throws
-  /// Error(kInvalidArgument) for bad options, Error(kMismatch) where the ranks' options differ, Error(kUnsupported)
-  /// for a backend other than kCuda or a build without it.
+  /// point-to-point) and, where the job has several nodes of equal size above one rank, one per local index (the
+  /// inter-node stages). Where ranks share GPUs (Config::shared_gpu) NCCL, which refuses two ranks on one GPU, is not
+  /// made: symcomm CUDA communicators over the same ranks take its place between fake nodes of one host (so one GPU
+  /// runs every path), point-to-point is refused (Error(kUnsupported)), and so is a job over several hosts, at
+  /// creation. Throws Error(kInvalidArgument) for bad options, Error(kMismatch) where the ranks' options differ,
+  /// Error(kUnsupported) for a backend other than kCuda or a build without it.
   static std::unique_ptr<CudaMultiNodeCommunicator> create(std::shared_ptr<Store> store, const RankInfo& ranks,
                                                            const MultiNodeOptions& options);
   ~CudaMultiNodeCommunicator();

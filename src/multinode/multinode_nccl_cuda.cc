@@ -311,7 +311,7 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
   // one rank per node (ranked by node).
   world_.job_rank.resize(world);
   for (int p = 0; p < world; ++p) world_.job_rank[p] = p;
-  const bool inter = several && layout_.uniform();
+  const bool inter = several && layout_.uniform() && layout_.node_size() > 1;  // nodes of one rank run flat
   if (inter) {
     for (int n = 0; n < layout_.num_nodes(); ++n) inter_.job_rank.push_back(layout_.members[n][local_]);
   }
