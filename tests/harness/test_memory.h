@@ -52,9 +52,16 @@ class HostMemory final : public TestMemory {
     return p;
   }
   void release(void* p) override { std::free(p); }
-  void write(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void read(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void set(void* dst, uint8_t byte, size_t bytes) override { std::memset(dst, byte, bytes); }
+  // An empty copy may name null pointers (an empty vector's data()), which memcpy and memset must not get.
+  void write(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void read(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void set(void* dst, uint8_t byte, size_t bytes) override {
+    if (bytes) std::memset(dst, byte, bytes);
+  }
   void sync() override {}
 };
 
