@@ -67,6 +67,12 @@ class StreamScratch {
     blocks_.push_back(p);
     return static_cast<uint8_t*>(p);
   }
+  /// A scratch copy of `bytes` at `src` (an input that overlaps the call's output), made on the stream.
+  const uint8_t* copy(const void* src, size_t bytes) {
+    uint8_t* p = get(bytes);
+    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(p, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return p;
+  }
 
  private:
   cudaStream_t stream_;
@@ -594,9 +600,7 @@ void CudaMultiNodeCommunicator::Impl::all_reduce(const detail::Request& r, NodeP
   const auto* in = static_cast<const uint8_t*>(r.in);
   auto* out = static_cast<uint8_t*>(r.out);
   if (in != out && detail::overlaps(in, bytes, out, bytes)) {
-    uint8_t* copy = scratch.get(bytes);
-    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, bytes, cudaMemcpyDeviceToDevice, s));
-    in = copy;
+    in = scratch.copy(in, bytes);
   }
   if (path == NodePath::kFlat) {
     world_.all_reduce(in, out, count, dtype, sop, s);
@@ -648,9 +652,7 @@ void CudaMultiNodeCommunicator::Impl::all_gather(const detail::Request& r, NodeP
   auto* out = static_cast<uint8_t*>(r.out);
   const bool in_place = in == out + rank_ * block;
   if (!in_place && detail::overlaps(in, block, out, block * world)) {
-    uint8_t* copy = scratch.get(block);
-    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block, cudaMemcpyDeviceToDevice, s));
-    in = copy;
+    in = scratch.copy(in, block);
   }
   if (path == NodePath::kFlat) return world_.all_gather(in, out, count, r.dtype, s);
   // Inter-node all-gather of this rank's block among its local index, node all-gather of those N blocks, then
@@ -678,9 +680,7 @@ void CudaMultiNodeCommunicator::Impl::reduce_scatter(const detail::Request& r, N
     // NCCL's in-place form (out at in + rank * count) needs no copy; any other overlap does.
     const bool in_place = r.out == in + rank_ * block;
     if (!in_place && detail::overlaps(in, block * world, r.out, block)) {
-      uint8_t* copy = scratch.get(block * world);
-      SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block * world, cudaMemcpyDeviceToDevice, s));
-      in = copy;
+      in = scratch.copy(in, block * world);
     }
     world_.reduce_scatter(in, r.out, count, r.dtype, sop, s);
   } else {
@@ -721,9 +721,7 @@ void CudaMultiNodeCommunicator::Impl::all_to_all(const detail::Request& r, cudaS
   const auto* in = static_cast<const uint8_t*>(r.in);
   auto* out = static_cast<uint8_t*>(r.out);
   if (detail::overlaps(in, block * world, out, block * world)) {
-    uint8_t* copy = scratch.get(block * world);
-    SYMCOMM_CUDA_CHECK(cudaMemcpyAsync(copy, in, block * world, cudaMemcpyDeviceToDevice, s));
-    in = copy;
+    in = scratch.copy(in, block * world);
   }
   world_.all_to_all(in, out, count, r.dtype, world, s);
 }
