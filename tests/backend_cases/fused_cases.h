@@ -51,6 +51,23 @@ struct FusedVariant {
   int chunks;
 };
 
+/// The workspace variant `v` gives a call that needs `need` bytes: none, exactly that, one byte short (none where
+/// that leaves nothing), or exactly that with the unfused path forced (see fused_options()).
+inline std::unique_ptr<FusedWorkspace> fused_workspace(Communicator& comm, const FusedVariant& v, size_t need) {
+  if (v.ws == FusedWs::kExact || v.ws == FusedWs::kForced) return FusedWorkspace::create(comm, need);
+  if (v.ws == FusedWs::kTooSmall && need > 1) return FusedWorkspace::create(comm, need - 1);
+  return nullptr;
+}
+
+/// The FusedOptions of variant `v` on workspace `ws` (every size pipelined unless kForced), the path taken to `path`.
+inline FusedOptions fused_options(const FusedVariant& v, FusedWorkspace* ws, FusedPath* path) {
+  return FusedOptions{.workspace = ws,
+                      .chunks = v.chunks,
+                      .min_pipelined_flops = 0,
+                      .force_unfused = v.ws == FusedWs::kForced,
+                      .path_out = path};
+}
+
 /// Every dtype × workspace, each of `chunk_counts` where the workspace fits (kExact), else 0 chunks.
 inline std::vector<FusedVariant> fused_variants(std::initializer_list<int> chunk_counts) {
   std::vector<FusedVariant> out;
@@ -152,15 +169,9 @@ inline void fused_ag_case(Communicator& comm, TestMemory& mem, const FusedAgShap
 
   const TensorRef a{a_buf.get(), dt, c.shard};
   const size_t need = all_gather_matmul_workspace_bytes(world, a, c.dim, c.gathered, v.chunks);
-  std::unique_ptr<FusedWorkspace> ws;
-  if (v.ws == FusedWs::kExact || v.ws == FusedWs::kForced) ws = FusedWorkspace::create(comm, need);
-  if (v.ws == FusedWs::kTooSmall && need > 1) ws = FusedWorkspace::create(comm, need - 1);
+  const std::unique_ptr<FusedWorkspace> ws = fused_workspace(comm, v, need);
   FusedPath path = FusedPath::kPipelined;
-  const FusedOptions fo{.workspace = ws.get(),
-                        .chunks = v.chunks,
-                        .min_pipelined_flops = 0,
-                        .force_unfused = v.ws == FusedWs::kForced,
-                        .path_out = &path};
+  const FusedOptions fo = fused_options(v, ws.get(), &path);
   const std::string what =
       fmt::format("{}: {} shard [{}] dim {} N [{}] {} chunks {} {} rank {}", mem.name(), to_string(dt),
                   fmt::join(c.shard, ","), c.dim, fmt::join(c.n, ","), name(v.ws), v.chunks, runner.name(), me);
@@ -231,15 +242,9 @@ inline void fused_rs_case(Communicator& comm, TestMemory& mem, const FusedRsShap
       o{out.prepare(out_elems * es), dt, out_shape};
 
   const size_t need = matmul_reduce_scatter_workspace_bytes(world, a, b, c.dim, v.chunks);
-  std::unique_ptr<FusedWorkspace> ws;
-  if (v.ws == FusedWs::kExact || v.ws == FusedWs::kForced) ws = FusedWorkspace::create(comm, need);
-  if (v.ws == FusedWs::kTooSmall) ws = FusedWorkspace::create(comm, need - 1);
+  const std::unique_ptr<FusedWorkspace> ws = fused_workspace(comm, v, need);
   FusedPath path = FusedPath::kPipelined;
-  const FusedOptions fo{.workspace = ws.get(),
-                        .chunks = v.chunks,
-                        .min_pipelined_flops = 0,
-                        .force_unfused = v.ws == FusedWs::kForced,
-                        .path_out = &path};
+  const FusedOptions fo = fused_options(v, ws.get(), &path);
   const std::string what =
       fmt::format("{}: {} a [{}] dim {} N {} {} {} chunks {} {} rank {}", mem.name(), to_string(dt),
                   fmt::join(shape, ","), c.dim, c.n, to_string(c.op), name(v.ws), v.chunks, runner.name(), me);
