@@ -350,8 +350,9 @@ run_tests() {  # binary-path filter limit log [VAR=value ...] -> exit status of 
   env ${5:-} timeout "$3" "$1" --gtest_filter="$2" >"$4" 2>&1
   local rc=$?
   # Rank processes are forks of the test binary; when the time limit ends their parent, nothing else would
-  # end them (a rank spinning in a wait with no deadline would spin on, on the CPU or the GPU).
-  pkill -9 -f "$1" 2>/dev/null
+  # end them (a rank spinning in a wait with no deadline would spin on, on the CPU or the GPU). Anchored: only
+  # command lines that start with the binary, not the shell that started this script with its path.
+  pkill -9 -f "^$1( |\$)" 2>/dev/null
   return $rc
 }
 [ -n "${PACK:-}" ] && mkdir -p "$PACK"

@@ -113,9 +113,12 @@ class CudaMemory final : public testing::TestMemory {
     return p;
   }
   void release(void* p) override { check(cudaFree(p), "cudaFree"); }
+  // A copy from pageable host memory may return before its DMA lands; the collective that reads the data runs on
+  // another stream (or a peer reads it), so the copy is waited for.
   void write(void* dst, const void* src, size_t bytes) override {
     sync();
     check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+    sync();
   }
   void read(void* dst, const void* src, size_t bytes) override {
     sync();

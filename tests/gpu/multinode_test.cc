@@ -82,7 +82,9 @@ class NodeRunner {
     const int n = comm_.world_size(), me = comm_.rank();
     const size_t es = dtype_size(c.dt);
     const CaseElems elems = case_elems(c, n);
-    char* out = out_.prepare(0, std::max(elems.in, elems.out) * es, kPoisonByte);
+    // In place the output buffer holds the input too (reduce-scatter: the whole input); out of place only the
+    // output, so that the guard bytes start right after it.
+    char* out = out_.prepare(0, (c.in_place ? std::max(elems.in, elems.out) : elems.out) * es, kPoisonByte);
     std::vector<uint8_t> input =
         make_input(c.dt, c.op, seed, c.kind == Collective::kBroadcast ? c.root : me, 0, elems.in);
     const char* in = nullptr;

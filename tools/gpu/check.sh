@@ -116,6 +116,11 @@ if has build; then
   [ $BUILD_OK = 1 ] || grep -E "error|FAILED" "$OUT/build.log" | head -20
 fi
 
+# Ends the rank processes a timed-out test binary left behind (forks of it: their command lines start with its
+# path). Anchored, so that no other process whose command line merely names the binary (the shell that started this
+# script) is ended with them.
+end_ranks() { pkill -9 -f "^$1( |\$)" 2>/dev/null; }
+
 # The GPU suite in gtest shards (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX: every test in exactly one shard), so
 # that each shard ends well inside one device call. SHARDS: how many (default by world size: the whole suite
 # takes ~950 s at 2 ranks on 2 x H100, most of it GpuKernelFaults and GpuLifecycle, and grows with the ranks);
@@ -142,7 +147,7 @@ if has tests && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
       "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} >"$OUT/gpu_tests.shard" 2>&1
     rc=$?
     cat "$OUT/gpu_tests.shard" >>"$OUT/gpu_tests.log"
-    pkill -9 -f "$BUILD/tests/symcomm_gpu_tests" 2>/dev/null  # ranks left behind by a timeout
+    end_ranks "$BUILD/tests/symcomm_gpu_tests"
     ok=$(grep -c '^\[       OK' "$OUT/gpu_tests.shard")
     failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/gpu_tests.shard" | grep -vc ' tests\?, listed below')
     skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z]' "$OUT/gpu_tests.shard")
@@ -176,7 +181,7 @@ if has shared && [ -x "$BUILD/tests/symcomm_gpu_tests" ]; then
       timeout "${SHARED_TIMEOUT:-540}" "$BUILD/tests/symcomm_gpu_tests" ${GTEST_ARGS:-} \
       >"$OUT/gpu_shared$world.log" 2>&1
     note "gpu tests, $world ranks sharing the GPUs: rc=$? in $(($(date +%s) - t0)) s (log: gpu_shared$world.log)"
-    pkill -9 -f "$BUILD/tests/symcomm_gpu_tests" 2>/dev/null  # ranks left behind by a timeout
+    end_ranks "$BUILD/tests/symcomm_gpu_tests"
     grep -E "^\[       OK|^\[  (PASSED|FAILED) |^\[  FAILED  \]|SKIPPED \]" "$OUT/gpu_shared$world.log" |
       tee -a "$SUMMARY"
   done
