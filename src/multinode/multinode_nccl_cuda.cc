@@ -29,6 +29,7 @@
 #include "base/host_process.h"
 #include "base/logging.h"
 #include "base/nccl_map.h"
+#include "multinode/multinode_cuda_impl.h"
 #include "multinode/node_common.h"
 #include "symcomm/multinode_cuda.h"
 
@@ -38,12 +39,9 @@ using detail::DeviceScope;
 
 namespace {
 
-void check_nccl(ncclResult_t r, ncclComm_t comm, const char* what) {
-  if (r == ncclSuccess) return;
-  const char* last = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
-  SYMCOMM_THROW(kCuda, "{} failed: {}{}", what, ncclGetErrorString(r),
-                last && *last ? fmt::format(" ({})", last) : std::string());
-}
+const detail::NcclCalls& linked() { return detail::linked_nccl_calls(); }
+
+void check_nccl(ncclResult_t r, ncclComm_t comm, const char* what) { detail::check_nccl(linked(), r, comm, what); }
 
 CollOptions on(cudaStream_t s) {
   CollOptions o;
@@ -98,151 +96,95 @@ Hello parse_hello(const Bytes& b) {
   return h;
 }
 
-// A communicator between the nodes (one rank per node) or of the whole job: NCCL's or, where the ranks share GPUs on
-// one host (fake nodes under SYMCOMM_SHARED_GPU, which NCCL refuses), a symcomm CUDA communicator over the same ranks.
-// Each call enqueues on the stream; errors of the symcomm one name its ranks as the job's (`job_rank`).
-class Engine {
- public:
-  ncclComm_t nccl = nullptr;
-  std::unique_ptr<Communicator> sc;
-  std::vector<int> job_rank;  ///< this engine's rank r is the job's job_rank[r]
-
-  bool made() const { return nccl != nullptr || sc != nullptr; }
-
-  void all_reduce(const void* in, void* out, size_t n, DataType dt, ReduceOp op, cudaStream_t s) const {
-    if (sc) return run([&] { sc->all_reduce(in, out, n, dt, op, on(s)); });
-    check_nccl(ncclAllReduce(in, out, n, detail::to_nccl(dt), detail::to_nccl(op), nccl, s), nccl, "ncclAllReduce");
-  }
-  void all_gather(const void* in, void* out, size_t n, DataType dt, cudaStream_t s) const {
-    if (sc) return run([&] { sc->all_gather(in, out, n, dt, on(s)); });
-    check_nccl(ncclAllGather(in, out, n, detail::to_nccl(dt), nccl, s), nccl, "ncclAllGather");
-  }
-  void reduce_scatter(const void* in, void* out, size_t n, DataType dt, ReduceOp op, cudaStream_t s) const {
-    if (sc) return run([&] { sc->reduce_scatter(in, out, n, dt, op, on(s)); });
-    check_nccl(ncclReduceScatter(in, out, n, detail::to_nccl(dt), detail::to_nccl(op), nccl, s), nccl,
-               "ncclReduceScatter");
-  }
-  void broadcast(const void* in, void* out, size_t n, DataType dt, int root, cudaStream_t s) const {
-    if (sc) return run([&] { sc->broadcast(in, out, n, dt, root, on(s)); });
-    check_nccl(ncclBroadcast(in, out, n, detail::to_nccl(dt), root, nccl, s), nccl, "ncclBroadcast");
-  }
-  /// Block p of `in` (n elements) to rank p, block p of `out` from rank p.
-  void all_to_all(const uint8_t* in, uint8_t* out, size_t n, DataType dt, int world, cudaStream_t s) const {
-    if (sc) return run([&] { sc->all_to_all(in, out, n, dt, on(s)); });
-    const size_t block = n * dtype_size(dt);
-    const ncclDataType_t t = detail::to_nccl(dt);
-    check_nccl(ncclGroupStart(), nccl, "ncclGroupStart");
-    ncclResult_t res = ncclSuccess;
-    for (int p = 0; p < world && res == ncclSuccess; ++p) {
-      res = ncclSend(in + p * block, n, t, p, nccl, s);
-      if (res == ncclSuccess) res = ncclRecv(out + p * block, n, t, p, nccl, s);
-    }
-    const ncclResult_t end = ncclGroupEnd();
-    check_nccl(res, nccl, "ncclSend/ncclRecv");
-    check_nccl(end, nccl, "ncclGroupEnd");
-  }
-  /// The symcomm engine's error `e` with its ranks named as the job's.
-  Error job_error(const Error& e) const {
-    std::vector<int> ranks;
-    for (int r : e.ranks()) {
-      if (r >= 0 && r < static_cast<int>(job_rank.size())) ranks.push_back(job_rank[r]);
-    }
-    return Error(e.code(),
-                 fmt::format("between the nodes: {} (the job's ranks {})", e.message(), fmt::join(ranks, ", ")),
-                 e.file(), e.line(), ranks);
-  }
-
- private:
-  template <class F>
-  void run(F&& f) const {
-    try {
-      f();
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
-      throw job_error(e);
-    }
-  }
-};
-
 }  // namespace
 
-class CudaMultiNodeCommunicator::Impl {
- public:
-  Impl(std::shared_ptr<Store> store, const RankInfo& ranks, const MultiNodeOptions& options);
-  ~Impl();
+namespace detail {
 
-  /// Every call of the public API: checked at once, then enqueued, or recorded in the open group.
-  void issue(const detail::Request& r, Hierarchy h);
-  void group_start();
-  void group_end();
-  void group_cancel();
-  void abort();
-  void check() const;
-
-  int rank_ = 0, node_ = 0, local_ = 0, device_ = -1;
-  detail::NodeLayout layout_;
-  std::unique_ptr<Communicator> node_comm_;
-  std::atomic<NodePath> last_{NodePath::kNone};
-  std::atomic<bool> aborted_{false};
-
- private:
-  struct Call {
-    detail::Request request;
-    Hierarchy hierarchy;
+const NcclCalls& linked_nccl_calls() {
+  static const NcclCalls calls{
+      .comm_abort = &ncclCommAbort,
+      .comm_get_async_error = &ncclCommGetAsyncError,
+      .get_error_string = &ncclGetErrorString,
+      .get_last_error = &ncclGetLastError,
+      .all_reduce = &ncclAllReduce,
+      .all_gather = &ncclAllGather,
+      .reduce_scatter = &ncclReduceScatter,
+      .broadcast = &ncclBroadcast,
+      .send = &ncclSend,
+      .recv = &ncclRecv,
+      .group_start = &ncclGroupStart,
+      .group_end = &ncclGroupEnd,
   };
-  NodePath path_of(const detail::Request& r, Hierarchy h) const;
-  void execute(const detail::Request& r, Hierarchy h);
-  void exchange(const std::vector<const detail::Request*>& p2p);
-  void all_reduce(const detail::Request& r, NodePath path, cudaStream_t s);
-  void all_gather(const detail::Request& r, NodePath path, cudaStream_t s);
-  void reduce_scatter(const detail::Request& r, NodePath path, cudaStream_t s);
-  void broadcast(const detail::Request& r, NodePath path, cudaStream_t s);
-  void all_to_all(const detail::Request& r, cudaStream_t s);
-  void barrier(NodePath path, cudaStream_t s);
-  /// The blocks of `src` into `dst`, from local-index order to rank order or back (detail::block_order_copies).
-  void reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order, cudaStream_t s) const;
-  void divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype, cudaStream_t s) const;
+  return calls;
+}
 
-  // Faults (NOTE [multi-node CUDA faults]).
-  void watch_loop();
-  /// Records `e` as the sticky error (the first one wins) and aborts both engines.
-  void fail(const Error& e);
-  void abort_engines();
-  /// Aborts and forgets the NCCL communicators (under nccl_mu_).
-  void abort_nccl();
-  /// The node communicator's error, its local ranks named as this job's ranks.
-  Error node_error(const Error& e, const char* what) const;
-  /// Runs a node stage's call; its errors (but argument errors) name this job's ranks.
-  template <class F>
-  void node_stage(const char* what, F&& f) const;
-  bool failed() const;
+void check_nccl(const NcclCalls& api, ncclResult_t r, ncclComm_t comm, const char* what) {
+  if (r == ncclSuccess) return;
+  const char* last = api.get_last_error(comm);
+  SYMCOMM_THROW(kCuda, "{} failed: {}{}", what, api.get_error_string(r),
+                last && *last ? fmt::format(" ({})", last) : std::string());
+}
 
-  std::shared_ptr<Store> store_;
-  detail::NodeThresholds thresholds_;
-  std::vector<int> pids_;
-  std::vector<int> host_peers_;  ///< ranks on this host (their pids can be watched), this rank excluded
-  bool has_nccl_ = false;        ///< NCCL communicators were made (not where ranks share a GPU)
-  std::mutex nccl_mu_;           ///< the NCCL handles of world_ and inter_ between the watch and abort_engines()
-  Engine world_, inter_;         ///< the whole job's (several nodes, or NCCL); one rank per node (uniform layouts)
+template <class F>
+void NodeEngine::run(F&& f) const {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+    throw job_error(e);
+  }
+}
 
-  mutable std::mutex mu_;  ///< sticky_
-  std::optional<Error> sticky_;
-  std::once_flag engines_aborted_;
-  std::timed_mutex engine_mu_;  ///< held while a call enqueues on the engines, and by abort_engines()
+void NodeEngine::all_reduce(const void* in, void* out, size_t n, DataType dt, ReduceOp op, cudaStream_t s) const {
+  if (sc) return run([&] { sc->all_reduce(in, out, n, dt, op, on(s)); });
+  check_nccl(*api, api->all_reduce(in, out, n, to_nccl(dt), to_nccl(op), nccl, s), nccl, "ncclAllReduce");
+}
 
-  int group_depth_ = 0;
-  std::vector<size_t> level_starts_;
-  std::vector<Call> recorded_;
+void NodeEngine::all_gather(const void* in, void* out, size_t n, DataType dt, cudaStream_t s) const {
+  if (sc) return run([&] { sc->all_gather(in, out, n, dt, on(s)); });
+  check_nccl(*api, api->all_gather(in, out, n, to_nccl(dt), nccl, s), nccl, "ncclAllGather");
+}
 
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  bool stopping_ = false;
-  std::thread watch_;
-};
+void NodeEngine::reduce_scatter(const void* in, void* out, size_t n, DataType dt, ReduceOp op, cudaStream_t s) const {
+  if (sc) return run([&] { sc->reduce_scatter(in, out, n, dt, op, on(s)); });
+  check_nccl(*api, api->reduce_scatter(in, out, n, to_nccl(dt), to_nccl(op), nccl, s), nccl, "ncclReduceScatter");
+}
+
+void NodeEngine::broadcast(const void* in, void* out, size_t n, DataType dt, int root, cudaStream_t s) const {
+  if (sc) return run([&] { sc->broadcast(in, out, n, dt, root, on(s)); });
+  check_nccl(*api, api->broadcast(in, out, n, to_nccl(dt), root, nccl, s), nccl, "ncclBroadcast");
+}
+
+void NodeEngine::all_to_all(const uint8_t* in, uint8_t* out, size_t n, DataType dt, int world, cudaStream_t s) const {
+  if (sc) return run([&] { sc->all_to_all(in, out, n, dt, on(s)); });
+  const size_t block = n * dtype_size(dt);
+  const ncclDataType_t t = to_nccl(dt);
+  check_nccl(*api, api->group_start(), nccl, "ncclGroupStart");
+  ncclResult_t res = ncclSuccess;
+  for (int p = 0; p < world && res == ncclSuccess; ++p) {
+    res = api->send(in + p * block, n, t, p, nccl, s);
+    if (res == ncclSuccess) res = api->recv(out + p * block, n, t, p, nccl, s);
+  }
+  const ncclResult_t end = api->group_end();
+  check_nccl(*api, res, nccl, "ncclSend/ncclRecv");
+  check_nccl(*api, end, nccl, "ncclGroupEnd");
+}
+
+Error NodeEngine::job_error(const Error& e) const {
+  std::vector<int> ranks;
+  for (int r : e.ranks()) {
+    if (r >= 0 && r < static_cast<int>(job_rank.size())) ranks.push_back(job_rank[r]);
+  }
+  return Error(e.code(), fmt::format("between the nodes: {} (the job's ranks {})", e.message(), fmt::join(ranks, ", ")),
+               e.file(), e.line(), ranks);
+}
+
+}  // namespace detail
 
 CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankInfo& ranks,
                                       const MultiNodeOptions& options)
-    : store_(std::move(store)) {
+    : store_(std::move(store)), nccl_api_(&linked()) {
+  world_.api = inter_.api = nccl_api_;
   const int world = ranks.world_size;
   SYMCOMM_CHECK_ARG(store_ != nullptr, "CudaMultiNodeCommunicator::create: the store is null");
   SYMCOMM_CHECK_ARG(world >= 1 && ranks.rank >= 0 && ranks.rank < world, "rank {} of world size {} is out of range",
@@ -367,6 +309,38 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
     }
     has_nccl_ = true;
   }
+  start_watch();
+}
+
+CudaMultiNodeCommunicator::Impl::Impl(detail::CudaNodeParts parts)
+    : rank_(parts.rank),
+      device_(parts.device),
+      layout_(std::move(parts.layout)),
+      node_comm_(std::move(parts.node)),
+      thresholds_(parts.thresholds),
+      pids_(std::move(parts.pids)),
+      host_peers_(std::move(parts.host_peers)),
+      nccl_api_(parts.nccl),
+      has_nccl_(true),
+      world_borrowed_(true) {
+  SYMCOMM_CHECK_ARG(node_comm_ != nullptr && parts.world != nullptr && nccl_api_ != nullptr,
+                    "rank {}: a multi-node communicator's parts need the node communicator, the whole job's NCCL "
+                    "communicator and NCCL's functions",
+                    rank_);
+  node_ = layout_.node_of[rank_];
+  local_ = layout_.local_of[rank_];
+  world_.api = inter_.api = nccl_api_;
+  world_.nccl = parts.world;
+  inter_.nccl = parts.inter;
+  world_.job_rank.resize(layout_.world_size);
+  for (int p = 0; p < layout_.world_size; ++p) world_.job_rank[p] = p;
+  if (inter_.nccl != nullptr) {
+    for (int n = 0; n < layout_.num_nodes(); ++n) inter_.job_rank.push_back(layout_.members[n][local_]);
+  }
+  start_watch();
+}
+
+void CudaMultiNodeCommunicator::Impl::start_watch() {
   watch_ = std::thread([this] { watch_loop(); });
 }
 
@@ -389,8 +363,8 @@ CudaMultiNodeCommunicator::Impl::~Impl() {
 
 void CudaMultiNodeCommunicator::Impl::abort_nccl() {
   std::lock_guard nccl_lock(nccl_mu_);
-  for (Engine* e : {&inter_, &world_}) {
-    if (e->nccl) ncclCommAbort(e->nccl);
+  for (detail::NodeEngine* e : {&inter_, &world_}) {
+    if (e->nccl && !(e == &world_ && world_borrowed_)) nccl_api_->comm_abort(e->nccl);
     e->nccl = nullptr;
   }
 }
@@ -413,7 +387,7 @@ void CudaMultiNodeCommunicator::Impl::watch_loop() {
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kAborted || !aborted_.load()) fail(node_error(e, "the node communicator"));
       }
-      for (const Engine* engine : {&world_, &inter_}) {
+      for (const detail::NodeEngine* engine : {&world_, &inter_}) {
         if (engine->sc == nullptr) continue;
         try {
           engine->sc->check();
@@ -424,16 +398,18 @@ void CudaMultiNodeCommunicator::Impl::watch_loop() {
       std::optional<Error> nccl_error;
       {
         std::lock_guard nccl_lock(nccl_mu_);  // abort_nccl() frees them under it
-        for (const Engine* engine : {&world_, &inter_}) {
+        for (const detail::NodeEngine* engine : {&world_, &inter_}) {
           ncclResult_t state = ncclSuccess;
-          if (engine->nccl == nullptr || nccl_error || ncclCommGetAsyncError(engine->nccl, &state) != ncclSuccess) {
+          if (engine->nccl == nullptr || nccl_error ||
+              nccl_api_->comm_get_async_error(engine->nccl, &state) != ncclSuccess) {
             continue;
           }
           if (state != ncclSuccess && state != ncclInProgress) {
-            nccl_error = Error(ErrorCode::kCuda,
-                               fmt::format("rank {}: NCCL reported {} on the {} communicator", rank_,
-                                           ncclGetErrorString(state), engine == &world_ ? "whole job's" : "inter-node"),
-                               __FILE__, __LINE__);
+            nccl_error =
+                Error(ErrorCode::kCuda,
+                      fmt::format("rank {}: NCCL reported {} on the {} communicator", rank_,
+                                  nccl_api_->get_error_string(state), engine == &world_ ? "whole job's" : "inter-node"),
+                      __FILE__, __LINE__);
           }
         }
       }
@@ -455,7 +431,7 @@ void CudaMultiNodeCommunicator::Impl::fail(const Error& e) {
 
 void CudaMultiNodeCommunicator::Impl::abort_engines() {
   node_comm_->abort();
-  for (const Engine* engine : {&world_, &inter_}) {
+  for (const detail::NodeEngine* engine : {&world_, &inter_}) {
     if (engine->sc) engine->sc->abort();
   }
   std::call_once(engines_aborted_, [&] {
@@ -748,18 +724,19 @@ void CudaMultiNodeCommunicator::Impl::exchange(const std::vector<const detail::R
     check();
     ncclComm_t c = world_.nccl;
     try {
-      check_nccl(ncclGroupStart(), c, "ncclGroupStart");
+      const detail::NcclCalls& api = *nccl_api_;
+      detail::check_nccl(api, api.group_start(), c, "ncclGroupStart");
       ncclResult_t res = ncclSuccess;
       for (const detail::Request* r : p2p) {
         if (res != ncclSuccess) break;
         const ncclDataType_t t = detail::to_nccl(r->dtype);
         auto s = static_cast<cudaStream_t>(r->options.stream);
-        res = r->p2p == detail::P2pDir::kSend ? ncclSend(r->in, r->count, t, r->peer, c, s)
-                                              : ncclRecv(r->out, r->count, t, r->peer, c, s);
+        res = r->p2p == detail::P2pDir::kSend ? api.send(r->in, r->count, t, r->peer, c, s)
+                                              : api.recv(r->out, r->count, t, r->peer, c, s);
       }
-      const ncclResult_t end = ncclGroupEnd();
-      check_nccl(res, c, "ncclSend/ncclRecv");
-      check_nccl(end, c, "ncclGroupEnd");
+      const ncclResult_t end = api.group_end();
+      detail::check_nccl(api, res, c, "ncclSend/ncclRecv");
+      detail::check_nccl(api, end, c, "ncclGroupEnd");
     } catch (const Error& e) {
       failure = e;
     }
