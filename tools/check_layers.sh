@@ -15,10 +15,9 @@
 #   4 backends/cuda   the CUDA backend (cuMem heap, topology, copy engine, launches, groups)
 #   5 core            Communicator, configuration, tuning, bucketer
 #   6 fused           fused GEMM + collective operations
-#   7 nccl_shim       the NCCL drop-in library (its native layer uses core and base)
 #   7 multinode       communicators that span nodes (symcomm inside a node, MPI or NCCL between nodes)
-# Folders of one layer (bootstrap and memory; backends/host and backends/cuda; nccl_shim and multinode) do not
-# include each other.
+#   8 nccl_shim       the NCCL drop-in library (its native layer uses multinode, core and base)
+# Folders of one layer (bootstrap and memory; backends/host and backends/cuda) do not include each other.
 # Every folder under src/ that holds sources must be in this table.
 #
 # Prints "file:line: what" per finding. Exit status: 0 clean, 1 findings.
@@ -29,7 +28,7 @@ cd "$ROOT/src" || exit 1
 find . -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cc.in' \) | sed 's#^\./##' |
   LC_ALL=C sort | xargs awk '
   BEGIN {
-    n = split("base:0 bootstrap:1 memory:1 algos:2 backends:3 backends/host:4 backends/cuda:4 core:5 fused:6 nccl_shim:7 multinode:7", pairs, " ")
+    n = split("base:0 bootstrap:1 memory:1 algos:2 backends:3 backends/host:4 backends/cuda:4 core:5 fused:6 multinode:7 nccl_shim:8", pairs, " ")
     for (i = 1; i <= n; i++) { split(pairs[i], kv, ":"); rank[kv[1]] = kv[2] }
     bad = 0
   }

@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,10 +22,13 @@
 #include <utility>
 #include <vector>
 
+#include "algos/node_plan.h"
+#include "algos/request.h"
 #include "base/cuda_check.h"
 #include "base/hash.h"
 #include "base/logging.h"
 #include "id_stamp.h"
+#include "multinode/multinode_cuda_impl.h"
 #include "native_plan.h"
 #include "shim_config.h"
 #include "symcomm/communicator.h"
@@ -137,6 +142,8 @@ const IdServer* id_server() {
 // ---------------------------------------------------------------------------------------------------------
 // Communicators served by symcomm (NOTE [drop-in communicators])
 
+// Served by one symcomm communicator (`sc`, every rank on one node) or by one that spans nodes (`mn`: symcomm in each
+// node, the real NCCL between them; NOTE [drop-in communicators that span nodes]).
 struct NativeComm {
   ncclComm_t real = nullptr;
   int rank = 0;
@@ -144,6 +151,16 @@ struct NativeComm {
   NativeLimits limits;
   std::shared_ptr<Store> store;
   std::unique_ptr<Communicator> sc;
+  std::unique_ptr<CudaMultiNodeCommunicator::Impl> mn;
+
+  void abort() {
+    if (sc) sc->abort();
+    if (mn) mn->abort();
+  }
+  void check() const {
+    if (sc) sc->check();
+    if (mn) mn->check();
+  }
 };
 
 std::mutex g_registry_mu;
@@ -190,6 +207,8 @@ int64_t settings_hash(const NativeLimits& l) {
   symcomm::detail::Fnv1a h;
   h.add(static_cast<uint64_t>(settings().mode));
   for (size_t v : l.max_bytes) h.add(v);
+  h.add(static_cast<uint64_t>(settings().fake_node_size));
+  h.add(std::string_view(settings().node_min_bytes));
   return static_cast<int64_t>(h.value() >> 2);
 }
 
@@ -251,42 +270,46 @@ ncclResult_t wait_ready(ncclComm_t comm) {
   }
 }
 
-// The element-wise minimum over each communicator's ranks of its kAgreeWords values, through the real NCCL
-// (one group for several communicators). false where a CUDA or NCCL call failed or the result did not come
-// within the creation timeout (a peer is gone: the communicator is broken anyway).
-constexpr int kAgreeWords = 3;
-using AgreeWords = std::array<int64_t, kAgreeWords>;
+// One communicator's part of a round of small collectives through the real NCCL: `words` go to a device buffer,
+// `enqueue` issues the call on it, and the buffer's words come back into `words`.
+struct Round {
+  ncclComm_t comm = nullptr;
+  std::vector<int64_t> words;
+  std::function<ncclResult_t(int64_t* buf, cudaStream_t stream)> enqueue;
+};
 
-bool nccl_min(const std::vector<ncclComm_t>& comms, std::vector<AgreeWords>& words) {
+// Runs the rounds (in one NCCL group where there are several). false where a CUDA or NCCL call failed or the result
+// did not come within the creation timeout (a peer is gone: the communicator is broken anyway).
+bool nccl_rounds(std::vector<Round>& rounds) {
   struct Slot {
     int device = -1;
     int64_t* buf = nullptr;
     cudaStream_t stream = nullptr;
   };
-  std::vector<Slot> slots(comms.size());
+  std::vector<Slot> slots(rounds.size());
   bool ok = true;
-  for (size_t i = 0; i < comms.size() && ok; ++i) {
+  for (size_t i = 0; i < rounds.size() && ok; ++i) {
     Slot& s = slots[i];
-    s.device = comm_device(comms[i]);
+    const size_t bytes = rounds[i].words.size() * sizeof(int64_t);
+    s.device = comm_device(rounds[i].comm);
     ok = s.device >= 0;
     if (!ok) break;
     symcomm::detail::DeviceScope scope(s.device);
+    // On the round's stream: a copy from pageable memory on the legacy stream may land after the collective.
     ok = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) == cudaSuccess &&
-         cudaMalloc(&s.buf, sizeof(AgreeWords)) == cudaSuccess &&
-         cudaMemcpy(s.buf, words[i].data(), sizeof(AgreeWords), cudaMemcpyHostToDevice) == cudaSuccess;
+         cudaMalloc(&s.buf, bytes) == cudaSuccess &&
+         cudaMemcpyAsync(s.buf, rounds[i].words.data(), bytes, cudaMemcpyHostToDevice, s.stream) == cudaSuccess;
   }
   if (ok) {
-    const bool group = comms.size() > 1;
+    const bool group = rounds.size() > 1;
     if (group) ok = forward_call<Target::kGroupStart, decltype(&pncclGroupStart)>() == ncclSuccess;
-    for (size_t i = 0; i < comms.size() && ok; ++i) {
-      ok = forward_call<Target::kAllReduce, decltype(&pncclAllReduce)>(
-               slots[i].buf, slots[i].buf, kAgreeWords, ncclInt64, ncclMin, comms[i], slots[i].stream) == ncclSuccess;
-    }
+    for (size_t i = 0; i < rounds.size() && ok; ++i)
+      ok = rounds[i].enqueue(slots[i].buf, slots[i].stream) == ncclSuccess;
     if (group) ok = forward_call<Target::kGroupEnd, decltype(&pncclGroupEnd)>() == ncclSuccess && ok;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().init_timeout_ms);
   bool leak = false;
-  for (size_t i = 0; i < comms.size(); ++i) {
+  for (size_t i = 0; i < rounds.size(); ++i) {
     Slot& s = slots[i];
     if (s.device < 0) continue;
     symcomm::detail::DeviceScope scope(s.device, std::nothrow);
@@ -297,7 +320,8 @@ bool nccl_min(const std::vector<ncclComm_t>& comms, std::vector<AgreeWords>& wor
       }
       if (q == cudaErrorNotReady) leak = true;  // still running: its buffer and stream must stay
       ok = ok && q == cudaSuccess &&
-           cudaMemcpy(words[i].data(), s.buf, sizeof(AgreeWords), cudaMemcpyDeviceToHost) == cudaSuccess;
+           cudaMemcpy(rounds[i].words.data(), s.buf, rounds[i].words.size() * sizeof(int64_t),
+                      cudaMemcpyDeviceToHost) == cudaSuccess;
     }
     if (!leak) {
       if (s.buf != nullptr) cudaFree(s.buf);
@@ -305,6 +329,39 @@ bool nccl_min(const std::vector<ncclComm_t>& comms, std::vector<AgreeWords>& wor
     }
   }
   return ok && !leak;
+}
+
+// The element-wise minimum over each communicator's ranks of its kAgreeWords values (one group for several).
+constexpr int kAgreeWords = 4;
+using AgreeWords = std::array<int64_t, kAgreeWords>;
+
+bool nccl_min(const std::vector<ncclComm_t>& comms, std::vector<AgreeWords>& words) {
+  std::vector<Round> rounds;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    rounds.push_back(Round{comms[i], std::vector<int64_t>(words[i].begin(), words[i].end()),
+                           [c = comms[i]](int64_t* buf, cudaStream_t s) {
+                             return forward_call<Target::kAllReduce, decltype(&pncclAllReduce)>(
+                                 buf, buf, kAgreeWords, ncclInt64, ncclMin, c, s);
+                           }});
+  }
+  if (!nccl_rounds(rounds)) return false;
+  for (size_t i = 0; i < comms.size(); ++i) std::copy(rounds[i].words.begin(), rounds[i].words.end(), words[i].begin());
+  return true;
+}
+
+// Every rank's `mine` (the same number of words on each), in rank order.
+std::optional<std::vector<int64_t>> nccl_all_gather(ncclComm_t comm, int rank, int nranks,
+                                                    const std::vector<int64_t>& mine) {
+  const size_t k = mine.size();
+  std::vector<Round> rounds(1);
+  rounds[0].comm = comm;
+  rounds[0].words.assign(k * nranks, 0);
+  std::copy(mine.begin(), mine.end(), rounds[0].words.begin() + rank * k);
+  rounds[0].enqueue = [&](int64_t* buf, cudaStream_t s) {
+    return forward_call<Target::kAllGather, decltype(&pncclAllGather)>(buf + rank * k, buf, k, ncclInt64, comm, s);
+  };
+  if (!nccl_rounds(rounds)) return std::nullopt;
+  return std::move(rounds[0].words);
 }
 
 // symcomm's configuration for a communicator behind NCCL's: libsymcomm's SYMCOMM_* settings, without its own
@@ -360,6 +417,7 @@ struct Pending {
   std::optional<IdStamp> stamp;
   bool split = false;
   std::shared_ptr<NativeComm> made;
+  bool spanning = false;  ///< a split of a communicator that spans nodes: made as one (attach_spanning)
 };
 
 // Agreement (2) and registration; every rank of the communicator calls it once.
@@ -369,7 +427,7 @@ void conclude(const Pending& p, std::shared_ptr<NativeComm> nc) {
     mine = usable(nc.get(), p.rank, p.nranks);
   } catch (const std::exception&) {
   }
-  std::vector<AgreeWords> w{{mine ? 1 : 0, 0, 0}};
+  std::vector<AgreeWords> w{{mine ? 1 : 0, 0, 0, 0}};
   const bool all = nccl_min({p.comm}, w) && w[0][0] == 1;
   if (!all) {
     if (mine) {
@@ -388,14 +446,197 @@ void conclude(const Pending& p, std::shared_ptr<NativeComm> nc) {
   put(std::move(nc));
 }
 
+// NOTE [drop-in communicators that span nodes]
+// A communicator whose ranks are on several hosts (or, with SYMCOMM_FAKE_NODE_SIZE, several fake nodes) is served by a
+// multi-node communicator (symcomm/multinode_cuda.h's implementation): symcomm in each node, the real NCCL between
+// them. No store reaches every host, so the pieces are agreed through the real communicator: an all-gather of every
+// rank's host, pid, store server and a random name (rank 0's names the node communicators); from it every rank
+// computes the same layout, the node communicators meet in the store server of their node's lowest rank (on the same
+// host: loopback), and one ncclCommSplit of the real communicator (color: local index, key: node) gives the
+// communicators between the nodes where the nodes are of equal size. The caller's communicator is the whole job's
+// engine, borrowed: it is never aborted by symcomm. A call runs there only where the multi-node plan takes a path
+// other than flat (SYMCOMM_NODE_MIN_BYTES; a flat call is the caller's NCCL call, so it is forwarded as it is) and
+// outside the caller's NCCL groups (the real NCCL defers a group's calls to ncclGroupEnd, which would reorder the
+// stages). The second agreement round and forward-only on any "no" are as for one node.
+
+// The real NCCL's functions for the stages between the nodes, past this library's hooks (a collective on the
+// caller's communicator would come back into them).
+const symcomm::detail::NcclCalls& real_calls() {
+  static const symcomm::detail::NcclCalls calls{
+      .comm_abort = [](ncclComm_t c) { return forward_call<Target::kCommAbort, decltype(&pncclCommAbort)>(c); },
+      .comm_get_async_error =
+          [](ncclComm_t c, ncclResult_t* e) {
+            return forward_call<Target::kCommGetAsyncError, decltype(&pncclCommGetAsyncError)>(c, e);
+          },
+      // This library's own: the real library's text, or the drop-in library's failure.
+      .get_error_string = &ncclGetErrorString,
+      .get_last_error = &ncclGetLastError,
+      .all_reduce =
+          [](const void* in, void* out, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
+            return forward_call<Target::kAllReduce, decltype(&pncclAllReduce)>(in, out, n, t, op, c, s);
+          },
+      .all_gather =
+          [](const void* in, void* out, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
+            return forward_call<Target::kAllGather, decltype(&pncclAllGather)>(in, out, n, t, c, s);
+          },
+      .reduce_scatter =
+          [](const void* in, void* out, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
+            return forward_call<Target::kReduceScatter, decltype(&pncclReduceScatter)>(in, out, n, t, op, c, s);
+          },
+      .broadcast =
+          [](const void* in, void* out, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t s) {
+            return forward_call<Target::kBroadcast, decltype(&pncclBroadcast)>(in, out, n, t, root, c, s);
+          },
+      .send = [](const void* buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
+                 cudaStream_t s) { return forward_call<Target::kSend, decltype(&pncclSend)>(buf, n, t, peer, c, s); },
+      .recv = [](void* buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
+                 cudaStream_t s) { return forward_call<Target::kRecv, decltype(&pncclRecv)>(buf, n, t, peer, c, s); },
+      .group_start = [] { return forward_call<Target::kGroupStart, decltype(&pncclGroupStart)>(); },
+      .group_end = [] { return forward_call<Target::kGroupEnd, decltype(&pncclGroupEnd)>(); },
+  };
+  return calls;
+}
+
+// What each rank shows the others (words of the all-gather).
+enum PeerWord { kHost, kPid, kPort, kToken0, kToken1, kName, kPeerWords };
+
+// The nodes of a communicator from every rank's words: hosts, or fake nodes of the hosts' ranks; nullopt where a node's
+// ranks are not all on its lowest rank's host, or that rank has no store server, or a node is too large.
+std::optional<symcomm::detail::NodeLayout> span_layout(const std::vector<int64_t>& all, int nranks) {
+  std::vector<int64_t> keys(nranks);
+  for (int r = 0; r < nranks; ++r) keys[r] = all[r * kPeerWords + kHost];
+  const int fake = settings().fake_node_size;
+  if (fake > 0) keys = symcomm::detail::fake_node_keys(nranks, fake);
+  symcomm::detail::NodeLayout layout = symcomm::detail::make_node_layout(keys);
+  for (const std::vector<int>& members : layout.members) {
+    const int leader = members.front();
+    if (all[leader * kPeerWords + kPort] == 0 || static_cast<int>(members.size()) > kMaxRanks) return std::nullopt;
+    for (int r : members) {
+      if (all[r * kPeerWords + kHost] != all[leader * kPeerWords + kHost]) return std::nullopt;
+    }
+  }
+  return layout;
+}
+
+std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const std::vector<int64_t>& all,
+                                          const symcomm::detail::NodeLayout& layout, ncclComm_t inter) {
+  using symcomm::detail::CudaNodeParts;
+  const int node = layout.node_of[p.rank], local = layout.local_of[p.rank];
+  const int leader = layout.members[node].front();
+  const int local_size = static_cast<int>(layout.members[node].size());
+  CudaNodeParts parts;
+  parts.thresholds =
+      symcomm::detail::parse_node_thresholds(settings().node_min_bytes, symcomm::detail::cuda_node_thresholds());
+  std::array<uint8_t, 16> token{};
+  std::memcpy(token.data(), &all[leader * kPeerWords + kToken0], token.size());
+  StoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = static_cast<uint16_t>(all[leader * kPeerWords + kPort]);
+  so.token = hex(token.data(), token.size());
+  so.timeout = std::chrono::milliseconds(settings().init_timeout_ms);
+  auto nc = std::make_shared<NativeComm>();
+  nc->real = p.comm;
+  nc->rank = p.rank;
+  nc->nranks = p.nranks;
+  nc->store = Store::connect(so);
+  CommOptions o;
+  o.backend = BackendKind::kCuda;
+  o.device = device;
+  o.name = fmt::format("nccl-span-{:016x}-node{}", static_cast<uint64_t>(all[kName]), node);
+  o.config = comm_config();
+  o.meet_timeout = std::chrono::milliseconds(settings().init_timeout_ms);
+  {
+    symcomm::detail::DeviceScope scope(device);
+    parts.node = Communicator::create(nc->store, RankInfo{local, local_size, local, local_size}, o);
+  }
+  if (layout.num_nodes() == 1) {  // a communicator of one node (a split inside a node): served as one is
+    nc->limits = resolved_limits(p.nranks);
+    nc->sc = std::move(parts.node);
+    return nc;
+  }
+  parts.rank = p.rank;
+  parts.device = device;
+  parts.world = p.comm;
+  parts.inter = inter;
+  parts.nccl = &real_calls();
+  for (int r = 0; r < p.nranks; ++r) {
+    parts.pids.push_back(static_cast<int>(all[r * kPeerWords + kPid]));
+    if (r != p.rank && all[r * kPeerWords + kHost] == all[p.rank * kPeerWords + kHost]) parts.host_peers.push_back(r);
+  }
+  parts.layout = layout;
+  nc->mn = std::make_unique<CudaMultiNodeCommunicator::Impl>(std::move(parts));
+  return nc;
+}
+
+void attach_spanning(const Pending& p, int device) {
+  const IdServer* server = id_server();
+  std::vector<int64_t> mine(kPeerWords, 0);
+  mine[kHost] = static_cast<int64_t>(host_identity());
+  mine[kPid] = ::getpid();
+  if (server != nullptr) {
+    mine[kPort] = server->server->port();
+    std::memcpy(&mine[kToken0], server->token.data(), server->token.size());
+  }
+  mine[kName] = static_cast<int64_t>(random_u64());
+  const std::optional<std::vector<int64_t>> all = nccl_all_gather(p.comm, p.rank, p.nranks, mine);
+  if (!all) return;  // the communicator is broken: a peer is gone, or this rank's CUDA failed
+  std::optional<symcomm::detail::NodeLayout> layout;
+  try {
+    layout = span_layout(*all, p.nranks);
+  } catch (const std::exception& e) {
+    SYMCOMM_LOG_WARN("symcomm NCCL drop-in: rank {} of {}: {}", p.rank, p.nranks, e.what());
+  }
+  if (!layout) return;  // the same answer on every rank: forward-only everywhere
+  // The split is collective over the real communicator: every rank takes part, whatever it made before.
+  ncclComm_t inter = nullptr;
+  const bool wants_inter = layout->num_nodes() > 1 && layout->uniform() && layout->node_size() > 1;
+  bool inter_ok = !wants_inter;
+  if (wants_inter) {
+    const ncclResult_t r = forward_call<Target::kCommSplit, decltype(&pncclCommSplit)>(
+        p.comm, layout->local_of[p.rank], layout->node_of[p.rank], &inter, nullptr);
+    inter_ok = (r == ncclSuccess || r == ncclInProgress) && inter != nullptr && wait_ready(inter) == ncclSuccess;
+  }
+  std::shared_ptr<NativeComm> nc;
+  if (inter_ok) {
+    try {
+      nc = make_spanning(p, device, *all, *layout, inter);
+    } catch (const std::exception& e) {
+      SYMCOMM_LOG_WARN(
+          "symcomm NCCL drop-in: rank {} of {}: the multi-node communicator could not be made ({}); this "
+          "communicator stays forward-only",
+          p.rank, p.nranks, e.what());
+    }
+  }
+  const bool mine_ok = nc != nullptr && (nc->mn != nullptr || usable(nc.get(), p.rank, p.nranks));
+  std::vector<AgreeWords> w{{mine_ok ? 1 : 0, 0, 0, 0}};
+  if (nccl_min({p.comm}, w) && w[0][0] == 1) {
+    put(std::move(nc));
+    return;
+  }
+  if (mine_ok) {
+    SYMCOMM_LOG_INFO(
+        "symcomm NCCL drop-in: rank {} of {}: another rank could not make its part of the multi-node communicator; "
+        "this communicator stays forward-only",
+        p.rank, p.nranks);
+  }
+  try {
+    nc.reset();  // aborts the communicator between the nodes where it was made
+  } catch (const std::exception&) {
+  }
+  if (!mine_ok && inter != nullptr) forward_call<Target::kCommAbort, decltype(&pncclCommAbort)>(inter);
+}
+
 void attach_fresh(const Pending& p) {
   const NativeLimits limits = resolved_limits(p.nranks);
   const int device = comm_device(p.comm);
-  const bool can =
-      p.stamp.has_value() && p.stamp->host == host_identity() && p.nranks >= 2 && p.nranks <= kMaxRanks && device >= 0;
+  const bool can = p.stamp.has_value() && p.nranks >= 2 && device >= 0;
+  const int fake = settings().fake_node_size;
+  const bool one_node = can && p.stamp->host == host_identity() && (fake == 0 || fake >= p.nranks);
   const int64_t h = settings_hash(limits);
-  std::vector<AgreeWords> w{{can ? 1 : 0, h, -h}};
+  std::vector<AgreeWords> w{{can ? 1 : 0, h, -h, one_node ? 1 : 0}};
   if (!nccl_min({p.comm}, w) || w[0][0] != 1 || w[0][1] != -w[0][2]) return;  // (1): forward-only everywhere
+  if (w[0][3] != 1) return attach_spanning(p, device);  // NOTE [drop-in communicators that span nodes]
+  if (p.nranks > kMaxRanks) return;
   std::shared_ptr<NativeComm> nc;
   try {
     nc = create_from_stamp(p.comm, p.nranks, p.rank, *p.stamp, device);
@@ -411,7 +652,10 @@ void attach_fresh(const Pending& p) {
 void attach(const Pending& p) noexcept {
   try {
     if (wait_ready(p.comm) != ncclSuccess) return;
-    if (p.split) {
+    if (p.spanning) {
+      const int device = comm_device(p.comm);
+      if (device >= 0) attach_spanning(p, device);
+    } else if (p.split) {
       conclude(p, p.made);
     } else {
       attach_fresh(p);
@@ -422,7 +666,8 @@ void attach(const Pending& p) noexcept {
   }
 }
 
-// Creations a thread made inside ncclGroupStart / ncclGroupEnd, finished at the outermost ncclGroupEnd.
+// The caller's open ncclGroupStart calls on this thread, and the creations it made inside them, finished at the
+// outermost ncclGroupEnd.
 thread_local int t_group_depth = 0;
 thread_local std::vector<Pending> t_pending;
 
@@ -438,7 +683,7 @@ void finish_pending(std::vector<Pending> pending) {
   for (const Pending& p : pending) {
     if (wait_ready(p.comm) == ncclSuccess) comms.push_back(p.comm);
   }
-  std::vector<AgreeWords> w(comms.size(), AgreeWords{0, 0, 0});
+  std::vector<AgreeWords> w(comms.size(), AgreeWords{0, 0, 0, 0});
   if (!comms.empty()) nccl_min(comms, w);
 }
 
@@ -452,7 +697,7 @@ void created(Pending p) {
 
 void destroy_native(std::shared_ptr<NativeComm> nc, bool abort) {
   try {
-    if (abort) nc->sc->abort();
+    if (abort) nc->abort();
     nc.reset();
   } catch (const std::exception& e) {
     SYMCOMM_LOG_WARN("symcomm NCCL drop-in: releasing symcomm's communicator: {}", e.what());
@@ -466,6 +711,40 @@ CollOptions on(cudaStream_t stream) {
   CollOptions o;
   o.stream = reinterpret_cast<Stream>(stream);
   return o;
+}
+
+// A multi-node communicator behind Communicator's calls, as the hooks make them: a call whose path is flat is left
+// for the caller's NCCL (`ran` stays false).
+struct SpanningTarget {
+  CudaMultiNodeCommunicator::Impl& mn;
+  bool ran = false;
+
+  void all_reduce(const void* in, void* out, size_t n, DataType dt, ReduceOp op, const CollOptions& o) {
+    issue(symcomm::detail::make_request(Collective::kAllReduce, in, out, n, dt, op, 0, o));
+  }
+  void all_gather(const void* in, void* out, size_t n, DataType dt, const CollOptions& o) {
+    issue(symcomm::detail::make_request(Collective::kAllGather, in, out, n, dt, ReduceOp::kSum, 0, o));
+  }
+  void reduce_scatter(const void* in, void* out, size_t n, DataType dt, ReduceOp op, const CollOptions& o) {
+    issue(symcomm::detail::make_request(Collective::kReduceScatter, in, out, n, dt, op, 0, o));
+  }
+  void broadcast(const void* in, void* out, size_t n, DataType dt, int root, const CollOptions& o) {
+    issue(symcomm::detail::make_request(Collective::kBroadcast, in, out, n, dt, ReduceOp::kSum, root, o));
+  }
+
+ private:
+  void issue(const symcomm::detail::Request& r) {
+    if (mn.path_of(r, Hierarchy::kAuto) == NodePath::kFlat) return;
+    mn.issue(r, Hierarchy::kAuto);
+    ran = true;
+  }
+};
+
+// Every size: the multi-node plan's thresholds choose between its paths.
+NativeLimits unlimited() {
+  NativeLimits l;
+  for (size_t& v : l.max_bytes) v = SIZE_MAX;
+  return l;
 }
 
 template <class Forward, class Run>
@@ -482,6 +761,23 @@ ncclResult_t collective(NativeColl coll, ncclComm_t comm, size_t count, ncclData
     }
     tally(false, coll, count * nccl_type_size(dt));
     return forward();
+  }
+  if (nc->mn != nullptr) {  // NOTE [drop-in communicators that span nodes]
+    const NativePlan p = plan_call(coll, count, dt, op, nc->nranks, unlimited(), false);
+    if (!p.native || t_group_depth > 0) {
+      tally(false, coll, p.bytes);
+      return forward();
+    }
+    bool ran = false;
+    const ncclResult_t r = guarded(nc.get(), [&] {
+      SpanningTarget target{*nc->mn};
+      run(target, p);
+      ran = target.ran;
+      return ncclSuccess;
+    });
+    if (r != ncclSuccess) return r;
+    tally(ran, coll, p.bytes);
+    return ran ? ncclSuccess : forward();
   }
   const NativePlan p = plan_call(coll, count, dt, op, nc->nranks, nc->limits, !strict());
   if (!p.native) {  // native-only too: what symcomm has no exact equivalent for (FP8, unsigned min/max, ...)
@@ -551,23 +847,27 @@ ncclResult_t CommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
   const std::shared_ptr<NativeComm> parent = find(comm);
   if (parent == nullptr) return r;  // every rank of the parent agreed on forward-only: so do its children
   // symcomm's split is collective over the parent's ranks, as NCCL's is: every rank takes part, whatever NCCL
-  // answered, so that none waits for another.
+  // answered, so that none waits for another. A parent that spans nodes has no such split: its children are made
+  // from their own agreement (NOTE [drop-in communicators that span nodes]).
   std::shared_ptr<NativeComm> child;
-  try {
-    symcomm::detail::DeviceScope scope(parent->sc->device());
-    SplitOptions so;
-    auto sc = parent->sc->split(color == NCCL_SPLIT_NOCOLOR ? kSplitNoColor : color, key, so);
-    if (sc != nullptr) {
-      child = std::make_shared<NativeComm>();
-      child->rank = sc->rank();
-      child->nranks = sc->world_size();
-      child->limits = resolved_limits(child->nranks);
-      child->store = parent->store;
-      child->sc = std::move(sc);
+  const bool spanning = parent->mn != nullptr;
+  if (!spanning) {
+    try {
+      symcomm::detail::DeviceScope scope(parent->sc->device());
+      SplitOptions so;
+      auto sc = parent->sc->split(color == NCCL_SPLIT_NOCOLOR ? kSplitNoColor : color, key, so);
+      if (sc != nullptr) {
+        child = std::make_shared<NativeComm>();
+        child->rank = sc->rank();
+        child->nranks = sc->world_size();
+        child->limits = resolved_limits(child->nranks);
+        child->store = parent->store;
+        child->sc = std::move(sc);
+      }
+    } catch (const std::exception& e) {
+      SYMCOMM_LOG_WARN("symcomm NCCL drop-in: rank {} of {}: split: {}; the new communicator stays forward-only",
+                       parent->rank, parent->nranks, e.what());
     }
-  } catch (const std::exception& e) {
-    SYMCOMM_LOG_WARN("symcomm NCCL drop-in: rank {} of {}: split: {}; the new communicator stays forward-only",
-                     parent->rank, parent->nranks, e.what());
   }
   if ((r != ncclSuccess && r != ncclInProgress) || newcomm == nullptr || *newcomm == nullptr) return r;
   int rank = -1, nranks = 0;
@@ -575,7 +875,8 @@ ncclResult_t CommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
     forward_call<Target::kCommUserRank, decltype(&pncclCommUserRank)>(*newcomm, &rank);
     forward_call<Target::kCommCount, decltype(&pncclCommCount)>(*newcomm, &nranks);
   }
-  created(Pending{*newcomm, nranks, rank, std::nullopt, true, std::move(child)});
+  if (spanning && nranks < 2) return r;
+  created(Pending{*newcomm, nranks, rank, std::nullopt, true, std::move(child), spanning});
   return r;
 }
 
@@ -597,7 +898,7 @@ ncclResult_t CommRevoke(ncclComm_t comm, int revokeFlags) noexcept {
   if (active()) {
     if (auto nc = find(comm)) {
       guarded(nc.get(), [&] {
-        nc->sc->abort();
+        nc->abort();
         return ncclSuccess;
       });
     }
@@ -609,7 +910,7 @@ ncclResult_t CommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) noexce
   if (active() && asyncError != nullptr) {
     if (auto nc = find(comm)) {
       try {
-        nc->sc->check();
+        nc->check();
       } catch (const Error& e) {
         // symcomm's dead-peer, timeout and abort errors, as NCCL reports a failed peer.
         fail(nc.get(), ncclRemoteError, e.what());
@@ -633,9 +934,7 @@ ncclResult_t AllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
         return forward_call<Target::kAllReduce, decltype(&pncclAllReduce)>(sendbuff, recvbuff, count, datatype, op,
                                                                            comm, stream);
       },
-      [&](Communicator& sc, const NativePlan& p) {
-        sc.all_reduce(sendbuff, recvbuff, p.count, p.dtype, p.op, on(stream));
-      });
+      [&](auto& sc, const NativePlan& p) { sc.all_reduce(sendbuff, recvbuff, p.count, p.dtype, p.op, on(stream)); });
 }
 
 ncclResult_t AllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
@@ -646,7 +945,7 @@ ncclResult_t AllGather(const void* sendbuff, void* recvbuff, size_t sendcount, n
         return forward_call<Target::kAllGather, decltype(&pncclAllGather)>(sendbuff, recvbuff, sendcount, datatype,
                                                                            comm, stream);
       },
-      [&](Communicator& sc, const NativePlan& p) { sc.all_gather(sendbuff, recvbuff, p.count, p.dtype, on(stream)); });
+      [&](auto& sc, const NativePlan& p) { sc.all_gather(sendbuff, recvbuff, p.count, p.dtype, on(stream)); });
 }
 
 ncclResult_t ReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
@@ -657,7 +956,7 @@ ncclResult_t ReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcoun
         return forward_call<Target::kReduceScatter, decltype(&pncclReduceScatter)>(sendbuff, recvbuff, recvcount,
                                                                                    datatype, op, comm, stream);
       },
-      [&](Communicator& sc, const NativePlan& p) {
+      [&](auto& sc, const NativePlan& p) {
         sc.reduce_scatter(sendbuff, recvbuff, p.count, p.dtype, p.op, on(stream));
       });
 }
@@ -670,9 +969,7 @@ ncclResult_t Broadcast(const void* sendbuff, void* recvbuff, size_t count, ncclD
         return forward_call<Target::kBroadcast, decltype(&pncclBroadcast)>(sendbuff, recvbuff, count, datatype, root,
                                                                            comm, stream);
       },
-      [&](Communicator& sc, const NativePlan& p) {
-        sc.broadcast(sendbuff, recvbuff, p.count, p.dtype, root, on(stream));
-      });
+      [&](auto& sc, const NativePlan& p) { sc.broadcast(sendbuff, recvbuff, p.count, p.dtype, root, on(stream)); });
 }
 
 ncclResult_t Bcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
@@ -680,7 +977,7 @@ ncclResult_t Bcast(void* buff, size_t count, ncclDataType_t datatype, int root, 
   return collective(
       NativeColl::kBroadcast, comm, count, datatype, ncclSum,
       [&] { return forward_call<Target::kBcast, decltype(&pncclBcast)>(buff, count, datatype, root, comm, stream); },
-      [&](Communicator& sc, const NativePlan& p) { sc.broadcast(buff, buff, p.count, p.dtype, root, on(stream)); });
+      [&](auto& sc, const NativePlan& p) { sc.broadcast(buff, buff, p.count, p.dtype, root, on(stream)); });
 }
 
 // Collectives inside a group run on symcomm when they are issued (every rank issues them in the same order);

@@ -219,8 +219,7 @@ void open_real(RealLibrary& lib) noexcept {
   }
   if (config.bad_variable != nullptr) {
     lib.failure = ncclInvalidUsage;
-    error.add("symcomm NCCL drop-in: %s is not a number of bytes (milliseconds for the timeout, at least 1) or \"max\"",
-              config.bad_variable);
+    error.add("symcomm NCCL drop-in: %s is not %s", config.bad_variable, config.bad_expected);
     return;
   }
   if (*config.real_library != '\0') {

@@ -39,6 +39,13 @@ constexpr const char* kLimitVariables[4] = {
     "SYMCOMM_NCCL_SHIM_ALL_REDUCE_MAX_BYTES", "SYMCOMM_NCCL_SHIM_ALL_GATHER_MAX_BYTES",
     "SYMCOMM_NCCL_SHIM_REDUCE_SCATTER_MAX_BYTES", "SYMCOMM_NCCL_SHIM_BROADCAST_MAX_BYTES"};
 
+// Records the first variable whose value could not be read.
+void refuse(ShimConfig& c, const char* variable, const char* expected) noexcept {
+  if (c.bad_variable != nullptr) return;
+  c.bad_variable = variable;
+  c.bad_expected = expected;
+}
+
 }  // namespace
 
 ShimConfig read_config() noexcept {  // NOTE [drop-in environment]
@@ -50,9 +57,7 @@ ShimConfig read_config() noexcept {  // NOTE [drop-in environment]
   c.stats = std::strcmp(env_or_empty("SYMCOMM_NCCL_SHIM_STATS"), "1") == 0;
   for (int i = 0; i < 4; ++i) {
     const char* v = env_or_empty(kLimitVariables[i]);
-    if (*v != '\0' && !parse_bytes(v, &c.max_bytes[i]) && c.bad_variable == nullptr) {
-      c.bad_variable = kLimitVariables[i];
-    }
+    if (*v != '\0' && !parse_bytes(v, &c.max_bytes[i])) refuse(c, kLimitVariables[i], "a number of bytes or \"max\"");
   }
   c.heap_bytes_set = *env_or_empty("SYMCOMM_HEAP_BYTES") != '\0';
   c.timeout_set = *env_or_empty("SYMCOMM_TIMEOUT_MS") != '\0';
@@ -61,10 +66,20 @@ ShimConfig read_config() noexcept {  // NOTE [drop-in environment]
   if (*t != '\0') {
     if (parse_bytes(t, &ms) && ms > 0 && ms <= 3600000) {
       c.init_timeout_ms = static_cast<long>(ms);
-    } else if (c.bad_variable == nullptr) {
-      c.bad_variable = "SYMCOMM_NCCL_SHIM_INIT_TIMEOUT_MS";
+    } else {
+      refuse(c, "SYMCOMM_NCCL_SHIM_INIT_TIMEOUT_MS", "a number of milliseconds from 1 to 3600000");
     }
   }
+  const char* fake = env_or_empty("SYMCOMM_FAKE_NODE_SIZE");
+  size_t size = 0;
+  if (*fake != '\0') {
+    if (parse_bytes(fake, &size) && size <= 1u << 20) {
+      c.fake_node_size = static_cast<int>(size);
+    } else {
+      refuse(c, "SYMCOMM_FAKE_NODE_SIZE", "a whole number of ranks");
+    }
+  }
+  c.node_min_bytes = env_or_empty("SYMCOMM_NODE_MIN_BYTES");
   return c;
 }
 

@@ -29,6 +29,12 @@ enum class Mode {
 //                               BROADCAST (bytes, or "max"; unset: native_plan.cc's table); must be equal on
 //                               every rank (communicators whose ranks differ stay forward-only)
 //   SYMCOMM_NCCL_SHIM_INIT_TIMEOUT_MS  bound of symcomm's part of a communicator's creation (default 30000)
+//   SYMCOMM_FAKE_NODE_SIZE      communicators of one host taken as nodes of this many ranks (a whole number;
+//                               unset or 0: nodes are hosts), as symcomm.torch takes it
+//   SYMCOMM_NODE_MIN_BYTES      communicators that span nodes: where the hierarchical path starts, per collective
+//                               ("all_reduce=64K,..."; unset: the CUDA defaults, flat at every size), as
+//                               symcomm.torch takes it
+// The last two, like the size limits, must be equal on every rank.
 // libsymcomm's own SYMCOMM_* settings (Config::from_env) apply to the communicators it makes behind NCCL's.
 // SYMCOMM_NCCL (the CUDA backend's eager|lazy|off) is libsymcomm's, a different setting.
 inline constexpr size_t kUnsetLimit = ~size_t{0} - 1;  ///< a size limit not set in the environment
@@ -38,12 +44,15 @@ struct ShimConfig {
   bool stats = false;
   size_t max_bytes[4] = {kUnsetLimit, kUnsetLimit, kUnsetLimit, kUnsetLimit};  ///< by NativeColl
   const char* bad_variable = nullptr;  ///< the first variable above whose value could not be read
+  const char* bad_expected = "";       ///< what that variable takes, for the refusal's text
   long init_timeout_ms = 30000;
-  bool heap_bytes_set = false;    ///< SYMCOMM_HEAP_BYTES (libsymcomm's) is set
-  bool timeout_set = false;       ///< SYMCOMM_TIMEOUT_MS (libsymcomm's) is set
-  const char* mode_text = "";     ///< SYMCOMM_NCCL_SHIM as set ("" when unset)
-  const char* real_library = "";  ///< SYMCOMM_NCCL_REAL_LIBRARY ("" when unset)
-  const char* library_path = "";  ///< LD_LIBRARY_PATH ("" when unset)
+  int fake_node_size = 0;           ///< SYMCOMM_FAKE_NODE_SIZE (0 when unset)
+  const char* node_min_bytes = "";  ///< SYMCOMM_NODE_MIN_BYTES ("" when unset; read where it is used)
+  bool heap_bytes_set = false;      ///< SYMCOMM_HEAP_BYTES (libsymcomm's) is set
+  bool timeout_set = false;         ///< SYMCOMM_TIMEOUT_MS (libsymcomm's) is set
+  const char* mode_text = "";       ///< SYMCOMM_NCCL_SHIM as set ("" when unset)
+  const char* real_library = "";    ///< SYMCOMM_NCCL_REAL_LIBRARY ("" when unset)
+  const char* library_path = "";    ///< LD_LIBRARY_PATH ("" when unset)
 };
 
 // The settings of the environment now; the strings point into the environment and stay valid until it is

@@ -25,6 +25,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "harness/scoped_env.h"
@@ -623,6 +624,23 @@ TEST(NcclDropIn, ASizeLimitThatIsNotANumberIsRefused) {
       first_call(shim);
     } else {
       expect_refused(shim, ncclInvalidUsage, "SYMCOMM_NCCL_SHIM_ALL_GATHER_MAX_BYTES is not a number of bytes");
+    }
+  }
+}
+
+TEST(NcclDropIn, AFakeNodeSizeThatIsNotAWholeNumberIsRefused) {
+  const std::pair<const char*, bool> cases[] = {{"two", false}, {"-2", false}, {"1.5", false},
+                                                {"max", false}, {"4", true},   {"0", true}};
+  for (const auto& [value, accepted] : cases) {
+    SCOPED_TRACE(value);
+    const auto env = drop_in_env(kMockPath);
+    ScopedEnvSet size({{"SYMCOMM_FAKE_NODE_SIZE", std::string(value)}});
+    TempDir dir;
+    DropIn shim(dir / "libsymcomm_nccl.so");
+    if (accepted) {
+      first_call(shim);
+    } else {
+      expect_refused(shim, ncclInvalidUsage, "SYMCOMM_FAKE_NODE_SIZE is not a whole number of ranks");
     }
   }
 }

@@ -12,6 +12,7 @@
 #   GPU_CHECK_STEPS="build shared" tools/gpu/check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
 #   GPU_CHECK_STEPS="build python" tools/gpu/check.sh   (symcomm.torch on CUDA against NCCL, and its benchmark)
 #   GPU_CHECK_STEPS="build multinode" tools/gpu/check.sh   (flat against hierarchical CUDA paths on 2 fake nodes)
+#   GPU_CHECK_STEPS="build dropin" tools/gpu/check.sh   (the NCCL drop-in against the real NCCL, also over fake nodes)
 #
 #   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu/check.sh   (here, on the CPU machine: see "prebuilt" below)
 #
@@ -243,6 +244,34 @@ if has multinode && [ -x "$BUILD/bench/symcomm-multinode-cuda-bench" ] && [ -x "
     grep -E "^\[rank 0\]" "$OUT/multinode_cuda.log" | sed 's/^\[rank 0\] //' | tee -a "$SUMMARY"
   else
     note "multinode CUDA bench: needs 4 GPUs (2 fake nodes of 2), $ngpu seen"
+  fi
+fi
+
+# The NCCL drop-in library against the real NCCL (tests/nccl_shim/gpu/nccl_conformance.cc), one process per GPU,
+# native-only, --quick; with 4+ GPUs again over two fake nodes (SYMCOMM_FAKE_NODE_SIZE) with every collective on the
+# hierarchical path (SYMCOMM_NODE_MIN_BYTES=0 for each), symcomm in each node and the real NCCL between them. The
+# real NCCL is the one of the python3 that holds torch (the nvidia-nccl package). Needs 2+ GPUs.
+if has dropin && [ -x "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" ] && [ -e "$BUILD/src/nccl_shim/libsymcomm_nccl.so" ]; then
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  real=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+  if [ "$ngpu" -lt 2 ] || [ ! -e "$real" ]; then
+    note "dropin: needs 2 GPUs and the nvidia-nccl package ($ngpu GPUs, real NCCL '${real}')"
+  else
+    conformance() {  # log, then VAR=value ... for the environment
+      local log=$1 t0
+      shift
+      t0=$(date +%s)
+      env SYMCOMM_NCCL_SHIM=native-only SYMCOMM_NCCL_SHIM_STATS=1 "$@" timeout 300 \
+        "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" --shim "$BUILD/src/nccl_shim/libsymcomm_nccl.so" \
+        --real "$real" --quick --timeout 280 >"$OUT/$log" 2>&1
+      note "dropin conformance $* ($ngpu ranks): rc=$? in $(($(date +%s) - t0)) s (log: $log)"
+      grep -E "^conformance: (PASS|FAIL)|symcomm_nccl: pid" "$OUT/$log" | head -5 | tee -a "$SUMMARY"
+    }
+    conformance dropin.log
+    if [ "$ngpu" -ge 4 ]; then
+      conformance dropin_nodes.log SYMCOMM_FAKE_NODE_SIZE=$((ngpu / 2)) \
+        SYMCOMM_NODE_MIN_BYTES=all_reduce=0,all_gather=0,reduce_scatter=0,broadcast=0
+    fi
   fi
 fi
 
