@@ -497,25 +497,11 @@ const symcomm::detail::NcclCalls& real_calls() {
   return calls;
 }
 
-// What each rank shows the others (words of the all-gather).
-enum PeerWord { kHost, kPid, kPort, kToken0, kToken1, kName, kPeerWords };
-
-// The nodes of a communicator from every rank's words: hosts, or fake nodes of the hosts' ranks; nullopt where a node's
-// ranks are not all on its lowest rank's host, or that rank has no store server, or a node is too large.
+// The nodes of a communicator from every rank's words (span_node_keys); nullopt where it cannot be served.
 std::optional<symcomm::detail::NodeLayout> span_layout(const std::vector<int64_t>& all, int nranks) {
-  std::vector<int64_t> keys(nranks);
-  for (int r = 0; r < nranks; ++r) keys[r] = all[r * kPeerWords + kHost];
-  const int fake = settings().fake_node_size;
-  if (fake > 0) keys = symcomm::detail::fake_node_keys(nranks, fake);
-  symcomm::detail::NodeLayout layout = symcomm::detail::make_node_layout(keys);
-  for (const std::vector<int>& members : layout.members) {
-    const int leader = members.front();
-    if (all[leader * kPeerWords + kPort] == 0 || static_cast<int>(members.size()) > kMaxRanks) return std::nullopt;
-    for (int r : members) {
-      if (all[r * kPeerWords + kHost] != all[leader * kPeerWords + kHost]) return std::nullopt;
-    }
-  }
-  return layout;
+  std::vector<int64_t> keys;
+  if (!span_node_keys(all, nranks, settings().fake_node_size, kMaxRanks, &keys)) return std::nullopt;
+  return symcomm::detail::make_node_layout(keys);
 }
 
 std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const std::vector<int64_t>& all,
@@ -528,10 +514,10 @@ std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const st
   parts.thresholds =
       symcomm::detail::parse_node_thresholds(settings().node_min_bytes, symcomm::detail::cuda_node_thresholds());
   std::array<uint8_t, 16> token{};
-  std::memcpy(token.data(), &all[leader * kPeerWords + kToken0], token.size());
+  std::memcpy(token.data(), &all[leader * kSpanWords + kSpanToken0], token.size());
   StoreOptions so;
   so.host = "127.0.0.1";
-  so.port = static_cast<uint16_t>(all[leader * kPeerWords + kPort]);
+  so.port = static_cast<uint16_t>(all[leader * kSpanWords + kSpanPort]);
   so.token = hex(token.data(), token.size());
   so.timeout = std::chrono::milliseconds(settings().init_timeout_ms);
   auto nc = std::make_shared<NativeComm>();
@@ -542,7 +528,7 @@ std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const st
   CommOptions o;
   o.backend = BackendKind::kCuda;
   o.device = device;
-  o.name = fmt::format("nccl-span-{:016x}-node{}", static_cast<uint64_t>(all[kName]), node);
+  o.name = fmt::format("nccl-span-{:016x}-node{}", static_cast<uint64_t>(all[kSpanName]), node);
   o.config = comm_config();
   o.meet_timeout = std::chrono::milliseconds(settings().init_timeout_ms);
   {
@@ -560,8 +546,9 @@ std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const st
   parts.inter = inter;
   parts.nccl = &real_calls();
   for (int r = 0; r < p.nranks; ++r) {
-    parts.pids.push_back(static_cast<int>(all[r * kPeerWords + kPid]));
-    if (r != p.rank && all[r * kPeerWords + kHost] == all[p.rank * kPeerWords + kHost]) parts.host_peers.push_back(r);
+    parts.pids.push_back(static_cast<int>(all[r * kSpanWords + kSpanPid]));
+    if (r != p.rank && all[r * kSpanWords + kSpanHost] == all[p.rank * kSpanWords + kSpanHost])
+      parts.host_peers.push_back(r);
   }
   parts.layout = layout;
   nc->mn = std::make_unique<CudaMultiNodeCommunicator::Impl>(std::move(parts));
@@ -570,14 +557,14 @@ std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const st
 
 void attach_spanning(const Pending& p, int device) {
   const IdServer* server = id_server();
-  std::vector<int64_t> mine(kPeerWords, 0);
-  mine[kHost] = static_cast<int64_t>(host_identity());
-  mine[kPid] = ::getpid();
+  std::vector<int64_t> mine(kSpanWords, 0);
+  mine[kSpanHost] = static_cast<int64_t>(host_identity());
+  mine[kSpanPid] = ::getpid();
   if (server != nullptr) {
-    mine[kPort] = server->server->port();
-    std::memcpy(&mine[kToken0], server->token.data(), server->token.size());
+    mine[kSpanPort] = server->server->port();
+    std::memcpy(&mine[kSpanToken0], server->token.data(), server->token.size());
   }
-  mine[kName] = static_cast<int64_t>(random_u64());
+  mine[kSpanName] = static_cast<int64_t>(random_u64());
   const std::optional<std::vector<int64_t>> all = nccl_all_gather(p.comm, p.rank, p.nranks, mine);
   if (!all) return;  // the communicator is broken: a peer is gone, or this rank's CUDA failed
   std::optional<symcomm::detail::NodeLayout> layout;

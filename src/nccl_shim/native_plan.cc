@@ -1,6 +1,7 @@
 #include "native_plan.h"
 
 #include <cstdint>
+#include <unordered_map>
 
 namespace symcomm::nccl_shim {
 
@@ -144,6 +145,23 @@ NativePlan plan_call(NativeColl coll, size_t count, ncclDataType_t dt, ncclRedOp
   }
   p.native = true;
   return p;
+}
+
+bool span_node_keys(const std::vector<int64_t>& words, int nranks, int fake_node_size, int max_node_ranks,
+                    std::vector<int64_t>* keys) noexcept {
+  if (nranks < 1 || words.size() != static_cast<size_t>(nranks) * kSpanWords) return false;
+  auto word = [&](int r, SpanWord w) { return words[static_cast<size_t>(r) * kSpanWords + w]; };
+  keys->assign(nranks, 0);
+  std::unordered_map<int64_t, int> first;  // node key -> its lowest rank
+  std::unordered_map<int, int> size;       // lowest rank -> the node's ranks
+  for (int r = 0; r < nranks; ++r) {
+    const int64_t key = fake_node_size > 0 ? r / fake_node_size : word(r, kSpanHost);
+    const int lowest = first.try_emplace(key, r).first->second;
+    (*keys)[r] = lowest;
+    if (++size[lowest] > max_node_ranks) return false;
+    if (word(r, kSpanHost) != word(lowest, kSpanHost) || word(lowest, kSpanPort) == 0) return false;
+  }
+  return true;
 }
 
 }  // namespace symcomm::nccl_shim

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "symcomm/types.h"
 
@@ -50,5 +51,24 @@ size_t nccl_type_size(ncclDataType_t dt) noexcept;
 // reduce-scatter). respect_limits: auto mode; false: native-only (every call symcomm can run).
 NativePlan plan_call(NativeColl coll, size_t count, ncclDataType_t dt, ncclRedOp_t op, int world_size,
                      const NativeLimits& limits, bool respect_limits) noexcept;
+
+// NOTE [drop-in communicators that span nodes] (native.cc): the words each rank shows the others, kSpanWords per rank.
+enum SpanWord : int {
+  kSpanHost,    ///< host_identity()
+  kSpanPid,     ///< the process id
+  kSpanPort,    ///< the loopback port of the process's store server (0: it has none)
+  kSpanToken0,  ///< the server's token, 16 bytes in two words
+  kSpanToken1,
+  kSpanName,  ///< a random number; rank 0's names the communicator's node communicators
+  kSpanWords,
+};
+
+// The node of each rank of a communicator that spans nodes, from every rank's words (`words`: kSpanWords per rank, in
+// rank order): the ranks of one host, or where fake_node_size > 0 nodes of that many consecutive ranks; keys[r] is
+// the lowest rank of r's node. false (keys unspecified) where the communicator cannot be served: a node whose ranks
+// are not all on its lowest rank's host (the others reach that rank's store server over loopback), whose lowest rank
+// has no store server, or of more than max_node_ranks ranks.
+bool span_node_keys(const std::vector<int64_t>& words, int nranks, int fake_node_size, int max_node_ranks,
+                    std::vector<int64_t>* keys) noexcept;
 
 }  // namespace symcomm::nccl_shim

@@ -1,5 +1,5 @@
-// The native layer's pure parts: which NCCL calls run on symcomm and as what (native_plan.cc), and the
-// rendezvous stamp inside an ncclUniqueId (id_stamp.cc).
+// The native layer's pure parts: which NCCL calls run on symcomm and as what (native_plan.cc), the nodes of a
+// communicator that spans them (span_node_keys), and the rendezvous stamp inside an ncclUniqueId (id_stamp.cc).
 
 #include "native_plan.h"
 
@@ -167,6 +167,46 @@ IdStamp some_stamp(uint64_t seed) {
   for (auto& b : s.token) b = static_cast<uint8_t>(g());
   s.nonce = g();
   return s;
+}
+
+// Every rank's words of the spanning agreement: hosts[r] and ports[r], the rest filled with r's own values.
+std::vector<int64_t> span_words(const std::vector<int64_t>& hosts, const std::vector<int64_t>& ports) {
+  std::vector<int64_t> w;
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    const int64_t mine[kSpanWords] = {hosts[r], 1000 + static_cast<int64_t>(r), ports[r], 7, 8, 99};
+    w.insert(w.end(), mine, mine + kSpanWords);
+  }
+  return w;
+}
+
+TEST(SpanNodes, HostsGiveNodesKeyedByTheirLowestRank) {
+  std::vector<int64_t> keys;
+  ASSERT_TRUE(span_node_keys(span_words({5, -3, 5, -3, 5, -3}, {1, 2, 3, 4, 5, 6}), 6, 0, 64, &keys));
+  EXPECT_EQ(keys, (std::vector<int64_t>{0, 1, 0, 1, 0, 1}));
+  ASSERT_TRUE(span_node_keys(span_words({9, 9, 4}, {1, 0, 3}), 3, 0, 64, &keys));  // rank 1 needs no server
+  EXPECT_EQ(keys, (std::vector<int64_t>{0, 0, 2}));
+}
+
+TEST(SpanNodes, FakeNodesAreConsecutiveRanksOfOneHost) {
+  std::vector<int64_t> keys;
+  ASSERT_TRUE(span_node_keys(span_words({5, 5, 5, 5, 5}, {1, 2, 3, 4, 5}), 5, 2, 64, &keys));
+  EXPECT_EQ(keys, (std::vector<int64_t>{0, 0, 2, 2, 4}));
+  ASSERT_TRUE(span_node_keys(span_words({5, 5, 6, 6}, {1, 2, 3, 4}), 4, 2, 64, &keys));  // within the hosts
+  EXPECT_EQ(keys, (std::vector<int64_t>{0, 0, 2, 2}));
+}
+
+TEST(SpanNodes, NodesThatCannotMeetAreRefused) {
+  std::vector<int64_t> keys;
+  // A fake node across two hosts: rank 2 cannot reach rank 0's loopback server.
+  EXPECT_FALSE(span_node_keys(span_words({5, 5, 6, 6}, {1, 2, 3, 4}), 4, 3, 64, &keys));
+  // A node's lowest rank without a store server.
+  EXPECT_FALSE(span_node_keys(span_words({5, 6, 5, 6}, {1, 0, 3, 4}), 4, 0, 64, &keys));
+  // A node above the size limit.
+  EXPECT_FALSE(span_node_keys(span_words({5, 5, 5, 6}, {1, 2, 3, 4}), 4, 0, 2, &keys));
+  EXPECT_TRUE(span_node_keys(span_words({5, 5, 5, 6}, {1, 2, 3, 4}), 4, 0, 3, &keys));
+  // Words of another world size.
+  EXPECT_FALSE(span_node_keys(span_words({5, 5, 5}, {1, 2, 3}), 4, 0, 64, &keys));
+  EXPECT_FALSE(span_node_keys({}, 0, 0, 64, &keys));
 }
 
 TEST(IdStamp, RoundTripsAndLeavesNcclsBytesUnchanged) {
