@@ -16,9 +16,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,10 +45,34 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 enum class KillMode { kKill, kIdle, kAsync };
 
+// Survivors leave together: a survivor that left while another still waited to see the victim die would be seen
+// dead itself, and named instead of the victim. Each marks its report in SYMCOMM_TEST_KILL_DIR (check_kill.sh makes
+// it), then waits, up to 60 s, for the marks of every survivor.
+void leave_together(int me, int survivors) {
+  const char* dir = std::getenv("SYMCOMM_TEST_KILL_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return;
+  }
+  const std::filesystem::path d(dir);
+  std::ofstream(d / ("survivor." + std::to_string(me))).put('1');
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int marks = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(d, ec)) {
+      marks += entry.path().filename().string().rfind("survivor.", 0) == 0;
+    }
+    if (marks >= survivors) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 int kill_run(int victim, KillMode mode) {
   using namespace symcomm;
-  int me = 0;
+  int me = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
   MultiNodeOptions o;
   o.fake_node_size = 2;
   Config c;
@@ -73,9 +101,8 @@ int kill_run(int victim, KillMode mode) {
       std::printf("survivor %d: %s after %d all-reduces: %s\n", me,
                   e.code() == ErrorCode::kPeerDead && named ? "ok" : "WRONG ERROR", it, e.what());
       std::fflush(stdout);
-      // The job cannot finalise with a dead rank; the survivors leave without MPI_Finalize, after a pause that lets
-      // every survivor see the victim gone before the others are.
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      // The job cannot finalise with a dead rank; the survivors leave without MPI_Finalize, together.
+      leave_together(me, world - 1);
       std::_Exit(e.code() == ErrorCode::kPeerDead && named ? 0 : 1);
     }
   }
