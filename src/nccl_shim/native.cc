@@ -26,6 +26,7 @@
 #include "algos/request.h"
 #include "base/cuda_check.h"
 #include "base/hash.h"
+#include "base/host_process.h"
 #include "base/logging.h"
 #include "id_stamp.h"
 #include "multinode/multinode_cuda_impl.h"
@@ -450,10 +451,10 @@ void conclude(const Pending& p, std::shared_ptr<NativeComm> nc) {
 // A communicator whose ranks are on several hosts (or, with SYMCOMM_FAKE_NODE_SIZE, several fake nodes) is served by a
 // multi-node communicator (symcomm/multinode_cuda.h's implementation): symcomm in each node, the real NCCL between
 // them. No store reaches every host, so the pieces are agreed through the real communicator: an all-gather of every
-// rank's host, pid, store server and a random name (rank 0's names the node communicators); from it every rank
-// computes the same layout, the node communicators meet in the store server of their node's lowest rank (on the same
-// host: loopback), and one ncclCommSplit of the real communicator (color: local index, key: node) gives the
-// communicators between the nodes where the nodes are of equal size. The caller's communicator is the whole job's
+// rank's host, pid and pid namespace, store server and a random name (rank 0's names the node communicators); from
+// it every rank computes the same layout, the node communicators meet in the store server of their node's lowest rank
+// (on the same host: loopback), and one ncclCommSplit of the real communicator (color: local index, key: node) gives
+// the communicators between the nodes where the nodes are of equal size. The caller's communicator is the whole job's
 // engine, borrowed: it is never aborted by symcomm. A call runs there only where the multi-node plan takes a path
 // other than flat (SYMCOMM_NODE_MIN_BYTES; a flat call is the caller's NCCL call, so it is forwarded as it is) and
 // outside the caller's NCCL groups (the real NCCL defers a group's calls to ncclGroupEnd, which would reorder the
@@ -547,8 +548,9 @@ std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const st
   parts.nccl = &real_calls();
   for (int r = 0; r < p.nranks; ++r) {
     parts.pids.push_back(static_cast<int>(all[r * kSpanWords + kSpanPid]));
-    if (r != p.rank && all[r * kSpanWords + kSpanHost] == all[p.rank * kSpanWords + kSpanHost])
+    if (r != p.rank && all[r * kSpanWords + kSpanPidSpace] == all[p.rank * kSpanWords + kSpanPidSpace]) {
       parts.host_peers.push_back(r);
+    }
   }
   parts.layout = layout;
   nc->mn = std::make_unique<CudaMultiNodeCommunicator::Impl>(std::move(parts));
@@ -565,6 +567,7 @@ void attach_spanning(const Pending& p, int device) {
     std::memcpy(&mine[kSpanToken0], server->token.data(), server->token.size());
   }
   mine[kSpanName] = static_cast<int64_t>(random_u64());
+  mine[kSpanPidSpace] = static_cast<int64_t>(symcomm::detail::fnv1a(symcomm::detail::host_identity()));
   const std::optional<std::vector<int64_t>> all = nccl_all_gather(p.comm, p.rank, p.nranks, mine);
   if (!all) return;  // the communicator is broken: a peer is gone, or this rank's CUDA failed
   std::optional<symcomm::detail::NodeLayout> layout;

@@ -59,7 +59,8 @@ enum SpanWord : int {
   kSpanPort,    ///< the loopback port of the process's store server (0: it has none)
   kSpanToken0,  ///< the server's token, 16 bytes in two words
   kSpanToken1,
-  kSpanName,  ///< a random number; rank 0's names the communicator's node communicators
+  kSpanName,      ///< a random number; rank 0's names the communicator's node communicators
+  kSpanPidSpace,  ///< a hash of the boot and pid namespace: ranks with equal ones watch each other's pids
   kSpanWords,
 };
 

@@ -173,7 +173,7 @@ IdStamp some_stamp(uint64_t seed) {
 std::vector<int64_t> span_words(const std::vector<int64_t>& hosts, const std::vector<int64_t>& ports) {
   std::vector<int64_t> w;
   for (size_t r = 0; r < hosts.size(); ++r) {
-    const int64_t mine[kSpanWords] = {hosts[r], 1000 + static_cast<int64_t>(r), ports[r], 7, 8, 99};
+    const int64_t mine[kSpanWords] = {hosts[r], 1000 + static_cast<int64_t>(r), ports[r], 7, 8, 99, hosts[r]};
     w.insert(w.end(), mine, mine + kSpanWords);
   }
   return w;
