@@ -251,10 +251,12 @@ fi
 # native-only, --quick; with 4+ GPUs again over two fake nodes (SYMCOMM_FAKE_NODE_SIZE) with every collective on the
 # hierarchical path (SYMCOMM_NODE_MIN_BYTES=0 for each), symcomm in each node and the real NCCL between them. The
 # real NCCL is the one of the python3 that holds torch (the nvidia-nccl package). Needs 2+ GPUs.
-if has dropin && [ -x "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" ] && [ -e "$BUILD/src/nccl_shim/libsymcomm_nccl.so" ]; then
+if has dropin; then
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   real=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
-  if [ "$ngpu" -lt 2 ] || [ ! -e "$real" ]; then
+  if [ ! -x "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" ] || [ ! -e "$BUILD/src/nccl_shim/libsymcomm_nccl.so" ]; then
+    note "dropin: needs the build step (the prebuilt binaries hold neither the drop-in library nor the conformance program)"
+  elif [ "$ngpu" -lt 2 ] || [ ! -e "$real" ]; then
     note "dropin: needs 2 GPUs and the nvidia-nccl package ($ngpu GPUs, real NCCL '${real}')"
   else
     conformance() {  # log, then VAR=value ... for the environment
