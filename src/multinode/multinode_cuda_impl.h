@@ -129,6 +129,10 @@ class CudaMultiNodeCommunicator::Impl {
   void reorder(uint8_t* dst, const uint8_t* src, size_t block, bool to_rank_order, cudaStream_t s) const;
   void divide_if_avg(ReduceOp op, void* data, size_t count, DataType dtype, cudaStream_t s) const;
 
+  /// The job's rank of each engine rank: the whole job's engine is the job; the one between the nodes (`inter`) holds
+  /// this rank's local index of every node, by node.
+  void name_engine_ranks(bool inter);
+
   // Faults (NOTE [multi-node CUDA faults]).
   void start_watch();
   void watch_loop();

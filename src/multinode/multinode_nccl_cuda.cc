@@ -257,12 +257,8 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
 
   // The engines between the nodes: the whole job's and, for uniform layouts of several nodes, one per local index with
   // one rank per node (ranked by node).
-  world_.job_rank.resize(world);
-  for (int p = 0; p < world; ++p) world_.job_rank[p] = p;
   const bool inter = several && layout_.uniform() && layout_.node_size() > 1;  // nodes of one rank run flat
-  if (inter) {
-    for (int n = 0; n < layout_.num_nodes(); ++n) inter_.job_rank.push_back(layout_.members[n][local_]);
-  }
+  name_engine_ranks(inter);
   if (config.shared_gpu) {
     // Fake nodes of ranks that share GPUs: symcomm CUDA communicators stand in for NCCL between them.
     if (several) {
@@ -332,12 +328,16 @@ CudaMultiNodeCommunicator::Impl::Impl(detail::CudaNodeParts parts)
   world_.api = inter_.api = nccl_api_;
   world_.nccl = parts.world;
   inter_.nccl = parts.inter;
+  name_engine_ranks(inter_.nccl != nullptr);
+  start_watch();
+}
+
+void CudaMultiNodeCommunicator::Impl::name_engine_ranks(bool inter) {
   world_.job_rank.resize(layout_.world_size);
   for (int p = 0; p < layout_.world_size; ++p) world_.job_rank[p] = p;
-  if (inter_.nccl != nullptr) {
+  if (inter) {
     for (int n = 0; n < layout_.num_nodes(); ++n) inter_.job_rank.push_back(layout_.members[n][local_]);
   }
-  start_watch();
 }
 
 void CudaMultiNodeCommunicator::Impl::start_watch() {
