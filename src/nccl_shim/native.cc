@@ -380,7 +380,11 @@ Config comm_config() {
   return c;
 }
 
-std::shared_ptr<NativeComm> create_from_stamp(ncclComm_t comm, int nranks, int rank, const IdStamp& stamp, int device) {
+// A NativeComm beside `comm` whose symcomm communicator `name` (ranks `ranks`, on `device`) is made by meeting in the
+// store server on loopback `port` with `token`; `nc->sc` holds it.
+std::shared_ptr<NativeComm> meet(ncclComm_t comm, int rank, int nranks, uint16_t port,
+                                 const std::array<uint8_t, 16>& token, const std::string& name, const RankInfo& ranks,
+                                 int device) {
   auto nc = std::make_shared<NativeComm>();
   nc->real = comm;
   nc->rank = rank;
@@ -388,23 +392,29 @@ std::shared_ptr<NativeComm> create_from_stamp(ncclComm_t comm, int nranks, int r
   nc->limits = resolved_limits(nranks);
   StoreOptions so;
   so.host = "127.0.0.1";
-  so.port = stamp.port;
-  so.token = hex(stamp.token.data(), stamp.token.size());
+  so.port = port;
+  so.token = hex(token.data(), token.size());
   so.timeout = std::chrono::milliseconds(settings().init_timeout_ms);
   nc->store = Store::connect(so);
   CommOptions o;
   o.backend = BackendKind::kCuda;
   o.device = device;
-  o.name = fmt::format("nccl-{:016x}", stamp.nonce);
+  o.name = name;
   o.config = comm_config();
   o.meet_timeout = std::chrono::milliseconds(settings().init_timeout_ms);
   symcomm::detail::DeviceScope scope(device);  // creation makes the device current: give the caller's back
-  nc->sc = Communicator::create(nc->store, RankInfo{rank, nranks, rank, nranks}, o);
+  nc->sc = Communicator::create(nc->store, ranks, o);
   return nc;
+}
+
+std::shared_ptr<NativeComm> create_from_stamp(ncclComm_t comm, int nranks, int rank, const IdStamp& stamp, int device) {
+  return meet(comm, rank, nranks, stamp.port, stamp.token, fmt::format("nccl-{:016x}", stamp.nonce),
+              RankInfo{rank, nranks, rank, nranks}, device);
 }
 
 // A symcomm communicator that every rank made (or failed to make) beside `comm`; whether it is whole.
 bool usable(const NativeComm* nc, int rank, int nranks) {
+  if (nc != nullptr && nc->mn != nullptr) return true;  // a multi-node one exists only whole (else its creation threw)
   return nc != nullptr && nc->sc != nullptr && nc->sc->rank() == rank && nc->sc->world_size() == nranks &&
          nc->sc->full_peer_access();
 }
@@ -511,36 +521,17 @@ std::shared_ptr<NativeComm> make_spanning(const Pending& p, int device, const st
   const int node = layout.node_of[p.rank], local = layout.local_of[p.rank];
   const int leader = layout.members[node].front();
   const int local_size = static_cast<int>(layout.members[node].size());
+  std::array<uint8_t, 16> token{};
+  std::memcpy(token.data(), &all[leader * kSpanWords + kSpanToken0], token.size());
+  std::shared_ptr<NativeComm> nc =
+      meet(p.comm, p.rank, p.nranks, static_cast<uint16_t>(all[leader * kSpanWords + kSpanPort]), token,
+           fmt::format("nccl-span-{:016x}-node{}", static_cast<uint64_t>(all[kSpanName]), node),
+           RankInfo{local, local_size, local, local_size}, device);
+  if (layout.num_nodes() == 1) return nc;  // a communicator of one node (a split inside a node): served as one is
   CudaNodeParts parts;
   parts.thresholds =
       symcomm::detail::parse_node_thresholds(settings().node_min_bytes, symcomm::detail::cuda_node_thresholds());
-  std::array<uint8_t, 16> token{};
-  std::memcpy(token.data(), &all[leader * kSpanWords + kSpanToken0], token.size());
-  StoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = static_cast<uint16_t>(all[leader * kSpanWords + kSpanPort]);
-  so.token = hex(token.data(), token.size());
-  so.timeout = std::chrono::milliseconds(settings().init_timeout_ms);
-  auto nc = std::make_shared<NativeComm>();
-  nc->real = p.comm;
-  nc->rank = p.rank;
-  nc->nranks = p.nranks;
-  nc->store = Store::connect(so);
-  CommOptions o;
-  o.backend = BackendKind::kCuda;
-  o.device = device;
-  o.name = fmt::format("nccl-span-{:016x}-node{}", static_cast<uint64_t>(all[kSpanName]), node);
-  o.config = comm_config();
-  o.meet_timeout = std::chrono::milliseconds(settings().init_timeout_ms);
-  {
-    symcomm::detail::DeviceScope scope(device);
-    parts.node = Communicator::create(nc->store, RankInfo{local, local_size, local, local_size}, o);
-  }
-  if (layout.num_nodes() == 1) {  // a communicator of one node (a split inside a node): served as one is
-    nc->limits = resolved_limits(p.nranks);
-    nc->sc = std::move(parts.node);
-    return nc;
-  }
+  parts.node = std::move(nc->sc);
   parts.rank = p.rank;
   parts.device = device;
   parts.world = p.comm;
@@ -597,23 +588,12 @@ void attach_spanning(const Pending& p, int device) {
           p.rank, p.nranks, e.what());
     }
   }
-  const bool mine_ok = nc != nullptr && (nc->mn != nullptr || usable(nc.get(), p.rank, p.nranks));
-  std::vector<AgreeWords> w{{mine_ok ? 1 : 0, 0, 0, 0}};
-  if (nccl_min({p.comm}, w) && w[0][0] == 1) {
-    put(std::move(nc));
-    return;
+  // Where no multi-node communicator owns the one between the nodes, nothing else ends it; where one does, its end
+  // ends it (conclude() drops it on any rank's "no").
+  if ((nc == nullptr || nc->mn == nullptr) && inter != nullptr) {
+    forward_call<Target::kCommAbort, decltype(&pncclCommAbort)>(inter);
   }
-  if (mine_ok) {
-    SYMCOMM_LOG_INFO(
-        "symcomm NCCL drop-in: rank {} of {}: another rank could not make its part of the multi-node communicator; "
-        "this communicator stays forward-only",
-        p.rank, p.nranks);
-  }
-  try {
-    nc.reset();  // aborts the communicator between the nodes where it was made
-  } catch (const std::exception&) {
-  }
-  if (!mine_ok && inter != nullptr) forward_call<Target::kCommAbort, decltype(&pncclCommAbort)>(inter);
+  conclude(p, std::move(nc));
 }
 
 void attach_fresh(const Pending& p) {
