@@ -131,9 +131,6 @@ class Backend {
   std::atomic<KernelPath> last_path_{KernelPath::kNone};
 };
 
-/// Errors that leave the communicator unusable (recorded as sticky).
-bool is_fatal(ErrorCode code);
-
 /// A Work that completes when all of `parts` have; its error is the first part's error.
 std::shared_ptr<Work> make_composite_work(std::vector<std::shared_ptr<Work>> parts);
 /// `work` as handed to the caller of asynchronous collectives `seqs`: once its completion is seen (through

@@ -126,8 +126,6 @@ void Backend::check_p2p(const Request& r) {
                 r.describe(), to_string(kind()));
 }
 
-bool is_fatal(ErrorCode code) { return code != ErrorCode::kInvalidArgument && code != ErrorCode::kUnsupported; }
-
 std::shared_ptr<Work> Backend::run_group_async(const std::vector<std::pair<Request, Algorithm>>& ops) {
   std::vector<std::shared_ptr<Work>> parts;
   parts.reserve(ops.size());

@@ -14,6 +14,10 @@ namespace symcomm::detail {
 [[noreturn]] void throw_error(ErrorCode code, std::string message, const char* file, int line,
                               std::vector<int> ranks = {});
 
+/// Errors that leave a communicator unusable (recorded as its sticky error): every error but a bad argument and an
+/// unsupported call.
+inline bool is_fatal(ErrorCode code) { return code != ErrorCode::kInvalidArgument && code != ErrorCode::kUnsupported; }
+
 }  // namespace symcomm::detail
 
 /// Throws Error(code, fmt::format(...)) with this file and line.

@@ -18,6 +18,7 @@
 
 #include "algos/node_plan.h"
 #include "algos/request.h"
+#include "multinode/node_common.h"
 #include "symcomm/multinode_cuda.h"
 
 namespace symcomm::detail {
@@ -110,7 +111,7 @@ class CudaMultiNodeCommunicator::Impl {
   detail::NodeLayout layout_;
   std::unique_ptr<Communicator> node_comm_;
   std::atomic<NodePath> last_{NodePath::kNone};
-  std::atomic<bool> aborted_{false};
+  detail::StickyFault fault_;  ///< the sticky error and the abort flag
 
  private:
   struct Call {
@@ -146,7 +147,6 @@ class CudaMultiNodeCommunicator::Impl {
   /// Runs a node stage's call; its errors (but argument errors) name this job's ranks.
   template <class F>
   void node_stage(const char* what, F&& f) const;
-  bool failed() const;
 
   std::shared_ptr<Store> store_;
   detail::NodeThresholds thresholds_;
@@ -158,8 +158,6 @@ class CudaMultiNodeCommunicator::Impl {
   std::mutex nccl_mu_;                ///< the NCCL handles of world_ and inter_ between the watch and abort_engines()
   detail::NodeEngine world_, inter_;  ///< the whole job's (several nodes, or NCCL); one rank per node (uniform)
 
-  mutable std::mutex mu_;  ///< sticky_
-  std::optional<Error> sticky_;
   std::once_flag engines_aborted_;
   std::timed_mutex engine_mu_;  ///< held while a call enqueues on the engines, and by abort_engines()
 

@@ -22,6 +22,7 @@
 #include "algos/node_plan.h"
 #include "algos/request.h"
 #include "base/deadline.h"
+#include "multinode/node_common.h"
 #include "symcomm/multinode.h"
 
 namespace symcomm {
@@ -96,7 +97,7 @@ class MultiNodeCommunicator::Impl {
   std::unique_ptr<Communicator> node_comm_;
   MPI_Comm world_ = MPI_COMM_NULL, node_mpi_ = MPI_COMM_NULL, inter_ = MPI_COMM_NULL;
   std::atomic<NodePath> last_{NodePath::kNone};
-  std::atomic<bool> aborted_{false};
+  detail::StickyFault fault_;  ///< the sticky error and the abort flag
 
  private:
   // Runs `body` (one collective); a fatal error becomes the sticky error, and the node communicator is aborted so
@@ -136,8 +137,6 @@ class MultiNodeCommunicator::Impl {
   detail::NodeThresholds thresholds_;
   std::vector<int> pids_;
   std::vector<int> host_peers_;  ///< ranks on this host (their pids can be watched), this rank excluded
-  mutable std::mutex mu_;
-  std::optional<Error> sticky_;
   std::vector<uint8_t> scratch_[3];
 
   std::mutex issue_mu_;  ///< the group state and the order of issue

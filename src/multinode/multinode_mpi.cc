@@ -192,21 +192,17 @@ MultiNodeCommunicator::Impl::~Impl() {
   // pending collective uses is an error in Open MPI.
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!sticky_ && !finalized) {
+  if (!fault_.has_error() && !finalized) {
     if (inter_ != MPI_COMM_NULL) MPI_Comm_free(&inter_);
     if (node_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&node_mpi_);
     if (world_ != MPI_COMM_NULL) MPI_Comm_free(&world_);
   }
 }
 
-void MultiNodeCommunicator::Impl::check() const {
-  std::lock_guard lock(mu_);
-  if (sticky_) throw *sticky_;
-  if (aborted_.load()) SYMCOMM_THROW(kAborted, "rank {}: the multi-node communicator was aborted", rank_);
-}
+void MultiNodeCommunicator::Impl::check() const { fault_.check(rank_); }
 
 void MultiNodeCommunicator::Impl::abort() {
-  aborted_.store(true);
+  fault_.set_aborted();
   node_comm_->abort();
 }
 
@@ -217,7 +213,7 @@ void* MultiNodeCommunicator::Impl::scratch(int which, size_t bytes) {
 }
 
 void MultiNodeCommunicator::Impl::watch(const char* what, Clock::time_point start, Clock::time_point* last_look) {
-  if (aborted_.load(std::memory_order_relaxed)) {
+  if (fault_.aborted()) {
     SYMCOMM_THROW(kAborted, "rank {}: {}: the multi-node communicator was aborted", rank_, what);
   }
   const Clock::time_point now = Clock::now();
@@ -283,9 +279,8 @@ void MultiNodeCommunicator::Impl::guarded(const detail::Request& r, F&& body) {
   try {
     body();
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::kInvalidArgument && e.code() != ErrorCode::kUnsupported) {
-      std::lock_guard lock(mu_);
-      if (!sticky_) sticky_ = e;
+    if (detail::is_fatal(e.code())) {
+      fault_.record(e);
       node_comm_->abort();
     }
     throw;
@@ -548,7 +543,7 @@ MPI_Comm MultiNodeCommunicator::inter_node_communicator() const { return impl_->
 
 NodePath MultiNodeCommunicator::last_path() const { return impl_->last_.load(); }
 void MultiNodeCommunicator::abort() { impl_->abort(); }
-bool MultiNodeCommunicator::is_aborted() const { return impl_->aborted_.load(); }
+bool MultiNodeCommunicator::is_aborted() const { return impl_->fault_.aborted(); }
 void MultiNodeCommunicator::check() const { impl_->check(); }
 
 }  // namespace symcomm

@@ -130,7 +130,7 @@ void NodeEngine::run(F&& f) const {
   try {
     f();
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+    if (!detail::is_fatal(e.code())) throw;
     throw job_error(e);
   }
 }
@@ -352,7 +352,7 @@ CudaMultiNodeCommunicator::Impl::~Impl() {
   watch_cv_.notify_all();
   if (watch_.joinable()) watch_.join();
   DeviceScope scope(device_, std::nothrow);
-  if (!failed()) cudaDeviceSynchronize();  // the enqueued stages finish before their communicators go
+  if (!fault_.failed()) cudaDeviceSynchronize();  // the enqueued stages finish before their communicators go
   // ncclCommAbort also on a clean shutdown: it never waits for peers, which may be gone or busy elsewhere
   // (the CUDA backend's NCCL communicator ends the same way).
   std::call_once(engines_aborted_, [&] { abort_nccl(); });
@@ -385,14 +385,14 @@ void CudaMultiNodeCommunicator::Impl::watch_loop() {
       try {
         node_comm_->check();
       } catch (const Error& e) {
-        if (e.code() != ErrorCode::kAborted || !aborted_.load()) fail(node_error(e, "the node communicator"));
+        if (e.code() != ErrorCode::kAborted || !fault_.aborted()) fail(node_error(e, "the node communicator"));
       }
       for (const detail::NodeEngine* engine : {&world_, &inter_}) {
         if (engine->sc == nullptr) continue;
         try {
           engine->sc->check();
         } catch (const Error& e) {
-          if (e.code() != ErrorCode::kAborted || !aborted_.load()) fail(engine->job_error(e));
+          if (e.code() != ErrorCode::kAborted || !fault_.aborted()) fail(engine->job_error(e));
         }
       }
       std::optional<Error> nccl_error;
@@ -417,15 +417,12 @@ void CudaMultiNodeCommunicator::Impl::watch_loop() {
     } catch (const std::exception& e) {
       SYMCOMM_LOG_WARN("rank {}: the multi-node watch failed: {}", rank_, e.what());
     }
-    if (failed()) break;
+    if (fault_.failed()) break;
   }
 }
 
 void CudaMultiNodeCommunicator::Impl::fail(const Error& e) {
-  {
-    std::lock_guard lock(mu_);
-    if (!sticky_) sticky_ = e;
-  }
+  fault_.record(e);
   abort_engines();
 }
 
@@ -450,24 +447,15 @@ void CudaMultiNodeCommunicator::Impl::node_stage(const char* what, F&& f) const 
   try {
     f();
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+    if (!detail::is_fatal(e.code())) throw;
     throw node_error(e, what);
   }
 }
 
-bool CudaMultiNodeCommunicator::Impl::failed() const {
-  std::lock_guard lock(mu_);
-  return sticky_.has_value() || aborted_.load();
-}
-
-void CudaMultiNodeCommunicator::Impl::check() const {
-  std::lock_guard lock(mu_);
-  if (sticky_) throw *sticky_;
-  if (aborted_.load()) SYMCOMM_THROW(kAborted, "rank {}: the multi-node communicator was aborted", rank_);
-}
+void CudaMultiNodeCommunicator::Impl::check() const { fault_.check(rank_); }
 
 void CudaMultiNodeCommunicator::Impl::abort() {
-  aborted_.store(true);
+  fault_.set_aborted();
   abort_engines();
 }
 
@@ -550,7 +538,7 @@ void CudaMultiNodeCommunicator::Impl::execute(const detail::Request& r, Hierarch
       }
       SYMCOMM_THROW(kInvalidArgument, "rank {}: invalid collective {}", rank_, static_cast<int>(r.kind));
     } catch (const Error& e) {
-      if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kUnsupported) throw;
+      if (!detail::is_fatal(e.code())) throw;
       failure = e;
     }
   }
@@ -810,7 +798,7 @@ void CudaMultiNodeCommunicator::group_cancel() { impl_->group_cancel(); }
 
 NodePath CudaMultiNodeCommunicator::last_path() const { return impl_->last_.load(); }
 void CudaMultiNodeCommunicator::abort() { impl_->abort(); }
-bool CudaMultiNodeCommunicator::is_aborted() const { return impl_->aborted_.load(); }
+bool CudaMultiNodeCommunicator::is_aborted() const { return impl_->fault_.aborted(); }
 void CudaMultiNodeCommunicator::check() const { impl_->check(); }
 
 }  // namespace symcomm

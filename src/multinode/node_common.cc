@@ -44,6 +44,24 @@ void check_same_options(int rank, const std::string& mine, const std::vector<std
       __FILE__, __LINE__, differ);
 }
 
+void StickyFault::record(const Error& e) {
+  std::lock_guard lock(mu_);
+  if (!error_) error_ = e;
+}
+
+bool StickyFault::has_error() const {
+  std::lock_guard lock(mu_);
+  return error_.has_value();
+}
+
+void StickyFault::check(int rank) const {
+  {
+    std::lock_guard lock(mu_);
+    if (error_) throw *error_;
+  }
+  if (aborted()) SYMCOMM_THROW(kAborted, "rank {}: the multi-node communicator was aborted", rank);
+}
+
 std::optional<Error> dead_host_peers(int rank, const std::vector<int>& host_peers, const std::vector<int>& pids,
                                      const char* what) {
   std::vector<int> dead;

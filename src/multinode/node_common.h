@@ -3,8 +3,10 @@
 // NCCL): the path of a call, the naming of a node communicator's errors and of dead ranks on this host, and the
 // reduction the stages run (base/overlap.h: the aliasing test of their buffers). In libsymcomm, beside the CUDA one.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +35,26 @@ std::optional<Error> dead_host_peers(int rank, const std::vector<int>& host_peer
 
 /// Runs `copies` (block_order_copies()) between host buffers.
 void copy_blocks(uint8_t* dst, const uint8_t* src, const std::vector<BlockCopy>& copies);
+
+/// The fault state of a communicator that spans nodes: its first fatal error (the sticky error, which every later
+/// call fails with) and whether it was aborted. Safe to use from any thread.
+class StickyFault {
+ public:
+  /// Records `e` unless an error is recorded already (the first one wins).
+  void record(const Error& e);
+  void set_aborted() { aborted_.store(true); }
+  bool aborted() const { return aborted_.load(); }
+  bool has_error() const;
+  /// An error is recorded, or the communicator was aborted.
+  bool failed() const { return has_error() || aborted(); }
+  /// Throws the sticky error, else Error(kAborted) once aborted (naming `rank`, this rank of the job).
+  void check(int rank) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<Error> error_;
+  std::atomic<bool> aborted_{false};
+};
 
 /// The reduction the stages run: avg is a sum until the last stage divides by the world size.
 inline ReduceOp stage_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
