@@ -171,6 +171,11 @@ TEST(GpuMultiNode, EveryCollectiveOnEveryPathMatchesTheHost) {
             uint64_t seed = 1;
             for (const Case& c : all) {
               const std::string err = runner.run(c, h, seed++);
+              if (c.kind == Collective::kAllToAll && h == Hierarchy::kHierarchical && comm->num_nodes() > 1) {
+                // All-to-all runs whole on the engine between the nodes: asking for a hierarchical path is refused.
+                EXPECT_NE(err.find("no hierarchical path"), std::string::npos) << describe(l) << " " << c.describe();
+                continue;
+              }
               if (!err.empty() && ++failures <= 20) {
                 ADD_FAILURE() << "rank " << comm->rank() << " " << describe(l) << " hierarchy " << static_cast<int>(h)
                               << " " << c.describe() << ": " << err;
