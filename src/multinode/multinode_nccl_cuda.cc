@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -83,6 +85,7 @@ std::atomic<int> g_made{0};
 struct Hello {
   std::string options, identity;
   int pid = 0;
+  std::string nccl_place;  ///< detail::nccl_place() of the rank
 };
 
 Hello parse_hello(const Bytes& b) {
@@ -93,6 +96,7 @@ Hello parse_hello(const Bytes& b) {
   std::getline(in, h.identity);
   std::getline(in, pid);
   h.pid = std::atoi(pid.c_str());
+  std::getline(in, h.nccl_place);
   return h;
 }
 
@@ -201,21 +205,37 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
       options.node.name.empty() ? fmt::format("multinode{}", g_made.fetch_add(1)) : options.node.name;
   const std::string min_bytes = options.min_bytes.value_or("");
 
-  // Every rank's options, host identity and pid: the options must agree; the rest gives the nodes (unless fake) and
-  // the liveness watch.
+  // The device: as a one-node communicator picks it, from the rank's place on its host (not in its node, which
+  // differs on fake nodes).
+  device_ = options.node.device;
+  if (device_ < 0) {
+    device_ = ranks.local_rank;
+    int visible = 0;
+    if (config.shared_gpu && cudaGetDeviceCount(&visible) == cudaSuccess && visible > 0) device_ %= visible;
+  }
+
+  // Every rank's options, host identity, pid and place for NCCL: the options must agree; the rest gives the nodes
+  // (unless fake), the liveness watch and whether NCCL takes the ranks.
   const std::string opts = fmt::format("fake_node_size={};round_robin={};min_bytes={};shared_gpu={}", fake,
                                        options.fake_round_robin ? 1 : 0, min_bytes, config.shared_gpu ? 1 : 0);
   SYMCOMM_CHECK_ARG(opts.find('\n') == std::string::npos, "multinode options hold a line break");
   const std::string identity = detail::host_identity();
-  store_->set(fmt::format("{}/hello/{}", name, rank_), fmt::format("{}\n{}\n{}", opts, identity, ::getpid()));
+  std::array<char, 32> bus{};
+  if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device_) != cudaSuccess) bus[0] = '\0';
+  const char* nccl_host = std::getenv("NCCL_HOSTID");
+  store_->set(fmt::format("{}/hello/{}", name, rank_),
+              fmt::format("{}\n{}\n{}\n{}", opts, identity, ::getpid(),
+                          detail::nccl_place(nccl_host ? nccl_host : "", identity, bus.data())));
   std::vector<Hello> all(world);
   for (int p = 0; p < world; ++p) all[p] = parse_hello(store_->get(fmt::format("{}/hello/{}", name, p)));
   std::vector<std::string> options_of;
   for (const Hello& h : all) options_of.push_back(h.options);
   detail::check_same_options(rank_, opts, options_of);
   std::vector<int64_t> keys(world);
+  std::vector<std::string> places;
   for (int p = 0; p < world; ++p) {
     pids_.push_back(all[p].pid);
+    places.push_back(all[p].nccl_place);
     if (p != rank_ && all[p].identity == identity) host_peers_.push_back(p);
     // A real node is a host: its key is the lowest rank with the same identity.
     keys[p] = p;
@@ -233,19 +253,14 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
   thresholds_ = detail::parse_node_thresholds(min_bytes, detail::cuda_node_thresholds());
   const bool several = layout_.num_nodes() > 1;
   const bool one_host = static_cast<int>(host_peers_.size()) == world - 1;
-  SYMCOMM_CHECK(!(several && config.shared_gpu && !one_host), kUnsupported,
-                "rank {}: ranks that share GPUs (Config::shared_gpu) span nodes on one host only: NCCL, which refuses "
-                "two ranks on one GPU, is not made, and symcomm's communicators do not reach other hosts",
+  // Ranks that share GPUs get NCCL where NCCL takes them: where each presents a host of its own (NCCL_HOSTID).
+  const bool use_nccl = !config.shared_gpu || detail::nccl_takes_ranks(places);
+  SYMCOMM_CHECK(!(several && !use_nccl && !one_host), kUnsupported,
+                "rank {}: ranks that share GPUs (Config::shared_gpu) span nodes on one host only, unless each sets an "
+                "NCCL_HOSTID of its own: NCCL, which refuses two ranks on one GPU of one host, is not made, and "
+                "symcomm's communicators do not reach other hosts",
                 rank_);
 
-  // The device: as a one-node communicator picks it, from the rank's place on its host (not in its node, which
-  // differs on fake nodes).
-  device_ = options.node.device;
-  if (device_ < 0) {
-    device_ = ranks.local_rank;
-    int visible = 0;
-    if (config.shared_gpu && cudaGetDeviceCount(&visible) == cudaSuccess && visible > 0) device_ %= visible;
-  }
   CommOptions node_options = options.node;
   node_options.device = device_;
   node_options.config = config;
@@ -259,7 +274,7 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
   // one rank per node (ranked by node).
   const bool inter = several && layout_.uniform() && layout_.node_size() > 1;  // nodes of one rank run flat
   name_engine_ranks(inter);
-  if (config.shared_gpu) {
+  if (!use_nccl) {
     // Fake nodes of ranks that share GPUs: symcomm CUDA communicators stand in for NCCL between them.
     if (several) {
       CommOptions o = node_options;

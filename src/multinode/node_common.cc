@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -42,6 +43,21 @@ void check_same_options(int rank, const std::string& mine, const std::vector<std
       ErrorCode::kMismatch,
       fmt::format("rank {}: multinode options differ: here '{}', rank {} '{}'", rank, mine, differ[0], all[differ[0]]),
       __FILE__, __LINE__, differ);
+}
+
+std::string nccl_place(const std::string& nccl_hostid, const std::string& identity, const std::string& bus_id) {
+  std::string place = nccl_hostid.empty() ? "host " + identity : "hostid " + nccl_hostid;
+  place += " gpu " + bus_id;
+  for (char& c : place) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return place;
+}
+
+bool nccl_takes_ranks(const std::vector<std::string>& places) {
+  std::vector<std::string> sorted = places;
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
 }
 
 void StickyFault::record(const Error& e) {

@@ -33,6 +33,14 @@ void check_same_options(int rank, const std::string& mine, const std::vector<std
 std::optional<Error> dead_host_peers(int rank, const std::vector<int>& host_peers, const std::vector<int>& pids,
                                      const char* what);
 
+/// Where NCCL sees a rank: its host (`nccl_hostid`, the rank's NCCL_HOSTID, where set; else `identity`, the host's
+/// boot id and pid namespace) and its GPU's PCI bus id. One line of text.
+std::string nccl_place(const std::string& nccl_hostid, const std::string& identity, const std::string& bus_id);
+
+/// Whether NCCL takes ranks at `places` (nccl_place() of each) in one communicator: NCCL refuses two ranks on one GPU
+/// of one host, so every place must differ.
+bool nccl_takes_ranks(const std::vector<std::string>& places);
+
 /// Runs `copies` (block_order_copies()) between host buffers.
 void copy_blocks(uint8_t* dst, const uint8_t* src, const std::vector<BlockCopy>& copies);
 

@@ -2,13 +2,16 @@
 // dtype and op on each path the layout has (one node, hierarchical, flat), each output element compared with the
 // value computed on the host, outputs poisoned before every call; sends and receives in a group; a killed rank
 // named by every survivor. Where the ranks share GPUs (SYMCOMM_SHARED_GPU=1) symcomm communicators stand in for
-// NCCL between the fake nodes, so every layout runs there too; point-to-point needs NCCL.
+// NCCL between the fake nodes, so every layout runs there too (point-to-point needs NCCL); with
+// SYMCOMM_TEST_NCCL_HOST_PER_RANK=1 as well, each rank presents an NCCL host of its own (NCCL_HOSTID), so NCCL takes
+// ranks that share a GPU and runs between the fake nodes over its network transport on loopback.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -47,7 +50,19 @@ std::vector<Layout> layouts(int world) {
   return v;
 }
 
+/// NCCL runs between the nodes: a GPU per rank, or ranks sharing GPUs that each present a host of their own.
+bool nccl_between_nodes() {
+  if (!ranks_share_gpus()) return true;
+  const char* v = std::getenv("SYMCOMM_TEST_NCCL_HOST_PER_RANK");
+  return v != nullptr && std::string(v) == "1";
+}
+
 std::unique_ptr<CudaMultiNodeCommunicator> make(RankEnv& env, const Layout& l) {
+  if (ranks_share_gpus() && nccl_between_nodes()) {
+    // Before this process's first NCCL call, which reads the host id once.
+    setenv("NCCL_HOSTID", ("symcomm-test-rank" + std::to_string(env.info.rank)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  }
   MultiNodeOptions o;
   o.node = cuda_comm_options();
   o.node.config = env.config;
@@ -201,7 +216,9 @@ TEST(GpuMultiNode, EveryCollectiveOnEveryPathMatchesTheHost) {
 
 TEST(GpuMultiNode, GroupedSendsAndReceivesPassARing) {
   const int world = testing::gpu_test_world();
-  SKIP_WITHOUT_NCCL();
+  if (!nccl_between_nodes()) {
+    GTEST_SKIP() << "needs NCCL, made where ranks share a GPU only with SYMCOMM_TEST_NCCL_HOST_PER_RANK=1";
+  }
   testing::expect_success(world, [&](RankEnv& env) {
     auto comm = make(env, {world >= 4 ? world / 2 : 1, false});
     const int me = comm->rank(), next = (me + 1) % world, prev = (me + world - 1) % world;

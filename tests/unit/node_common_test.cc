@@ -31,6 +31,35 @@ TEST(NodeCommon, CallPathFollowsTheThresholdsAndRefusesBadHierarchies) {
   expect_error(ErrorCode::kInvalidArgument, [&] { call_path(l, t, a2a, Hierarchy::kHierarchical); });
 }
 
+TEST(NodeCommon, NcclTakesRanksOnlyAtDistinctPlaces) {
+  // Two ranks on one GPU of one host: refused; an NCCL_HOSTID of its own for each makes them distinct hosts.
+  const std::string bus = "0000:19:00.0";
+  EXPECT_FALSE(nccl_takes_ranks({nccl_place("", "boot-a", bus), nccl_place("", "boot-a", bus)}));
+  EXPECT_TRUE(nccl_takes_ranks({nccl_place("r0", "boot-a", bus), nccl_place("r1", "boot-a", bus)}));
+  EXPECT_FALSE(nccl_takes_ranks(
+      {nccl_place("r0", "boot-a", bus), nccl_place("r1", "boot-a", bus), nccl_place("r0", "boot-b", bus)}));
+  EXPECT_TRUE(nccl_takes_ranks({nccl_place("", "boot-a", bus), nccl_place("", "boot-b", bus)}));
+  EXPECT_TRUE(nccl_takes_ranks({nccl_place("", "boot-a", bus), nccl_place("", "boot-a", "0000:2a:00.0")}));
+  // A host id equal to another host's identity names a different place; a line break cannot end the line early.
+  EXPECT_NE(nccl_place("boot-a", "x", bus), nccl_place("", "boot-a", bus));
+  EXPECT_EQ(nccl_place("a\nb", "x", bus).find('\n'), std::string::npos);
+  EXPECT_TRUE(nccl_takes_ranks({}));
+}
+
+TEST(NodeCommon, StickyFaultKeepsTheFirstErrorAndThenTheAbort) {
+  StickyFault f;
+  EXPECT_FALSE(f.failed());
+  EXPECT_NO_THROW(f.check(3));
+  f.set_aborted();
+  EXPECT_TRUE(f.failed());
+  EXPECT_FALSE(f.has_error());
+  expect_error(ErrorCode::kAborted, [&] { f.check(3); });
+  f.record(Error(ErrorCode::kPeerDead, "first", "", 0, {1}));
+  f.record(Error(ErrorCode::kTimeout, "second"));
+  const Error e = expect_error(ErrorCode::kPeerDead, [&] { f.check(3); });
+  EXPECT_EQ(e.ranks(), std::vector<int>{1});
+}
+
 TEST(NodeCommon, DifferingOptionsNameTheRanks) {
   check_same_options(1, "a", {"a", "a", "a"});
   const Error e = expect_error(ErrorCode::kMismatch, [] { check_same_options(0, "a", {"a", "b", "a", "c"}); });

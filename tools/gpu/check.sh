@@ -250,28 +250,35 @@ fi
 # The NCCL drop-in library against the real NCCL (tests/nccl_shim/gpu/nccl_conformance.cc), one process per GPU,
 # native-only, --quick; with 4+ GPUs again over two fake nodes (SYMCOMM_FAKE_NODE_SIZE) with every collective on the
 # hierarchical path (SYMCOMM_NODE_MIN_BYTES=0 for each), symcomm in each node and the real NCCL between them. The
-# real NCCL is the one of the python3 that holds torch (the nvidia-nccl package). Needs 2+ GPUs.
+# real NCCL is the one of the python3 that holds torch (the nvidia-nccl package). With one GPU, DROPIN_SHARED_RANKS
+# (default 4) ranks share it (--share-gpus: NCCL between them over loopback sockets; correctness only).
 if has dropin; then
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   real=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
   if [ ! -x "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" ] || [ ! -e "$BUILD/src/nccl_shim/libsymcomm_nccl.so" ]; then
     note "dropin: needs the build step (the prebuilt binaries hold neither the drop-in library nor the conformance program)"
-  elif [ "$ngpu" -lt 2 ] || [ ! -e "$real" ]; then
-    note "dropin: needs 2 GPUs and the nvidia-nccl package ($ngpu GPUs, real NCCL '${real}')"
+  elif [ "$ngpu" -lt 1 ] || [ ! -e "$real" ]; then
+    note "dropin: needs a GPU and the nvidia-nccl package ($ngpu GPUs, real NCCL '${real}')"
   else
+    dranks=$ngpu
+    share=()
+    if [ "$ngpu" -lt 2 ]; then
+      dranks=${DROPIN_SHARED_RANKS:-4}
+      share=(--share-gpus)
+    fi
     conformance() {  # log, then VAR=value ... for the environment
       local log=$1 t0
       shift
       t0=$(date +%s)
       env SYMCOMM_NCCL_SHIM=native-only SYMCOMM_NCCL_SHIM_STATS=1 "$@" timeout 300 \
         "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" --shim "$BUILD/src/nccl_shim/libsymcomm_nccl.so" \
-        --real "$real" --quick --timeout 280 >"$OUT/$log" 2>&1
-      note "dropin conformance $* ($ngpu ranks): rc=$? in $(($(date +%s) - t0)) s (log: $log)"
+        --real "$real" --ranks "$dranks" "${share[@]}" --quick --timeout 280 >"$OUT/$log" 2>&1
+      note "dropin conformance $* ($dranks ranks, $ngpu GPUs): rc=$? in $(($(date +%s) - t0)) s (log: $log)"
       grep -E "^conformance: (PASS|FAIL)|symcomm_nccl: pid" "$OUT/$log" | head -5 | tee -a "$SUMMARY"
     }
     conformance dropin.log
-    if [ "$ngpu" -ge 4 ]; then
-      conformance dropin_nodes.log SYMCOMM_FAKE_NODE_SIZE=$((ngpu / 2)) \
+    if [ "$dranks" -ge 4 ]; then
+      conformance dropin_nodes.log SYMCOMM_FAKE_NODE_SIZE=$((dranks / 2)) \
         SYMCOMM_NODE_MIN_BYTES=all_reduce=0,all_gather=0,reduce_scatter=0,broadcast=0
     fi
   fi

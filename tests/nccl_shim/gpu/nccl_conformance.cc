@@ -18,6 +18,10 @@
 //   --graph        each case also captured on the drop-in library into a CUDA graph, replayed 3 times
 //   --quick        counts 0, 1, 1023 and 64 KiB, 1 MiB, 16 MiB; float32, bf16, int32; sum and max
 //   --timeout S    every rank is killed after S seconds (default 300)
+//   --share-gpus   ranks share the visible GPUs round-robin (rank r on GPU r mod G): each rank presents its own
+//                  NCCL host (NCCL_HOSTID), so NCCL accepts ranks on one GPU and links them through its network
+//                  transport on loopback, and symcomm runs as ranks sharing GPUs (SYMCOMM_SHARED_GPU=1); for
+//                  correctness on fewer GPUs than ranks, not speed
 //   --one-process  one process drives every GPU (as nccl-tests -g N does): the communicators of each library
 //                  are created in one group, and each case's calls for every GPU are issued in one group
 //   --agreement    instead of the cases: creations that must end forward-only on every rank (an id without
@@ -92,6 +96,7 @@ struct Options {
   bool quick = false;
   bool agreement = false;
   bool one_process = false;
+  bool share_gpus = false;
   int timeout_s = 300;
 };
 
@@ -99,7 +104,7 @@ void print_usage(FILE* to) {
   std::fprintf(to,
                "usage: symcomm_nccl_conformance --shim LIBSYMCOMM_NCCL_SO --real REAL_LIBNCCL_SO_2 [--ranks N]\n"
                "                                [--max-bytes B] [--threads T] [--graph] [--quick] [--timeout S]\n"
-               "                                [--agreement] [--one-process]\n");
+               "                                [--agreement] [--one-process] [--share-gpus]\n");
 }
 
 // Digits with an optional K, M or G suffix (powers of 1024).
@@ -140,6 +145,8 @@ bool parse_args(int argc, char** argv, Options& o) {
       o.agreement = true;
     } else if (arg == "--one-process") {
       o.one_process = true;
+    } else if (arg == "--share-gpus") {
+      o.share_gpus = true;
     } else if (arg == "--help" || arg == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -167,6 +174,10 @@ bool parse_args(int argc, char** argv, Options& o) {
   }
   if (o.shim.empty() || o.real.empty()) {
     std::fprintf(stderr, "conformance: --shim and --real are required\n");
+    return false;
+  }
+  if (o.share_gpus && o.one_process) {
+    std::fprintf(stderr, "conformance: --share-gpus needs a process per rank (not --one-process)\n");
     return false;
   }
   return true;
@@ -841,6 +852,7 @@ struct Lane {
   std::string tag;  // "rank R" or "rank R thread T", in messages
   int rank = 0;
   int nranks = 0;
+  int device = 0;  // the lane's GPU
   cudaStream_t stream = nullptr;
   Side real;
   Side shim;
@@ -1214,6 +1226,7 @@ void init_lane(Lane& lane, std::string tag, int rank, int nranks, const NcclApi&
   lane.tag = std::move(tag);
   lane.rank = rank;
   lane.nranks = nranks;
+  lane.device = rank;
   lane.real.api = &real;
   lane.shim.api = &shim;
 }
@@ -1249,7 +1262,7 @@ class Turns {
 };
 
 void run_lane_cases(Lane& lane, const std::vector<Case>& cases, bool graph, Turns* turns = nullptr, int who = 0) {
-  if (!succeeded(lane, cudaSetDevice(lane.rank), "cudaSetDevice")) {
+  if (!succeeded(lane, cudaSetDevice(lane.device), "cudaSetDevice")) {
     lane.failed = true;
     return;
   }
@@ -1273,6 +1286,7 @@ bool run_threads(const Options& o, const Lane& main, const IdChannel& ch, size_t
   for (int t = 0; t < o.threads; ++t) {
     Lane& lane = lanes[static_cast<size_t>(t)];
     init_lane(lane, main.tag + " thread " + std::to_string(t), main.rank, main.nranks, *main.real.api, *main.shim.api);
+    lane.device = main.device;
     lists.push_back(thread_cases(o, t));
     ok = ok && open_lane(lane, ch, capacity_for(lists.back(), main.nranks));
   }
@@ -1478,6 +1492,12 @@ int one_process_main(const Options& o, int nranks) {
 // One rank's process: exit status 0, kExitWrong or kExitError.
 int rank_main(const Options& o, int rank, int nranks, const IdChannel& ch) {
   signal(SIGPIPE, SIG_IGN);
+  if (o.share_gpus) {
+    // Before either library is loaded: NCCL reads its host id once per process, at its first call.
+    setenv("NCCL_HOSTID", ("symcomm-conformance-rank" + std::to_string(rank)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    setenv("SYMCOMM_SHARED_GPU", "1", 1);
+  }
   NcclApi real;
   NcclApi shim;
   if (!load_api(o.real, "real NCCL", real) || !load_api(o.shim, "drop-in", shim)) return kExitError;
@@ -1485,11 +1505,13 @@ int rank_main(const Options& o, int rank, int nranks, const IdChannel& ch) {
   init_lane(lane, "rank " + std::to_string(rank), rank, nranks, real, shim);
   int devices = 0;
   if (!succeeded(lane, cudaGetDeviceCount(&devices), "cudaGetDeviceCount")) return kExitError;
-  if (rank >= devices) {
-    std::fprintf(stderr, "conformance: %s: only %d GPUs are visible\n", lane.tag.c_str(), devices);
+  if (devices < 1 || (rank >= devices && !o.share_gpus)) {
+    std::fprintf(stderr, "conformance: %s: only %d GPUs are visible (--share-gpus shares them)\n", lane.tag.c_str(),
+                 devices);
     return kExitError;
   }
-  if (!succeeded(lane, cudaSetDevice(rank), "cudaSetDevice")) return kExitError;
+  lane.device = rank % devices;
+  if (!succeeded(lane, cudaSetDevice(lane.device), "cudaSetDevice")) return kExitError;
   if (o.agreement) return run_agreement(lane, ch) ? 0 : kExitWrong;
 
   const std::vector<Case> cases = build_cases(o, nranks);
