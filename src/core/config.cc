@@ -13,6 +13,7 @@
 
 #include "base/check.h"
 #include "base/debug_fault.h"
+#include "base/host_process.h"
 #include "base/op_history.h"
 #include "core/tuning_file.h"
 
@@ -423,6 +424,11 @@ std::string trace_dir_of(const Config& config) {
   if (!config.trace_dir.empty()) return config.trace_dir;
   const char* tmp = std::getenv("TMPDIR");
   return tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp");
+}
+
+std::string nccl_host_id() {
+  const char* v = std::getenv("NCCL_HOSTID");
+  return v != nullptr ? std::string(v) : std::string();
 }
 
 // Testing only (src/base/debug_fault.h): SYMCOMM_DEBUG_FAULT=<site>@<rank>[,...], read at each call.

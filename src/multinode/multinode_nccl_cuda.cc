@@ -13,7 +13,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -222,10 +221,9 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
   const std::string identity = detail::host_identity();
   std::array<char, 32> bus{};
   if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device_) != cudaSuccess) bus[0] = '\0';
-  const char* nccl_host = std::getenv("NCCL_HOSTID");
   store_->set(fmt::format("{}/hello/{}", name, rank_),
               fmt::format("{}\n{}\n{}\n{}", opts, identity, ::getpid(),
-                          detail::nccl_place(nccl_host ? nccl_host : "", identity, bus.data())));
+                          detail::nccl_place(detail::nccl_host_id(), identity, bus.data())));
   std::vector<Hello> all(world);
   for (int p = 0; p < world; ++p) all[p] = parse_hello(store_->get(fmt::format("{}/hello/{}", name, p)));
   std::vector<std::string> options_of;
