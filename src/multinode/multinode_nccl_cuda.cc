@@ -220,7 +220,10 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
   SYMCOMM_CHECK_ARG(opts.find('\n') == std::string::npos, "multinode options hold a line break");
   const std::string identity = detail::host_identity();
   std::array<char, 32> bus{};
-  if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device_) != cudaSuccess) bus[0] = '\0';
+  if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device_) != cudaSuccess) {
+    bus[0] = '\0';       // a bad device fails the node communicator's creation below, with its message
+    cudaGetLastError();  // not left for a later launch's check
+  }
   store_->set(fmt::format("{}/hello/{}", name, rank_),
               fmt::format("{}\n{}\n{}\n{}", opts, identity, ::getpid(),
                           detail::nccl_place(detail::nccl_host_id(), identity, bus.data())));
