@@ -48,6 +48,9 @@ class PyCudaMultiNode {
     options.fake_node_size = fake_node_size;
     options.fake_round_robin = round_robin;
     options.min_bytes = min_bytes;
+    // The store served below is this communicator's alone: a fixed name, where the default (a count of the process's
+    // multi-node communicators) differs between ranks that made different groups before.
+    options.node.name = "multinode";
     const Config config = Config::from_env();
     auto self = std::make_unique<PyCudaMultiNode>();
     uint16_t bound = static_cast<uint16_t>(port);

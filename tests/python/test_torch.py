@@ -51,8 +51,6 @@ def same(got, want, what=""):
 
 
 # A second symcomm group over every rank, made with the gloo group (the bucketer tests key buckets by group).
-# It is made before any group over a subset of the ranks: symcomm names a communicator's store keys by a count
-# of the communicators the process has made, which such a group advances on its members only.
 SECOND = []
 
 
