@@ -17,7 +17,9 @@
 #   BUILD=build-cuda GPU_CHECK_STEPS=pack tools/gpu/check.sh   (here, on the CPU machine: see "prebuilt" below)
 #
 # Prebuilt binaries: the `pack` step (no GPU needed) builds the GPU tests, symcomm-bench and symcomm-run in
-# $BUILD and writes them with a stamp of the sources to .gpu-prebuilt.tgz (~29 MB; carry it to the machine).
+# $BUILD and writes them with a stamp of the sources to .gpu-prebuilt.tgz (~45 MB; carry it to the machine).
+# PACK=dropin packs the GPU tests, the NCCL drop-in library and its conformance program instead of the
+# benchmarks (~47 MB), for the `shared` and `dropin` steps.
 # There, a run without the `build` step unpacks it into $BUILD when the stamp matches the sources it was sent
 # with, which saves the ~2 minutes of device time the build takes; a stale archive is ignored and the tree is
 # built. The sabotage step still needs a `build` (it rebuilds parts of the tree).
@@ -78,7 +80,12 @@ source_stamp() {
     LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
 PREBUILT=$ROOT/.gpu-prebuilt.tgz
-PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench bench/symcomm-targets tools/symcomm-run)
+if [ "${PACK:-}" = dropin ]; then
+  PREBUILT_BINS=(tests/symcomm_gpu_tests src/nccl_shim/libsymcomm_nccl.so tests/nccl_shim/symcomm_nccl_conformance
+    tools/symcomm-run)
+else
+  PREBUILT_BINS=(tests/symcomm_gpu_tests bench/symcomm-bench bench/symcomm-targets tools/symcomm-run)
+fi
 
 # The one build configuration (the `build` and `pack` steps); its output goes to the log named.
 configure() {
@@ -256,7 +263,7 @@ if has dropin; then
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   real=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
   if [ ! -x "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" ] || [ ! -e "$BUILD/src/nccl_shim/libsymcomm_nccl.so" ]; then
-    note "dropin: needs the build step (the prebuilt binaries hold neither the drop-in library nor the conformance program)"
+    note "dropin: needs the build step, or binaries packed with PACK=dropin (the default pack holds neither the drop-in library nor the conformance program)"
   elif [ "$ngpu" -lt 1 ] || [ ! -e "$real" ]; then
     note "dropin: needs a GPU and the nvidia-nccl package ($ngpu GPUs, real NCCL '${real}')"
   else
