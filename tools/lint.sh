@@ -23,6 +23,8 @@
 #    tests/README.md): results there carry the date they were measured. Not checked: this file (it holds the
 #    patterns) and the files of HISTORY_EXCLUDED.
 # 4. Layers: no folder under src/ includes a folder of its own layer or above (tools/check_layers.sh).
+# 5. Markdown tables (README.md, docs/, tests/README.md): every separator row (|---|...) follows a header row,
+#    or the table renders as text.
 #
 # Needs only git and clang-format (CLANG_FORMAT names another binary). Exit status: 0 clean, 1 findings,
 # 2 usage or tool error.
@@ -226,6 +228,22 @@ fi
 
 # --- 4. layers -----------------------------------------------------------------------------------------------
 if ! bash tools/check_layers.sh .; then status=1; fi
+
+# --- 5. Markdown tables --------------------------------------------------------------------------------------
+markdown=()
+while IFS= read -r f; do
+  [ -f "$f" ] && markdown+=("$f")
+done < <(git ls-files --cached --others --exclude-standard -- README.md docs tests/README.md | grep -E '\.md$')
+if [ "${#markdown[@]}" -gt 0 ]; then
+  headless=$(awk 'FNR == 1 { prev = "" }
+    /^\|[ :]*---/ && prev !~ /^\|/ { printf "  %s:%d: %s\n", FILENAME, FNR, $0 }
+    { prev = $0 }' "${markdown[@]}")
+  if [ -n "$headless" ]; then
+    echo "lint: a Markdown table's separator row has no header row above it:"
+    printf '%s\n' "$headless"
+    status=1
+  fi
+fi
 
 if [ "$status" -eq 0 ]; then echo "lint: ok"; fi
 exit "$status"
