@@ -84,7 +84,7 @@ std::atomic<int> g_made{0};
 struct Hello {
   std::string options, identity;
   int pid = 0;
-  std::string nccl_place;  ///< detail::nccl_place() of the rank
+  std::string nccl_place;  ///< detail::nccl_place() of the rank where ranks share GPUs, else empty
 };
 
 Hello parse_hello(const Bytes& b) {
@@ -219,14 +219,18 @@ CudaMultiNodeCommunicator::Impl::Impl(std::shared_ptr<Store> store, const RankIn
                                        options.fake_round_robin ? 1 : 0, min_bytes, config.shared_gpu ? 1 : 0);
   SYMCOMM_CHECK_ARG(opts.find('\n') == std::string::npos, "multinode options hold a line break");
   const std::string identity = detail::host_identity();
-  std::array<char, 32> bus{};
-  if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device_) != cudaSuccess) {
-    bus[0] = '\0';       // a bad device fails the node communicator's creation below, with its message
-    cudaGetLastError();  // not left for a later launch's check
+  // The place decides only where ranks share GPUs (elsewhere NCCL is made in any case), so only there is it asked.
+  std::string place;
+  if (config.shared_gpu) {
+    std::array<char, 32> bus{};
+    if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device_) != cudaSuccess) {
+      bus[0] = '\0';       // a bad device fails the node communicator's creation below, with its message
+      cudaGetLastError();  // not left for a later launch's check
+    }
+    place = detail::nccl_place(detail::nccl_host_id(), identity, bus.data());
   }
   store_->set(fmt::format("{}/hello/{}", name, rank_),
-              fmt::format("{}\n{}\n{}\n{}", opts, identity, ::getpid(),
-                          detail::nccl_place(detail::nccl_host_id(), identity, bus.data())));
+              fmt::format("{}\n{}\n{}\n{}", opts, identity, ::getpid(), place));
   std::vector<Hello> all(world);
   for (int p = 0; p < world; ++p) all[p] = parse_hello(store_->get(fmt::format("{}/hello/{}", name, p)));
   std::vector<std::string> options_of;
