@@ -27,6 +27,8 @@ namespace symcomm::detail {
 /// behind the drop-in library, whose exports of the same names would route the calls back into its hooks.
 struct NcclCalls {
   ncclResult_t (*comm_abort)(ncclComm_t);
+  /// ncclCommRevoke (NCCL 2.28+; fails where the library has none): ends a communicator's kernels, frees nothing.
+  ncclResult_t (*comm_revoke)(ncclComm_t, int);
   ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*);
   const char* (*get_error_string)(ncclResult_t);
   const char* (*get_last_error)(ncclComm_t);
@@ -42,6 +44,10 @@ struct NcclCalls {
 
 /// NCCL's functions as this library links them.
 const NcclCalls& linked_nccl_calls();
+
+/// Ends the NCCL communicators `abort` (ncclCommAbort) and the kernels of `revoke` (ncclCommRevoke, unless nullptr)
+/// all at once, each on its own thread (NOTE [NCCL aborts together]); returns whether `revoke` was revoked.
+bool abort_nccl_together(const NcclCalls& api, const std::vector<ncclComm_t>& abort, ncclComm_t revoke);
 
 /// Throws Error(kCuda) for a failed NCCL call `what`, with NCCL's last error text.
 void check_nccl(const NcclCalls& api, ncclResult_t r, ncclComm_t comm, const char* what);
@@ -78,7 +84,8 @@ struct CudaNodeParts {
   int rank = 0;
   int device = -1;
   std::unique_ptr<Communicator> node;  ///< symcomm's communicator of this rank's node
-  ncclComm_t world = nullptr;          ///< the whole job's, borrowed: the communicator never aborts it
+  ncclComm_t world = nullptr;          ///< the whole job's, borrowed: the communicator never aborts it (a fault or an
+                                       ///< abort revokes it, where NCCL can: NOTE [NCCL aborts together])
   ncclComm_t inter = nullptr;  ///< this rank's local index across the nodes (uniform layouts of several ranks per
                                ///< node, else nullptr), owned: aborted when the communicator ends or fails
   const NcclCalls* nccl = nullptr;
@@ -106,6 +113,8 @@ class CudaMultiNodeCommunicator::Impl {
   void group_cancel();
   void abort();
   void check() const;
+  /// Whether the caller's whole-job NCCL communicator (detail::CudaNodeParts::world) was revoked by a fault or abort.
+  bool world_revoked() const { return world_revoked_.load(); }
 
   int rank_ = 0, node_ = 0, local_ = 0, device_ = -1;
   detail::NodeLayout layout_;
@@ -140,7 +149,8 @@ class CudaMultiNodeCommunicator::Impl {
   /// Records `e` as the sticky error (the first one wins) and aborts both engines.
   void fail(const Error& e);
   void abort_engines();
-  /// Aborts and forgets the NCCL communicators this communicator owns (under nccl_mu_).
+  /// Forgets the NCCL communicators (under nccl_mu_) and aborts those this communicator owns, all at once; a borrowed
+  /// whole-job one is revoked instead, where this communicator failed or was aborted.
   void abort_nccl();
   /// The node communicator's error, its local ranks named as this job's ranks.
   Error node_error(const Error& e, const char* what) const;
@@ -154,7 +164,8 @@ class CudaMultiNodeCommunicator::Impl {
   std::vector<int> host_peers_;                  ///< ranks on this host (their pids can be watched), this rank excluded
   const detail::NcclCalls* nccl_api_ = nullptr;  ///< the functions that run the NCCL communicators
   bool has_nccl_ = false;                        ///< NCCL communicators were made (not where ranks share a GPU)
-  bool world_borrowed_ = false;       ///< world_.nccl belongs to the caller (detail::CudaNodeParts): never aborted here
+  bool world_borrowed_ = false;  ///< world_.nccl belongs to the caller (detail::CudaNodeParts): never aborted here
+  std::atomic<bool> world_revoked_{false};  ///< the borrowed world_.nccl was revoked (abort_nccl())
   std::mutex nccl_mu_;                ///< the NCCL handles of world_ and inter_ between the watch and abort_engines()
   detail::NodeEngine world_, inter_;  ///< the whole job's (several nodes, or NCCL); one rank per node (uniform)
 

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -106,6 +107,7 @@ namespace detail {
 const NcclCalls& linked_nccl_calls() {
   static const NcclCalls calls{
       .comm_abort = &ncclCommAbort,
+      .comm_revoke = nullptr,  // only a borrowed communicator is revoked, and only the drop-in library lends one
       .comm_get_async_error = &ncclCommGetAsyncError,
       .get_error_string = &ncclGetErrorString,
       .get_last_error = &ncclGetLastError,
@@ -119,6 +121,24 @@ const NcclCalls& linked_nccl_calls() {
       .group_end = &ncclGroupEnd,
   };
   return calls;
+}
+
+// NOTE [NCCL aborts together] ncclCommAbort frees the communicator's pinned host memory, and that free waits until
+// this process's work on the device has ended. A kernel of a second NCCL communicator that waits for a dead peer
+// never ends until that communicator is aborted too, so aborting them one after the other hangs in the first: seen
+// with 4 ranks sharing 1 x H100 as two fake nodes, NCCL between them and a rank SIGKILLed (the watch waited in
+// cuMemFreeHost under ncclCommAbort, the caller in cudaDeviceSynchronize). Every abort (and the revoke of a borrowed
+// communicator, which ends its kernels and frees nothing) starts at once, each on its own thread, so each sets its
+// communicator's abort flag before any free waits.
+bool abort_nccl_together(const NcclCalls& api, const std::vector<ncclComm_t>& abort, ncclComm_t revoke) {
+  std::atomic<bool> revoked{false};
+  std::vector<std::function<void()>> ends;
+  for (ncclComm_t c : abort) ends.emplace_back([&api, c] { api.comm_abort(c); });
+  if (revoke != nullptr && api.comm_revoke != nullptr) {
+    ends.emplace_back([&api, &revoked, revoke] { revoked = api.comm_revoke(revoke, 0) == ncclSuccess; });
+  }
+  run_together(ends);
+  return revoked.load();
 }
 
 void check_nccl(const NcclCalls& api, ncclResult_t r, ncclComm_t comm, const char* what) {
@@ -382,11 +402,23 @@ CudaMultiNodeCommunicator::Impl::~Impl() {
 }
 
 void CudaMultiNodeCommunicator::Impl::abort_nccl() {
-  std::lock_guard nccl_lock(nccl_mu_);
-  for (detail::NodeEngine* e : {&inter_, &world_}) {
-    if (e->nccl && !(e == &world_ && world_borrowed_)) nccl_api_->comm_abort(e->nccl);
-    e->nccl = nullptr;
+  std::vector<ncclComm_t> owned;
+  ncclComm_t borrowed = nullptr;
+  {
+    std::lock_guard nccl_lock(nccl_mu_);  // the watch reads them under it
+    for (detail::NodeEngine* e : {&inter_, &world_}) {
+      if (e->nccl == nullptr) continue;
+      if (e == &world_ && world_borrowed_) {
+        borrowed = e->nccl;
+      } else {
+        owned.push_back(e->nccl);
+      }
+      e->nccl = nullptr;
+    }
   }
+  // A clean end (nothing failed, the device synchronised) leaves the caller's communicator as it is.
+  if (!fault_.failed()) borrowed = nullptr;
+  if (detail::abort_nccl_together(*nccl_api_, owned, borrowed)) world_revoked_ = true;
 }
 
 // NOTE [multi-node CUDA faults] Calls only enqueue, so faults surface on a thread of the communicator's own: every

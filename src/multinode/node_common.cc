@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "base/check.h"
 #include "base/host_process.h"
@@ -58,6 +59,14 @@ bool nccl_takes_ranks(const std::vector<std::string>& places) {
   std::vector<std::string> sorted = places;
   std::sort(sorted.begin(), sorted.end());
   return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+}
+
+void run_together(const std::vector<std::function<void()>>& calls) {
+  std::vector<std::thread> threads;
+  threads.reserve(calls.size());
+  for (size_t i = 1; i < calls.size(); ++i) threads.emplace_back(calls[i]);
+  if (!calls.empty()) calls[0]();
+  for (std::thread& t : threads) t.join();
 }
 
 void StickyFault::record(const Error& e) {

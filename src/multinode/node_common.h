@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -63,6 +64,10 @@ class StickyFault {
   std::optional<Error> error_;
   std::atomic<bool> aborted_{false};
 };
+
+/// Runs every one of `calls` at once, the first on the caller's thread and each other on a thread of its own, and
+/// returns when all have returned (NOTE [NCCL aborts together]). A call must not throw.
+void run_together(const std::vector<std::function<void()>>& calls);
 
 /// The reduction the stages run: avg is a sum until the last stage divides by the world size.
 inline ReduceOp stage_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }

@@ -475,6 +475,10 @@ void conclude(const Pending& p, std::shared_ptr<NativeComm> nc) {
 const symcomm::detail::NcclCalls& real_calls() {
   static const symcomm::detail::NcclCalls calls{
       .comm_abort = [](ncclComm_t c) { return forward_call<Target::kCommAbort, decltype(&pncclCommAbort)>(c); },
+      .comm_revoke =
+          [](ncclComm_t c, int flags) {
+            return forward_call<Target::kCommRevoke, ncclResult_t (*)(ncclComm_t, int)>(c, flags);
+          },
       .comm_get_async_error =
           [](ncclComm_t c, ncclResult_t* e) {
             return forward_call<Target::kCommGetAsyncError, decltype(&pncclCommGetAsyncError)>(c, e);
@@ -871,6 +875,8 @@ ncclResult_t CommRevoke(ncclComm_t comm, int revokeFlags) noexcept {
         nc->abort();
         return ncclSuccess;
       });
+      // A multi-node communicator's abort revokes the caller's communicator itself (NOTE [NCCL aborts together]).
+      if (nc->mn != nullptr && nc->mn->world_revoked()) return ncclSuccess;
     }
   }
   return forward_call<Target::kCommRevoke, ncclResult_t (*)(ncclComm_t, int)>(comm, revokeFlags);

@@ -7,6 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -95,6 +99,28 @@ TEST(NodeCommon, DeadHostPeersAreTheEndedProcesses) {
   EXPECT_NE(dead->message().find("rank 1 (pid " + std::to_string(child) + ")"), std::string::npos) << dead->message();
   int status = 0;
   EXPECT_EQ(::waitpid(child, &status, 0), child);
+}
+
+// Each call waits until every call has started: one after the other, the first would wait for ever (here: 20 s).
+TEST(NodeCommon, RunTogetherStartsEveryCallBeforeAnyReturns) {
+  for (const int n : {0, 1, 2, 3}) {
+    std::mutex mu;
+    std::condition_variable cv;
+    int started = 0;
+    std::vector<int> saw_all(n, -1);
+    std::vector<std::function<void()>> calls;
+    for (int i = 0; i < n; ++i) {
+      calls.emplace_back([&, i] {
+        std::unique_lock lock(mu);
+        ++started;
+        cv.notify_all();
+        saw_all[i] = cv.wait_for(lock, std::chrono::seconds(20), [&] { return started == n; }) ? 1 : 0;
+      });
+    }
+    run_together(calls);
+    EXPECT_EQ(started, n);
+    EXPECT_EQ(saw_all, std::vector<int>(n, 1)) << n << " calls";
+  }
 }
 
 TEST(NodeCommon, CopyBlocksRunsStridedCopies) {

@@ -259,6 +259,7 @@ fi
 # hierarchical path (SYMCOMM_NODE_MIN_BYTES=0 for each), symcomm in each node and the real NCCL between them. The
 # real NCCL is the one of the python3 that holds torch (the nvidia-nccl package). With one GPU, DROPIN_SHARED_RANKS
 # (default 4) ranks share it (--share-gpus: NCCL between them over loopback sockets; correctness only).
+# DROPIN_TIMEOUT (default 280) bounds each of the (up to two) conformance runs, in seconds.
 if has dropin; then
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   real=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
@@ -268,6 +269,7 @@ if has dropin; then
     note "dropin: needs a GPU and the nvidia-nccl package ($ngpu GPUs, real NCCL '${real}')"
   else
     dranks=$ngpu
+    dtimeout=${DROPIN_TIMEOUT:-280}  # seconds for each conformance run
     share=()
     if [ "$ngpu" -lt 2 ]; then
       dranks=${DROPIN_SHARED_RANKS:-4}
@@ -277,16 +279,25 @@ if has dropin; then
       local log=$1 t0
       shift
       t0=$(date +%s)
-      env SYMCOMM_NCCL_SHIM=native-only SYMCOMM_NCCL_SHIM_STATS=1 "$@" timeout 300 \
+      env SYMCOMM_NCCL_SHIM=native-only SYMCOMM_NCCL_SHIM_STATS=1 "$@" timeout "$((dtimeout + 20))" \
         "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" --shim "$BUILD/src/nccl_shim/libsymcomm_nccl.so" \
-        --real "$real" --ranks "$dranks" "${share[@]}" --quick --timeout 280 >"$OUT/$log" 2>&1
+        --real "$real" --ranks "$dranks" "${share[@]}" --quick --timeout "$dtimeout" >"$OUT/$log" 2>&1
       note "dropin conformance $* ($dranks ranks, $ngpu GPUs): rc=$? in $(($(date +%s) - t0)) s (log: $log)"
-      grep -E "^conformance: (PASS|FAIL)|symcomm_nccl: pid" "$OUT/$log" | head -5 | tee -a "$SUMMARY"
+      grep -E "^conformance: (PASS|FAIL)|symcomm_nccl: pid|kill: failure" "$OUT/$log" | head -5 | tee -a "$SUMMARY"
     }
     conformance dropin.log
     if [ "$dranks" -ge 4 ]; then
       conformance dropin_nodes.log SYMCOMM_FAKE_NODE_SIZE=$((dranks / 2)) \
         SYMCOMM_NODE_MIN_BYTES=all_reduce=0,all_gather=0,reduce_scatter=0,broadcast=0
+    fi
+    # A rank SIGKILLed (--kill): in one node, then over fake nodes on the hierarchical path and on the flat one.
+    if [ "$dranks" -ge 2 ]; then
+      share+=(--kill)
+      conformance dropin_kill.log
+      if [ "$dranks" -ge 4 ]; then
+        conformance dropin_kill_nodes.log SYMCOMM_FAKE_NODE_SIZE=$((dranks / 2)) SYMCOMM_NODE_MIN_BYTES=all_reduce=0
+        conformance dropin_kill_flat.log SYMCOMM_FAKE_NODE_SIZE=$((dranks / 2)) SYMCOMM_NODE_MIN_BYTES=all_reduce=max
+      fi
     fi
   fi
 fi

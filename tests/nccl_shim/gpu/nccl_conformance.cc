@@ -24,6 +24,11 @@
 //                  correctness on fewer GPUs than ranks, not speed
 //   --one-process  one process drives every GPU (as nccl-tests -g N does): the communicators of each library
 //                  are created in one group, and each case's calls for every GPU are issued in one group
+//   --kill         instead of the cases: after one all-reduce on each library the last rank SIGKILLs itself; every
+//                  other rank runs 16 MiB all-reduces on the drop-in library until a call or
+//                  ncclCommGetAsyncError reports the failure, which must come within 2 s, then ncclCommAbort must
+//                  return and the stream drain within 10 s each (the dead-peer path of NCCL programs, also over
+//                  fake nodes); needs 2+ ranks
 //   --agreement    instead of the cases: creations that must end forward-only on every rank (an id without
 //                  the stamp on one rank, one rank in another symcomm rendezvous, an unreachable store) and
 //                  ones that must be served; run with SYMCOMM_NCCL_SHIM=native-only
@@ -97,6 +102,7 @@ struct Options {
   bool agreement = false;
   bool one_process = false;
   bool share_gpus = false;
+  bool kill = false;
   int timeout_s = 300;
 };
 
@@ -147,6 +153,8 @@ bool parse_args(int argc, char** argv, Options& o) {
       o.one_process = true;
     } else if (arg == "--share-gpus") {
       o.share_gpus = true;
+    } else if (arg == "--kill") {
+      o.kill = true;
     } else if (arg == "--help" || arg == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -174,6 +182,10 @@ bool parse_args(int argc, char** argv, Options& o) {
   }
   if (o.shim.empty() || o.real.empty()) {
     std::fprintf(stderr, "conformance: --shim and --real are required\n");
+    return false;
+  }
+  if (o.kill && (o.one_process || o.agreement || o.ranks == 1)) {
+    std::fprintf(stderr, "conformance: --kill needs 2+ ranks, a process each, and no --agreement\n");
     return false;
   }
   if (o.share_gpus && o.one_process) {
@@ -1393,6 +1405,97 @@ bool run_agreement(Lane& lane, const IdChannel& ch) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// --kill: a rank SIGKILLed between collectives (NOTE [drop-in communicators that span nodes] for the fake nodes)
+
+constexpr double kKillDelayS = 0.3;             // the last rank's sleep between its first all-reduce and its SIGKILL
+constexpr double kNamedWithinS = 2.0;           // after the kill, a survivor's call or ncclCommGetAsyncError fails
+constexpr double kEndsWithinS = 10.0;           // ncclCommAbort returns, then the stream drains
+constexpr size_t kKillElems = size_t{4} << 20;  // float32: 16 MiB
+
+// Polls the stream until it drains or `limit_s` passes; false (printed) past the limit or on an error.
+bool drains(Lane& lane, double limit_s, const char* when) {
+  const Clock::time_point t0 = Clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(lane.stream);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) {
+      cudaGetLastError();  // a kernel ended by the abort may leave an error; the stream still drained
+      return true;
+    }
+    if (std::chrono::duration<double>(Clock::now() - t0).count() > limit_s) {
+      std::fprintf(stderr, "conformance: %s: the stream did not drain within %.0f s %s\n", lane.tag.c_str(), limit_s,
+                   when);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Whether the drop-in communicator has reported a failure: the result of a call, or its asynchronous error.
+bool reports_failure(const Lane& lane, ncclResult_t call_result) {
+  if (call_result != ncclSuccess) return true;
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t r = lane.shim.api->CommGetAsyncError(lane.shim.comm, &async);
+  return r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress);
+}
+
+// The survivor's part: true where the failure is reported in time, the abort returns and the stream drains.
+bool survive_kill(Lane& lane) {
+  const Clock::time_point t0 = Clock::now();  // the dead rank's kill comes kKillDelayS after this at the earliest
+  double named_s = -1;
+  while (named_s < 0) {
+    const double now_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (now_s > kKillDelayS + kEndsWithinS) break;
+    ncclResult_t r = lane.shim.api->AllReduce(lane.shim.buf.send, lane.shim.buf.recv, kKillElems, ncclFloat32, ncclSum,
+                                              lane.shim.comm, lane.stream);
+    while (!reports_failure(lane, r) && cudaStreamQuery(lane.stream) == cudaErrorNotReady &&
+           std::chrono::duration<double>(Clock::now() - t0).count() < kKillDelayS + kEndsWithinS) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (reports_failure(lane, r)) named_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  const char* last = lane.shim.api->GetLastError(lane.shim.comm);
+  std::printf("conformance: %s kill: failure reported after %.2f s (the kill came after %.1f s or later): %s\n",
+              lane.tag.c_str(), named_s, kKillDelayS, last != nullptr ? last : "(no text)");
+  bool ok = named_s >= 0 && named_s <= kKillDelayS + kNamedWithinS;
+  const Clock::time_point a0 = Clock::now();
+  const ncclResult_t aborted = lane.shim.api->CommAbort(lane.shim.comm);
+  lane.shim.comm = nullptr;
+  const double abort_s = std::chrono::duration<double>(Clock::now() - a0).count();
+  std::printf("conformance: %s kill: ncclCommAbort returned %d after %.2f s\n", lane.tag.c_str(),
+              static_cast<int>(aborted), abort_s);
+  ok = ok && aborted == ncclSuccess && abort_s <= kEndsWithinS;
+  ok = drains(lane, kEndsWithinS, "after ncclCommAbort") && ok;
+  std::fflush(stdout);
+  return ok;
+}
+
+// Every rank: one all-reduce on each library (the communicators are connected), then the last rank dies.
+bool run_kill(Lane& lane, const IdChannel& ch) {
+  const size_t bytes = kKillElems * sizeof(float);
+  bool ok = open_lane(lane, ch, Capacity{bytes, bytes, 256});
+  for (Side* s : {&lane.real, &lane.shim}) {
+    ok =
+        ok && succeeded(lane, cudaMemsetAsync(s->buf.send, 0, bytes, lane.stream), "cudaMemsetAsync") &&
+        succeeded(
+            lane,
+            on(*s, s->api->AllReduce(s->buf.send, s->buf.recv, kKillElems, ncclFloat32, ncclSum, s->comm, lane.stream)),
+            "the first ncclAllReduce");
+  }
+  ok = ok && wait(lane);
+  if (ok && lane.rank == lane.nranks - 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kKillDelayS));
+    kill(getpid(), SIGKILL);
+  }
+  ok = ok && survive_kill(lane);
+  lane.failed = true;  // the peers' communicators are aborted, not destroyed
+  ok = close_lane(lane) && ok;
+  std::printf("conformance: rank %d kill: %s\n", lane.rank, ok ? "ok" : "WRONG");
+  std::fflush(stdout);
+  return ok;
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // --one-process
 
 // Creates one library's communicators for every lane in one group (one process, several GPUs).
@@ -1513,6 +1616,7 @@ int rank_main(const Options& o, int rank, int nranks, const IdChannel& ch) {
   lane.device = rank % devices;
   if (!succeeded(lane, cudaSetDevice(lane.device), "cudaSetDevice")) return kExitError;
   if (o.agreement) return run_agreement(lane, ch) ? 0 : kExitWrong;
+  if (o.kill) return run_kill(lane, ch) ? 0 : kExitWrong;
 
   const std::vector<Case> cases = build_cases(o, nranks);
   bool ok = open_lane(lane, ch, capacity_for(cases, nranks));
@@ -1596,8 +1700,9 @@ std::string describe_status(int status) {
 }
 
 // Waits for every rank with SIGCHLD blocked (sigtimedwait); kills the others with SIGKILL where one stops at a
-// failed call or crashes (they cannot finish without it), and all of them at the timeout. True when all exited 0.
-bool wait_for_ranks(const std::vector<pid_t>& pids, int timeout_s, const sigset_t& sigchld) {
+// failed call or crashes (they cannot finish without it), and all of them at the timeout. True when all exited 0
+// (with `last_killed`, --kill: the last rank must end by SIGKILL instead, and its end stops no other).
+bool wait_for_ranks(const std::vector<pid_t>& pids, int timeout_s, const sigset_t& sigchld, bool last_killed) {
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(timeout_s);
   std::vector<bool> done(pids.size(), false);
   size_t running = pids.size();
@@ -1612,8 +1717,12 @@ bool wait_for_ranks(const std::vector<pid_t>& pids, int timeout_s, const sigset_
       const size_t r = static_cast<size_t>(it - pids.begin());
       done[r] = true;
       --running;
-      const bool passed = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      const bool finished = WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kExitWrong);
+      const bool killed_as_asked =
+          last_killed && r + 1 == pids.size() && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+      const bool passed =
+          last_killed && r + 1 == pids.size() ? killed_as_asked : WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      const bool finished =
+          killed_as_asked || (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kExitWrong));
       all_passed = all_passed && passed;
       if (!passed) std::fprintf(stderr, "conformance: rank %zu %s\n", r, describe_status(status).c_str());
       if (!finished && !killed && running > 0) {
@@ -1665,6 +1774,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "conformance: no GPU visible\n");
     return 1;
   }
+  if (o.kill && nranks < 2) {
+    std::fprintf(stderr, "conformance: --kill needs 2+ ranks (--ranks, or --share-gpus on one GPU)\n");
+    return 2;
+  }
   const char* mode = getenv("SYMCOMM_NCCL_SHIM");
   std::printf("conformance: %d ranks, %zu cases per rank, max-bytes %zu, threads %d%s%s, SYMCOMM_NCCL_SHIM=%s\n",
               nranks, build_cases(o, nranks).size(), o.max_bytes, o.threads, o.graph ? ", graph" : "",
@@ -1704,7 +1817,7 @@ int main(int argc, char** argv) {
   }
   close_all(pipes);
 
-  const bool passed = wait_for_ranks(pids, o.timeout_s, sigchld);
+  const bool passed = wait_for_ranks(pids, o.timeout_s, sigchld, o.kill);
   std::printf("conformance: %s (%d ranks)\n", passed ? "PASS" : "FAIL", nranks);
   return passed ? 0 : 1;
 }
