@@ -53,7 +53,7 @@ NUMELS = [1, 7, 1024, 1000003, 4 << 20]
 UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 ABORT_KILL_FILE = "abort-kill-time.txt"
-ABORT_DEADLINE_S = 60.0
+ABORT_DEADLINE_S = 60.0  # from the end of init_process_group
 
 
 def dtype_name(dtype):
@@ -291,12 +291,12 @@ def start_deadline(seconds, record):
 
 
 class Context:
-    def __init__(self, args, rank, world, local_rank, device):
+    def __init__(self, args, rank, world, gpu, device):
         self.seed = args.seed
         self.out = args.out
         self.rank = rank
         self.world = world
-        self.local_rank = local_rank
+        self.gpu = gpu  # the CUDA device index
         self.device = device
         self.destroyed = False
 
@@ -671,7 +671,7 @@ def run_ddp(record, ctx):
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.manual_seed(1234)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10)).to(ctx.device)
-    ddp = DistributedDataParallel(model, device_ids=[ctx.local_rank], bucket_cap_mb=0.25)
+    ddp = DistributedDataParallel(model, device_ids=[ctx.gpu], bucket_cap_mb=0.25)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator()
     gen.manual_seed(4321 + ctx.rank)
@@ -717,11 +717,16 @@ def configure_abort_environment():
     the survivor would never observe the error; 0 leaves a hung communicator in place.
     TORCH_NCCL_DUMP_ON_TIMEOUT=0 and TORCH_NCCL_ENABLE_MONITORING=0: no flight-recorder dump after the error,
     and no heartbeat-monitor thread, which ends the process after such a dump.
+    TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC=500: a watchdog that finds a failed collective still signals a dump and
+    waits this long for it (15 s by default, with nothing to dump it), and destroy_process_group waits for the
+    watchdog; seen on torch 2.11 with 4 ranks, where the survivors whose error the watchdog found returned from
+    destroy_process_group only after that wait.
     The collective's own wait has a timeout (Work.wait(timeout)), so the calling thread polls the work for an
     error (ncclCommGetAsyncError) and throws it itself."""
     os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "2"
     os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "0"
     os.environ["TORCH_NCCL_ENABLE_MONITORING"] = "0"
+    os.environ["TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"] = "500"
 
 
 def write_atomically(path, text):
@@ -842,7 +847,9 @@ def main():
     parser.add_argument("--out", required=True, help="folder of the result files")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--deadline", type=float, default=210.0,
-                        help="seconds after which a rank gives up (abort: 60 s regardless)")
+                        help="seconds after which a rank gives up (abort: 60 s from the end of init_process_group)")
+    parser.add_argument("--share-gpus", action="store_true",
+                        help="rank r on GPU r mod G, each rank its own NCCL_HOSTID (correctness on fewer GPUs)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -850,21 +857,33 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     record = Record(args.case, rank, world, args.out)
-    start_deadline(ABORT_DEADLINE_S if args.case == "abort" else args.deadline, record)
+    # The abort case's own deadline counts from the end of init_process_group (which takes ~35 s for 4 ranks
+    # sharing one GPU, NCCL over loopback sockets).
+    deadline = start_deadline(args.deadline, record)
 
-    torch.cuda.set_device(local_rank)
-    device = torch.device("cuda", local_rank)
+    gpu = local_rank
+    if args.share_gpus:
+        # Ranks share the GPUs round-robin; NCCL takes two ranks on one GPU only where each presents a host of its
+        # own, and then links them through its socket transport on loopback.
+        gpu = local_rank % torch.cuda.device_count()
+        os.environ["NCCL_HOSTID"] = f"symcomm-shared-gpu-rank-{rank}"
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    torch.cuda.set_device(gpu)
+    device = torch.device("cuda", gpu)
     init_kwargs = {"backend": "nccl", "device_id": device}
     if args.case == "abort":
         configure_abort_environment()
         init_kwargs["timeout"] = timedelta(seconds=30)
     dist.init_process_group(**init_kwargs)
+    if args.case == "abort":
+        deadline.cancel()
+        start_deadline(ABORT_DEADLINE_S, record)
     record.set("torch", torch.__version__)
     nccl_version = torch.cuda.nccl.version()
     if isinstance(nccl_version, tuple):
         nccl_version = ".".join(str(v) for v in nccl_version)
     record.set("nccl", str(nccl_version))
-    ctx = Context(args, rank, world, local_rank, device)
+    ctx = Context(args, rank, world, gpu, device)
 
     started = time.time()
     try:

@@ -22,6 +22,9 @@ Each drop-in run is compared with the forward-free run of the same case:
   abort           with the drop-in, the survivors saw the error and destroy_process_group returned; in auto or
                   native-only mode within 2 s of the kill (forward mode is plain NCCL's detection). The run
                   without the drop-in is reported, not required (reference_required())
+With --share-gpus, --nproc ranks share the visible GPUs (rank r on GPU r mod G): each rank presents its own NCCL
+host (NCCL_HOSTID, NCCL_SOCKET_IFNAME=lo), so NCCL takes ranks on one GPU and links them over loopback sockets, and
+every run has SYMCOMM_SHARED_GPU=1; for correctness at more ranks than GPUs, not speed.
 The stderr of each drop-in run is searched for the library's `symcomm_nccl:` statistics line(s), which are
 printed (their absence is reported, not a failure).
 
@@ -49,10 +52,11 @@ DROP_IN_MODES = {"forward", "auto", "native-only"}
 
 DDP_RTOL = 1e-4
 ABORT_DETECT_LIMIT_S = 2.0
-# The abort case's ranks end within 60 s of their start (cases.py ABORT_DEADLINE_S); torchrun's agent looks at
-# its workers only every --monitor-interval seconds and ends all of them once it sees one die, so it must not
-# look before the survivors are done.
-ABORT_MONITOR_INTERVAL_S = 90
+# The abort case's ranks end within 60 s of the end of their init_process_group (cases.py ABORT_DEADLINE_S; the
+# init takes ~35 s for 4 ranks sharing one GPU); torchrun's agent looks at its workers only every
+# --monitor-interval seconds and ends all of them once it sees one die, so it must not look before the survivors
+# are done.
+ABORT_MONITOR_INTERVAL_S = 150
 
 
 class Run:
@@ -99,12 +103,16 @@ def launch(case, mode, args, real_nccl):
     if case == "abort":
         cmd += ["--monitor-interval", str(ABORT_MONITOR_INTERVAL_S)]
     cmd += [CASES_PY, "--case", case, "--out", out_dir, "--seed", str(args.seed)]
+    if args.share_gpus:
+        cmd += ["--share-gpus"]
     print(f"== {case} [{mode}]: {' '.join(cmd)}", flush=True)
 
     start = time.time()
     with open(run.stdout_path, "w") as out, open(run.stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=child_env(None if mode == REFERENCE_MODE else mode, args.shim, real_nccl),
-                                start_new_session=True)
+        env = child_env(None if mode == REFERENCE_MODE else mode, args.shim, real_nccl)
+        if args.share_gpus:
+            env["SYMCOMM_SHARED_GPU"] = "1"
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
         try:
             run.rc = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -297,6 +305,9 @@ def main():
                         help="libnccl.so.2 behind the drop-in library (default: the nvidia-nccl wheel's)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
     parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--share-gpus", action="store_true",
+                        help="--nproc ranks share the GPUs round-robin, each its own NCCL_HOSTID (NCCL between them "
+                             "over loopback sockets), SYMCOMM_SHARED_GPU=1: correctness on fewer GPUs, not speed")
     args = parser.parse_args()
 
     cases = [c for c in args.cases.split(",") if c]
