@@ -270,10 +270,10 @@ if has dropin; then
   else
     dranks=$ngpu
     dtimeout=${DROPIN_TIMEOUT:-280}  # seconds for each conformance run
-    share=()
+    dargs=()  # the conformance program's options of every run below
     if [ "$ngpu" -lt 2 ]; then
       dranks=${DROPIN_SHARED_RANKS:-4}
-      share=(--share-gpus)
+      dargs=(--share-gpus)
     fi
     conformance() {  # log, then VAR=value ... for the environment
       local log=$1 t0
@@ -281,7 +281,7 @@ if has dropin; then
       t0=$(date +%s)
       env SYMCOMM_NCCL_SHIM=native-only SYMCOMM_NCCL_SHIM_STATS=1 "$@" timeout "$((dtimeout + 20))" \
         "$BUILD/tests/nccl_shim/symcomm_nccl_conformance" --shim "$BUILD/src/nccl_shim/libsymcomm_nccl.so" \
-        --real "$real" --ranks "$dranks" "${share[@]}" --quick --timeout "$dtimeout" >"$OUT/$log" 2>&1
+        --real "$real" --ranks "$dranks" "${dargs[@]}" --quick --timeout "$dtimeout" >"$OUT/$log" 2>&1
       note "dropin conformance $* ($dranks ranks, $ngpu GPUs): rc=$? in $(($(date +%s) - t0)) s (log: $log)"
       grep -E "^conformance: (PASS|FAIL)|symcomm_nccl: pid|kill: failure" "$OUT/$log" | head -5 | tee -a "$SUMMARY"
     }
@@ -292,7 +292,7 @@ if has dropin; then
     fi
     # A rank SIGKILLed (--kill): in one node, then over fake nodes on the hierarchical path and on the flat one.
     if [ "$dranks" -ge 2 ]; then
-      share+=(--kill)
+      dargs+=(--kill)
       conformance dropin_kill.log
       if [ "$dranks" -ge 4 ]; then
         conformance dropin_kill_nodes.log SYMCOMM_FAKE_NODE_SIZE=$((dranks / 2)) SYMCOMM_NODE_MIN_BYTES=all_reduce=0

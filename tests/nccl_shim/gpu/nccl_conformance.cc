@@ -78,6 +78,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 constexpr unsigned char kPoison = 0xA5;
 // Inputs repeat every kInputPeriod elements (a prime: no power-of-two chunk of an output lines up with it).
 constexpr size_t kInputPeriod = 262139;
@@ -1382,7 +1384,7 @@ bool run_agreement(Lane& lane, const IdChannel& ch) {
       std::fprintf(stderr, "conformance: %s: ncclCommInitRank failed (%s)\n", lane.tag.c_str(), scenario_name(s));
       return false;
     }
-    const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double init_s = seconds_since(t0);
     const ncclResult_t r = lane.shim.api->AllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, lane.stream);
     const bool served = r == ncclSuccess;
     const bool want = s == Scenario::kServed;
@@ -1412,7 +1414,8 @@ constexpr double kNamedWithinS = 2.0;           // after the kill, a survivor's 
 constexpr double kEndsWithinS = 10.0;           // ncclCommAbort returns, then the stream drains
 constexpr size_t kKillElems = size_t{4} << 20;  // float32: 16 MiB
 
-// Polls the stream until it drains or `limit_s` passes; false (printed) past the limit or on an error.
+// Polls the stream until it drains or `limit_s` passes; false (printed) past the limit. A failed query counts as
+// drained: the abort may end a kernel with an error, and nothing of the stream runs after it.
 bool drains(Lane& lane, double limit_s, const char* when) {
   const Clock::time_point t0 = Clock::now();
   for (;;) {
@@ -1422,7 +1425,7 @@ bool drains(Lane& lane, double limit_s, const char* when) {
       cudaGetLastError();  // a kernel ended by the abort may leave an error; the stream still drained
       return true;
     }
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > limit_s) {
+    if (seconds_since(t0) > limit_s) {
       std::fprintf(stderr, "conformance: %s: the stream did not drain within %.0f s %s\n", lane.tag.c_str(), limit_s,
                    when);
       return false;
@@ -1442,17 +1445,16 @@ bool reports_failure(const Lane& lane, ncclResult_t call_result) {
 // The survivor's part: true where the failure is reported in time, the abort returns and the stream drains.
 bool survive_kill(Lane& lane) {
   const Clock::time_point t0 = Clock::now();  // the dead rank's kill comes kKillDelayS after this at the earliest
+  const double give_up_s = kKillDelayS + kEndsWithinS;
   double named_s = -1;
-  while (named_s < 0) {
-    const double now_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (now_s > kKillDelayS + kEndsWithinS) break;
-    ncclResult_t r = lane.shim.api->AllReduce(lane.shim.buf.send, lane.shim.buf.recv, kKillElems, ncclFloat32, ncclSum,
-                                              lane.shim.comm, lane.stream);
+  while (named_s < 0 && seconds_since(t0) <= give_up_s) {
+    const ncclResult_t r = lane.shim.api->AllReduce(lane.shim.buf.send, lane.shim.buf.recv, kKillElems, ncclFloat32,
+                                                    ncclSum, lane.shim.comm, lane.stream);
     while (!reports_failure(lane, r) && cudaStreamQuery(lane.stream) == cudaErrorNotReady &&
-           std::chrono::duration<double>(Clock::now() - t0).count() < kKillDelayS + kEndsWithinS) {
+           seconds_since(t0) < give_up_s) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    if (reports_failure(lane, r)) named_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (reports_failure(lane, r)) named_s = seconds_since(t0);
   }
   const char* last = lane.shim.api->GetLastError(lane.shim.comm);
   std::printf("conformance: %s kill: failure reported after %.2f s (the kill came after %.1f s or later): %s\n",
@@ -1461,7 +1463,7 @@ bool survive_kill(Lane& lane) {
   const Clock::time_point a0 = Clock::now();
   const ncclResult_t aborted = lane.shim.api->CommAbort(lane.shim.comm);
   lane.shim.comm = nullptr;
-  const double abort_s = std::chrono::duration<double>(Clock::now() - a0).count();
+  const double abort_s = seconds_since(a0);
   std::printf("conformance: %s kill: ncclCommAbort returned %d after %.2f s\n", lane.tag.c_str(),
               static_cast<int>(aborted), abort_s);
   ok = ok && aborted == ncclSuccess && abort_s <= kEndsWithinS;
