@@ -12,8 +12,8 @@ backend, CUDA tensors on its CUDA backend.
 
 Importing this module registers the backend with torch.distributed.Backend.register_backend(). The process
 group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it implements allreduce, allgather,
-_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (equal splits; CUDA
-tensors with other splits go to NCCL), reduce, gather, scatter, allreduce_coalesced, allgather_into_tensor_coalesced,
+_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (other than equal
+splits: CPU tensors as sends and receives, CUDA tensors on NCCL), reduce, gather, scatter, allreduce_coalesced, allgather_into_tensor_coalesced,
 reduce_scatter_tensor_coalesced, barrier, send and recv (isend, irecv, batch_isend_irecv), on contiguous tensors of
 float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
 
@@ -200,6 +200,20 @@ def _stream(t):
     return _torch.cuda.current_stream(t.device).cuda_stream
 
 
+def _prod(shape):
+    """The number of elements of a tensor of this shape."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _overlap(a, b):
+    """Whether the memory of contiguous tensors a and b overlaps."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
 def _tensors(outputs):
     """The tensors of a Work's outputs (a list of tensors and lists of tensors)."""
     for o in outputs:
@@ -225,6 +239,34 @@ def _same(t, ref, what, numel):
         raise ValueError(f"symcomm: {what}: {t.numel()} elements, expected {numel}")
 
 
+# NOTE [Works torch holds]
+# torch's C++ calls a process group's collectives too (DistributedDataParallel's parameter check, buffer broadcasts
+# and gradient buckets; torch.distributed._broadcast_coalesced) and then waits for the Work it got, or takes its
+# future. A Work of a Python class reaches C++ as its C++ part; pybind calls the Python wait() and get_future() for
+# it only while the Python object is alive, and torch 1.13 does not keep it alive: once the collective returned,
+# C++ held the bare C++ part, whose wait() never returns (DistributedDataParallel's constructor hung in
+# _verify_param_shape_across_processes, torch 1.13, 2 ranks on the CI machine). So _PENDING holds every Work from
+# its creation until it completes (wait(), get_future(), the end of its coalescing block). Works that nobody waits
+# for are dropped once their collectives have run, oldest first, when _PENDING_MAX are held.
+
+#: The Works not completed yet, by id().
+_PENDING = {}
+_PENDING_MAX = 4096
+
+
+def _hold(work):
+    """Keeps `work` alive until it completes (NOTE [Works torch holds])."""
+    if len(_PENDING) >= _PENDING_MAX:
+        excess = len(_PENDING) - _PENDING_MAX // 2
+        for key, w in list(_PENDING.items()):
+            if excess <= 0:
+                break
+            if w._settled():  # noqa: SLF001 - the Works of this module
+                del _PENDING[key]
+                excess -= 1
+    _PENDING[id(work)] = work
+
+
 class Work(_TorchWork):
     """The Work of a symcomm collective: wait() blocks until it completes (raising its error), then runs the
     copies into the caller's tensors that the collective needs (allgather and reduce_scatter with lists).
@@ -245,6 +287,7 @@ class Work(_TorchWork):
         self._finish = finish
         self._in_group = in_group  # recorded in a coalescing block that has not ended
         self._device_comm = device_comm  # a CUDA collective's communicator: wait() raises its sticky error
+        _hold(self)
 
     def _issue_held(self):
         """Runs the held sends and receives (this one among them); a failure of theirs is kept in self._error."""
@@ -261,6 +304,7 @@ class Work(_TorchWork):
         self._in_group = False
         if error is not None:
             self._core, self._finish, self._error = None, None, error
+            _PENDING.pop(id(self), None)
             return
         try:
             self._complete()
@@ -268,17 +312,24 @@ class Work(_TorchWork):
             pass
 
     def _complete(self):
-        if self._core is not None:
-            core, self._core = self._core, None
-            try:
-                core.wait()
-            except BaseException as e:
-                self._error = e
-                self._finish = None
-                raise
-        if self._finish is not None:
-            finish, self._finish = self._finish, None
-            finish()
+        try:
+            if self._core is not None:
+                core, self._core = self._core, None
+                try:
+                    core.wait()
+                except BaseException as e:
+                    self._error = e
+                    self._finish = None
+                    raise
+            if self._finish is not None:
+                finish, self._finish = self._finish, None
+                finish()
+        finally:
+            _PENDING.pop(id(self), None)
+
+    def _settled(self):
+        """Whether the collective has run (its Work may not have been waited for)."""
+        return not self._in_group and self._held_by is None and (self._core is None or self._core.is_completed())
 
     def wait(self, timeout=None):
         self._issue_held()
@@ -354,6 +405,7 @@ class _EnqueuedWork(Work):
         _TorchWork.__init__(self)  # pylint: disable=non-parent-init-called
         self._outputs = outputs
         self._device_comm = comm
+        _hold(self)
 
 
 class _ForwardedWork:
@@ -925,17 +977,83 @@ class ProcessGroupSymcomm(_ProcessGroup):
             self._flush_p2p()
             return self._nccl().alltoall_base(output, input, output_split_sizes, input_split_sizes,
                                               _dist.AllToAllOptions())
+        if any(s for _, s in splits) and (even is None or any(s and list(s) != even for _, s in splits)):
+            return self._alltoall_uneven(output, input, output_split_sizes, input_split_sizes)
         _same(output, input, "alltoall_base output", input.numel())
         if even is None:
             raise ValueError(f"symcomm: alltoall_base: the leading dimension {rows} is not divisible by the "
                              f"world size {self._size}")
-        for name, s in splits:
-            if s and list(s) != even:
-                raise ValueError(f"symcomm: alltoall_base: {name} {list(s)}: only equal splits are supported")
         x = _array(input, "alltoall_base input")
         out = _array(output, "alltoall_base output")
         return self._submit(lambda c, a, s: c.all_to_all(x, out, a, _dtype(input), s), [output],
                             input)
+
+    def _alltoall_uneven(self, output, input, output_split_sizes, input_split_sizes):  # noqa: A002
+        """alltoall_base of CPU tensors with unequal splits: rows [in_off[q], in_off[q] + input_split_sizes[q]) of
+        the input go to rank q, rows [out_off[r], ...) of the output come from rank r (an absent list: equal
+        splits of that tensor's rows)."""
+        _array(input, "alltoall_base input")  # checks; the pieces are views of the tensors
+        _array(output, "alltoall_base output")
+        if input.dtype != output.dtype:
+            raise TypeError(f"symcomm: alltoall_base: output dtype {output.dtype} differs from the input's "
+                            f"{input.dtype}")
+        if input.dim() == 0 or output.dim() == 0:
+            raise ValueError("symcomm: alltoall_base: split sizes need tensors of at least one dimension")
+        row = _prod(input.shape[1:])
+        if _prod(output.shape[1:]) != row:
+            raise ValueError(f"symcomm: alltoall_base: rows of {_prod(output.shape[1:])} output elements and "
+                             f"{row} input elements differ")
+        ins = self._split_rows(input, input_split_sizes, "input_split_sizes")
+        outs = self._split_rows(output, output_split_sizes, "output_split_sizes")
+        return self._exchange(outs, ins, input, "alltoall_base")
+
+    def _split_rows(self, t, split_sizes, name):
+        """The world-size pieces of t (1-D views) that `split_sizes` (rows per rank; absent: equal) makes."""
+        rows = t.shape[0]
+        if not split_sizes:
+            if rows % self._size:
+                raise ValueError(f"symcomm: alltoall_base: {name} is absent and the leading dimension {rows} is not "
+                                 f"divisible by the world size {self._size}")
+            split_sizes = [rows // self._size] * self._size
+        split_sizes = [int(n) for n in split_sizes]
+        if len(split_sizes) != self._size or min(split_sizes) < 0 or sum(split_sizes) != rows:
+            raise ValueError(f"symcomm: alltoall_base: {name} {split_sizes} must be {self._size} sizes, none "
+                             f"negative, that add up to the leading dimension {rows}")
+        flat, row, pieces, at = t.reshape(-1), _prod(t.shape[1:]), [], 0
+        for n in split_sizes:
+            pieces.append(flat[at * row:(at + n) * row])
+            at += n
+        return pieces
+
+    def _exchange(self, outs, ins, like, what):
+        """An all-to-all of pieces of any sizes: ins[q] to rank q, into outs[r] from rank r, as sends and receives
+        in one coalescing block (the k-th send from A to B matches the k-th receive on B from A, with the same
+        element count and dtype: a rank that disagrees gets an error); this rank's own piece is copied when the
+        block runs. Returns the block's Work. An input that overlaps an output is read at the call."""
+        me = self._rank
+        if ins[me].numel() != outs[me].numel():
+            raise ValueError(f"symcomm: {what}: this rank sends itself {ins[me].numel()} elements and receives "
+                             f"{outs[me].numel()} from itself")
+        if any(_overlap(i, o) for i in ins for o in outs if i.numel() and o.numel()):
+            ins = [i.clone() for i in ins]
+        dtype = _dtype(like)
+        own_in, own_out = ins[me], outs[me]
+        self._start_coalescing()
+        try:
+            for q in range(self._size):
+                if q != me and ins[q].numel():
+                    x = _numpy(ins[q])
+                    self._submit(lambda c, a, s, x=x, q=q: c.send(x, q, a, dtype), [], like)
+            for q in range(self._size):
+                if q != me and outs[q].numel():
+                    y = _numpy(outs[q])
+                    self._submit(lambda c, a, s, y=y, q=q: c.recv(y, q, a, dtype), [outs[q]], like)
+            own = Work(None, [own_out], finish=lambda: own_out.copy_(own_in), in_group=True)
+            self._coalescing[-1][0].append(own)
+        except BaseException:
+            self._cancel_coalescing()
+            raise
+        return self._end_coalescing()
 
     def barrier(self, opts=None):
         """Every rank's host waits for the others, after the CUDA work issued so far on this group's device has
@@ -1004,8 +1122,15 @@ class ProcessGroupSymcomm(_ProcessGroup):
         ref = input_tensors[0]
         for name, ts in (("input", input_tensors), ("output", output_tensors)):
             for i, t in enumerate(ts):
-                _same(t, ref, f"alltoall {name} {i}", ref.numel())
+                if not isinstance(t, _torch.Tensor) or t.dtype != ref.dtype:
+                    _same(t, ref, f"alltoall {name} {i}", t.numel() if isinstance(t, _torch.Tensor) else 0)
                 _array(t, f"alltoall {name} {i}")
+        if any(t.numel() != ref.numel() for ts in (input_tensors, output_tensors) for t in ts):
+            if ref.is_cuda:  # NCCL's all-to-all takes any sizes
+                self._flush_p2p()
+                return self._nccl().alltoall(list(output_tensors), list(input_tensors), _dist.AllToAllOptions())
+            return self._exchange([t.reshape(-1) for t in output_tensors], [t.reshape(-1) for t in input_tensors],
+                                  ref, "alltoall")
         flat_in = _torch.cat([t.reshape(-1) for t in input_tensors])
         flat_out = _torch.empty_like(flat_in)
         n = ref.numel()
@@ -1100,12 +1225,18 @@ class _BlockWork(Work):
         self._works = works
 
     def wait(self, timeout=None):
-        for w in self._works:
-            w.wait(timeout)
+        try:
+            for w in self._works:
+                w.wait(timeout)
+        finally:
+            _PENDING.pop(id(self), None)
         return True
 
     def is_completed(self):
         return all(w.is_completed() for w in self._works)
+
+    def _settled(self):
+        return all(w._settled() for w in self._works)  # noqa: SLF001
 
 
 class _CoalescingManager:

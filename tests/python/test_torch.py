@@ -211,6 +211,60 @@ def test_all_to_all_single(gloo, dtype, rows):
     same(c, b, "all_to_all_single with equal splits")
 
 
+def _rows_between(src, dst):
+    """Rows rank src sends rank dst in the unequal all-to-alls (some of them none)."""
+    return (src + 2 * dst) % 3
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_all_to_all_single_unequal_splits(gloo, dtype):
+    w, me = dist.get_world_size(), dist.get_rank()
+    sends = [_rows_between(me, q) for q in range(w)]
+    receives = [_rows_between(r, me) for r in range(w)]
+    x = inp(seed_of("a2a uneven", dname(dtype)), sum(sends) * 3, dtype).reshape(sum(sends), 3)
+    a = poisoned((sum(receives), 3), dtype)
+    b = wide(poisoned((sum(receives), 3), dtype))
+    dist.all_to_all_single(a, x, receives, sends)
+    dist.all_to_all_single(b, wide(x), receives, sends, group=gloo)
+    same(a, b.to(dtype), "all_to_all_single with unequal splits")
+    # Output splits absent: equal blocks of the output's rows (rank q receives q % 2 + 1 rows from each rank).
+    sends = [q % 2 + 1 for q in range(w)]
+    x = inp(seed_of("a2a input splits", dname(dtype)), sum(sends) * 2, dtype).reshape(-1, 2)
+    a = poisoned((w * (me % 2 + 1), 2), dtype)
+    b = wide(poisoned((w * (me % 2 + 1), 2), dtype))
+    dist.all_to_all_single(a, x, None, sends)
+    dist.all_to_all_single(b, wide(x), None, sends, group=gloo)
+    same(a, b.to(dtype), "all_to_all_single with input splits only")
+
+
+def test_all_to_all_single_unequal_splits_in_place(gloo):
+    # Rank me sends (me + q) % 3 rows to q and receives as many from each rank as it sends it: in place works.
+    w, me = dist.get_world_size(), dist.get_rank()
+    splits = [(me + q) % 3 for q in range(w)]
+    x = inp(seed_of("a2a in place"), sum(splits) * 4, torch.int64).reshape(-1, 4)
+    want = poisoned(x.shape, torch.int64)
+    dist.all_to_all_single(want, x, splits, splits, group=gloo)
+    dist.all_to_all_single(x, x, splits, splits)
+    same(x, want, "all_to_all_single in place")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8], ids=dname)
+def test_all_to_all_unequal_sizes(gloo, dtype):
+    # Tensor q of rank r's input list goes to rank q's output tensor r; sizes depend on (r, q), some are empty.
+    w, me = dist.get_world_size(), dist.get_rank()
+
+    def piece(src, dst):
+        return inp(seed_of("a2a list uneven", dname(dtype), dst), 5 * _rows_between(src, dst), dtype, rank=src)
+
+    ins = [piece(me, q) for q in range(w)]
+    outs = [poisoned((5 * _rows_between(r, me),), dtype) for r in range(w)]
+    work = dist.all_to_all(outs, ins, async_op=True)
+    work.wait()
+    for r in range(w):
+        same(outs[r], piece(r, me), f"all_to_all tensor from rank {r}")
+    check_usable(gloo)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 @pytest.mark.parametrize("op", list(OPS))
 def test_reduce(gloo, dtype, op):
@@ -298,8 +352,9 @@ def test_reduce_gather_scatter_errors(gloo):
             dist.scatter(torch.ones(3), [torch.ones(2)] * w, src=0)
     with pytest.raises(TypeError, match="tensor 1"):  # torch checks this too, before the process group
         pg.allreduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.int32)], dist.AllreduceCoalescedOptions())
-    with pytest.raises(ValueError, match="elements"):
-        dist.all_to_all([torch.ones(2)] * w, [torch.ones(2)] * (w - 1) + [torch.ones(3)])
+    with pytest.raises(TypeError, match="dtype"):  # torch checks this too, before the process group
+        pg.alltoall([torch.ones(2)] * w, [torch.ones(2)] * (w - 1) + [torch.ones(3, dtype=torch.float64)],
+                    dist.AllToAllOptions())
     check_usable(gloo)
 
 
@@ -432,8 +487,15 @@ def test_errors(gloo):
         dist.reduce_scatter(torch.zeros(3), [torch.zeros(3)] * (w - 1) + [torch.zeros(2)])
     with pytest.raises(ValueError, match="contiguous"):
         dist.broadcast(torch.zeros(4, 6).t(), src=0)
-    with pytest.raises(ValueError, match="equal splits"):
+    with pytest.raises(ValueError, match="itself"):  # every rank sends itself other than it receives
         dist.all_to_all_single(torch.zeros(2 * w), torch.zeros(2 * w), input_split_sizes=[2 * w] + [0] * (w - 1))
+    with pytest.raises(ValueError, match="add up"):
+        dist.all_to_all_single(torch.zeros(2 * w), torch.zeros(2 * w), input_split_sizes=[1] * w)
+    with pytest.raises(ValueError, match="add up"):
+        dist.all_to_all_single(torch.zeros(2 * w), torch.zeros(2 * w), output_split_sizes=[2] * (w + 1))
+    with pytest.raises(ValueError, match="rows"):
+        dist.all_to_all_single(torch.zeros(2 * w, 3), torch.zeros(2 * w, 2),
+                               input_split_sizes=[2 * w] + [0] * (w - 1))
     with pytest.raises(ValueError, match="divisible"):
         dist.all_to_all_single(torch.zeros(2 * w + 1), torch.zeros(2 * w + 1))
     with pytest.raises(ValueError, match="elements"):
@@ -507,6 +569,79 @@ def test_object_collectives(gloo):
     mine = [None]
     dist.scatter_object_list(mine, [("to", r, "y" * r) for r in range(w)] if dist.get_rank() == 0 else None, src=0)
     assert mine == [("to", dist.get_rank(), "y" * dist.get_rank())]
+
+
+def test_calls_from_torch_cpp(gloo):
+    """torch's C++ calls the group's collectives and waits for their Works (NOTE [Works torch holds])."""
+    me = dist.get_rank()
+    pg = dist.distributed_c10d._get_default_group()  # noqa: SLF001
+    ts = [inp(seed_of(f"coalesced {i}"), n, dtype) for i, (n, dtype) in
+          enumerate([(5, torch.float32), (300, torch.int64), (1, torch.float64), (77, torch.float32)])]
+    want = [inp(seed_of(f"coalesced {i}"), t.numel(), t.dtype, rank=1) for i, t in enumerate(ts)]
+    # A 64-byte buffer puts each tensor in a broadcast of its own, two of them in flight at a time.
+    dist._broadcast_coalesced(pg, ts, 64, 1)  # noqa: SLF001
+    for i, (t, w) in enumerate(zip(ts, want)):
+        same(t, w, f"_broadcast_coalesced tensor {i}")
+    dist._verify_params_across_processes(pg, [torch.zeros(2, 3), torch.zeros(4)])  # noqa: SLF001
+    # Each rank compares its shapes with rank 0's.
+    if me == 0:
+        dist._verify_params_across_processes(pg, [torch.zeros(2, 3)])  # noqa: SLF001
+    else:
+        with pytest.raises(RuntimeError, match="not to match sizes"):
+            dist._verify_params_across_processes(pg, [torch.zeros(3, 2)])  # noqa: SLF001
+    check_usable(gloo)
+
+
+def test_works_are_held_until_they_complete(gloo, monkeypatch):
+    """A Work is held (NOTE [Works torch holds]) until it completes; Works nobody waits for are dropped once held
+    Works reach _PENDING_MAX."""
+    monkeypatch.setattr(symcomm_torch, "_PENDING_MAX", 8)
+    kept = dist.all_reduce(torch.ones(4), async_op=True)
+    assert id(kept) in symcomm_torch._PENDING  # noqa: SLF001
+    kept.wait()
+    assert id(kept) not in symcomm_torch._PENDING  # noqa: SLF001
+    for _ in range(40):
+        dist.all_reduce(torch.ones(4), async_op=True)
+    dist.all_reduce(torch.ones(4))  # the collectives run in order: the 40 have run when it returns
+    last = dist.all_reduce(torch.ones(4), async_op=True)
+    assert len(symcomm_torch._PENDING) <= 8  # noqa: SLF001
+    last.wait()
+    check_usable(gloo)
+
+
+def _ddp_run(group, steps=5):
+    """Parameters after `steps` DistributedDataParallel steps on `group` (every rank its own batches, one step's
+    gradients accumulated under no_sync(), BatchNorm buffers broadcast), from the same initial model."""
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.BatchNorm1d(40),
+                                torch.nn.Linear(40, 6))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=0.002)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    data = torch.Generator().manual_seed(seed_of("ddp") + dist.get_rank())
+    for step in range(steps):
+        x, y = torch.randn(8, 24, generator=data), torch.randn(8, 6, generator=data)
+        if step == 2:
+            with ddp.no_sync():
+                ((ddp(x) - y) ** 2).mean().backward()
+        loss = ((ddp(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_distributed_data_parallel(gloo):
+    """DistributedDataParallel on the symcomm group trains as on gloo: the same parameters on every rank, equal to
+    gloo's up to the order of the gradient sums (bit for bit at 2 ranks)."""
+    ours, theirs = _ddp_run(None), _ddp_run(gloo)
+    every = [torch.empty_like(ours) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, ours, group=gloo)
+    for r, p in enumerate(every):
+        same(p, every[0], f"DDP parameters of rank {r}")
+    if dist.get_world_size() == 2:
+        same(ours, theirs, "DDP parameters")
+    else:
+        assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-6), (ours - theirs).abs().max()
 
 
 def test_unsupported_collectives(gloo):
