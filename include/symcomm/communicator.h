@@ -212,15 +212,19 @@ class Communicator {
   /// process. Throws Error(kInvalidArgument) if ptr is not in the symmetric heap.
   void* peer_ptr(const void* ptr, int peer) const;
 
-  /// out[i] = op over ranks of in[i], i < count. in == out is allowed (in place).
+  /// out[i] = op over ranks of in[i], i < count. in == out is allowed (in place); buffers that overlap otherwise,
+  /// in this and the other collectives, throw Error(kInvalidArgument).
   void all_reduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, const CollOptions& o = {});
-  /// out[r*count + i] = in_r[i]. `count` is per rank; out holds world_size*count elements.
+  /// out[r*count + i] = in_r[i]. `count` is per rank; out holds world_size*count elements. In place: in ==
+  /// out + rank*count.
   void all_gather(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o = {});
-  /// out[i] = op over ranks of in_r[rank*count + i]. `count` is the output count per rank.
+  /// out[i] = op over ranks of in_r[rank*count + i]. `count` is the output count per rank. In place: out ==
+  /// in + rank*count.
   void reduce_scatter(const void* in, void* out, size_t count, DataType dtype, ReduceOp op, const CollOptions& o = {});
   /// out[i] = in_root[i] on every rank (in is read on root only; in == out allowed).
   void broadcast(const void* in, void* out, size_t count, DataType dtype, int root, const CollOptions& o = {});
-  /// out[p*count + i] = in_p[rank*count + i]: block p of the output comes from peer p. `count` per peer.
+  /// out[p*count + i] = in_p[rank*count + i]: block p of the output comes from peer p. `count` per peer. in ==
+  /// out is allowed.
   void all_to_all(const void* in, void* out, size_t count, DataType dtype, const CollOptions& o = {});
   /// Returns (host) or completes on the stream (CUDA) once every rank has arrived.
   void barrier(const CollOptions& o = {});

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <limits>
 
 #include "base/check.h"
@@ -91,6 +92,32 @@ void validate_request(const Request& r, int world_size) {
       r.kind != Collective::kBroadcast;  // broadcast reads `in` on the root only (CommCore::check_arguments)
   SYMCOMM_CHECK_ARG(!needs_in || r.in != nullptr, "{}: input pointer is null", to_string(r.kind));
   SYMCOMM_CHECK_ARG(r.out != nullptr, "{}: output pointer is null", to_string(r.kind));
+}
+
+void check_in_place(const Request& r, int rank, int world_size) {
+  if (r.is_p2p() || r.kind == Collective::kBarrier || r.count == 0) return;
+  if (r.kind == Collective::kBroadcast && r.root != rank) return;
+  const size_t es = r.elem_size(), in_bytes = r.in_count(world_size) * es, out_bytes = r.out_count(world_size) * es;
+  const auto in = reinterpret_cast<uintptr_t>(r.in), out = reinterpret_cast<uintptr_t>(r.out);
+  if (in + in_bytes <= out || out + out_bytes <= in) return;  // disjoint
+  const size_t own_block = static_cast<size_t>(rank) * r.count * es;
+  switch (r.kind) {
+    case Collective::kAllGather:
+      SYMCOMM_CHECK_ARG(in == out + own_block,
+                        "all_gather: the input {} overlaps the output {} other than as this rank's block (rank {}: "
+                        "output + {} bytes)",
+                        r.in, static_cast<const void*>(r.out), rank, own_block);
+      return;
+    case Collective::kReduceScatter:
+      SYMCOMM_CHECK_ARG(out == in + own_block,
+                        "reduce_scatter: the output {} overlaps the input {} other than as this rank's block (rank "
+                        "{}: input + {} bytes)",
+                        static_cast<const void*>(r.out), r.in, rank, own_block);
+      return;
+    default:
+      SYMCOMM_CHECK_ARG(in == out, "{}: the input {} and the output {} overlap without being the same buffer",
+                        to_string(r.kind), r.in, static_cast<const void*>(r.out));
+  }
 }
 
 }  // namespace symcomm::detail

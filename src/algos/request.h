@@ -53,4 +53,12 @@ inline Request make_p2p(P2pDir dir, const void* in, void* out, size_t count, Dat
 /// point-to-point operation other than kDirect. Throws Error(kInvalidArgument) naming the field.
 void validate_request(const Request& r, int world_size);
 
+/// NOTE [in place] A collective's input and output are disjoint or in place, as NCCL defines it: all_reduce,
+/// broadcast (on the root; elsewhere the input is not read) and all_to_all with in == out; all_gather with the input
+/// at this rank's block of the output; reduce_scatter with the output at this rank's block of the input. Any other
+/// overlap throws Error(kInvalidArgument): the paths that read peers' inputs in place (zero-copy, the copy engine)
+/// or write blocks before reading this rank's input would read bytes already overwritten, differently by path and
+/// size (the host backend's all-gather of an input inside the output, other than its own block, wrote wrong blocks).
+void check_in_place(const Request& r, int rank, int world_size);
+
 }  // namespace symcomm::detail

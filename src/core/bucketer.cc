@@ -326,11 +326,12 @@ ReduceScatterBucketer::Slot ReduceScatterBucketer::prepare(const void* input, si
   m.check_usable("reduce_scatter_async");
   // The checks of Communicator::reduce_scatter (enums, null input, byte-size overflow, and the backend's:
   // pointer kinds and devices, alignment), at record time.
+  // The output is the bucket's (it passes the backend's checks); this rank's block of the input stands in for it
+  // (in place: NOTE [in place]) and is never written.
+  const size_t own_block = static_cast<size_t>(m.core.ctx().ranks.rank) * out_count * dtype_size(dtype);
   detail::Request r{.kind = Collective::kReduceScatter,
                     .in = input,
-                    // The output is the bucket's (it passes the backend's checks); the input stands in for
-                    // it and is never written.
-                    .out = const_cast<void*>(input),
+                    .out = input ? static_cast<char*>(const_cast<void*>(input)) + own_block : nullptr,
                     .count = out_count,
                     .dtype = dtype,
                     .op = op,

@@ -87,6 +87,7 @@ void CommCore::check_arguments(const Request& r) {
   // What only this rank's place decides: a broadcast reads its input on the root alone.
   SYMCOMM_CHECK_ARG(r.kind != Collective::kBroadcast || r.root != ctx_->ranks.rank || r.count == 0 || r.in != nullptr,
                     "broadcast: the root's input pointer is null");
+  check_in_place(r, ctx_->ranks.rank, ctx_->ranks.world_size);
   backend_->check_buffers(r);
 }
 

@@ -88,6 +88,60 @@ def test_broadcast_root_outside(comm, root):
     check_usable(comm)
 
 
+# Input and output that overlap other than in place (NOTE [in place]): (name, call(comm, buffer)); the buffer holds
+# 8 * world_size + 8 float32 elements.
+OVERLAPS = [
+    ("all_reduce", lambda c, b: c.all_reduce(b[0:8], out=b[2:10])),
+    ("all_gather, input not at this rank's block", lambda c, b: c.all_gather(
+        b[c.rank * 4 + 1:c.rank * 4 + 5], out=b[0:4 * c.world_size])),
+    ("reduce_scatter, output not at this rank's block",
+     lambda c, b: c.reduce_scatter(b[0:4 * c.world_size], out=b[c.rank * 4 + 2:c.rank * 4 + 6])),
+    ("all_to_all", lambda c, b: c.all_to_all(b[0:4 * c.world_size], out=b[3:4 * c.world_size + 3])),
+]
+
+
+@pytest.mark.parametrize("name,call", OVERLAPS, ids=[o[0] for o in OVERLAPS])
+def test_overlap_other_than_in_place(comm, name, call):
+    b = np.arange(8 * comm.world_size + 8, dtype=np.float32)
+    before = b.copy()
+    with pytest.raises(symcomm.Error) as info:
+        call(comm, b)
+    assert info.value.code == "invalid_argument"
+    np.testing.assert_array_equal(b, before, "written before the refusal")
+    check_usable(comm)
+
+
+def test_broadcast_overlap_refused_on_the_root_only(comm):
+    # The root refuses its overlapping buffers, then broadcasts others; the other ranks do not read their input,
+    # so the same overlapping buffers are theirs to pass, and they receive the root's second broadcast.
+    b = np.arange(16, dtype=np.float32) + 1000 * comm.rank
+    if comm.rank == 0:
+        before = b.copy()
+        with pytest.raises(symcomm.Error) as info:
+            comm.broadcast(b[0:8], 0, out=b[1:9])
+        assert info.value.code == "invalid_argument"
+        np.testing.assert_array_equal(b, before)
+        comm.broadcast(b[0:8], 0, out=b[8:16])
+        np.testing.assert_array_equal(b[8:16], np.arange(8, dtype=np.float32))
+    else:
+        comm.broadcast(b[0:8], 0, out=b[1:9])
+        np.testing.assert_array_equal(b[1:9], np.arange(8, dtype=np.float32))
+    check_usable(comm)
+
+
+def test_in_place_forms_are_accepted(comm):
+    w, r = comm.world_size, comm.rank
+    b = np.arange(4 * w, dtype=np.float32) + 100 * r
+    comm.all_gather(b[4 * r:4 * r + 4], out=b)
+    want = np.concatenate([np.arange(4 * p, 4 * p + 4, dtype=np.float32) + 100 * p for p in range(w)])
+    np.testing.assert_array_equal(b, want)
+    x = np.arange(4 * w, dtype=np.float32) + r
+    comm.reduce_scatter(x, out=x[4 * r:4 * r + 4])
+    np.testing.assert_array_equal(x[4 * r:4 * r + 4], sum(np.arange(4 * r, 4 * r + 4, dtype=np.float32) + p
+                                                          for p in range(w)))
+    check_usable(comm)
+
+
 def test_group_end_without_start(comm):
     with pytest.raises(symcomm.Error) as info:
         comm.group_end()
