@@ -13,9 +13,10 @@ backend, CUDA tensors on its CUDA backend.
 Importing this module registers the backend with torch.distributed.Backend.register_backend(). The process
 group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it implements allreduce, allgather,
 _allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (other than equal
-splits: CPU tensors as sends and receives, CUDA tensors on NCCL), reduce, gather, scatter, allreduce_coalesced, allgather_into_tensor_coalesced,
-reduce_scatter_tensor_coalesced, barrier, send and recv (isend, irecv, batch_isend_irecv), on contiguous tensors of
-float16, bfloat16, float32, float64, int8, uint8, int32, int64. docs/python.md lists the rest.
+splits: CPU tensors as sends and receives, CUDA tensors on NCCL), reduce, gather, scatter, allreduce_coalesced,
+allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced, barrier, send and recv (isend, irecv,
+batch_isend_irecv), on contiguous tensors of float16, bfloat16, float32, float64, int8, uint8, int32, int64.
+docs/python.md lists the rest.
 
 CUDA tensors: the group's first collective on a CUDA tensor makes a symcomm communicator on that tensor's device
 (every later CUDA tensor of the group must be on it). Each collective is enqueued on the current stream of that
@@ -280,14 +281,15 @@ class Work(_TorchWork):
     _future = None
     _held_by = None  # the process group holding this send or receive until it issues them (_flush_p2p)
 
-    def __init__(self, core_work, outputs, finish=None, in_group=False, device_comm=None):
+    def __init__(self, core_work, outputs, finish=None, in_group=False, device_comm=None, held=True):
         super().__init__()
         self._core = core_work  # None: completed already (or, on CUDA, enqueued on the stream)
         self._outputs = outputs
         self._finish = finish
         self._in_group = in_group  # recorded in a coalescing block that has not ended
         self._device_comm = device_comm  # a CUDA collective's communicator: wait() raises its sticky error
-        _hold(self)
+        if held:
+            _hold(self)
 
     def _issue_held(self):
         """Runs the held sends and receives (this one among them); a failure of theirs is kept in self._error."""
@@ -748,7 +750,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         raised = sys.exc_info()[1]
         if raised is not None and raised is not before:
             self._cancel_coalescing()
-            return _BlockWork(works)
+            return _BlockWork(works, ended=True)
         self._coalescing.pop()
         try:
             self._each("group_end")  # at an inner level the outermost runs it
@@ -758,10 +760,10 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise
         if self._coalescing:
             self._coalescing[-1][0].extend(works)
-        else:
-            for w in works:
-                w._group_ended()  # noqa: SLF001
-        return _BlockWork(works)
+            return _BlockWork(works)
+        for w in works:
+            w._group_ended()  # noqa: SLF001
+        return _BlockWork(works, ended=True)
 
     def _cancel_coalescing(self):
         """Closes the innermost coalescing block without running it (group_cancel()); its Works raise."""
@@ -1220,8 +1222,10 @@ class ProcessGroupSymcomm(_ProcessGroup):
 class _BlockWork(Work):
     """The Work of a coalescing block: wait() waits for each Work recorded in it."""
 
-    def __init__(self, works):
-        super().__init__(None, [w._outputs for w in works])  # noqa: SLF001
+    def __init__(self, works, ended=False):
+        # The Work of a block that has ended (its Works have completed or failed) is not held: torch 1.13's
+        # _coalescing_manager drops it unwaited, and holding it would keep its tensors until _PENDING_MAX.
+        super().__init__(None, [w._outputs for w in works], held=not ended)  # noqa: SLF001
         self._works = works
 
     def wait(self, timeout=None):

@@ -237,6 +237,19 @@ def test_all_to_all_single_unequal_splits(gloo, dtype):
     same(a, b.to(dtype), "all_to_all_single with input splits only")
 
 
+def test_all_to_all_single_unequal_splits_of_several_chunks(gloo):
+    # Rows of 1.5 MB: pieces of up to 3 MB pass the sends' 1 MB staging chunks (Config::p2p_chunk_bytes) in rounds.
+    w, me, row = dist.get_world_size(), dist.get_rank(), 3 << 17
+    sends = [_rows_between(me, q) for q in range(w)]
+    receives = [_rows_between(r, me) for r in range(w)]
+    x = inp(seed_of("a2a chunks"), sum(sends) * row, torch.float32).reshape(-1, row)
+    a = poisoned((sum(receives), row), torch.float32)
+    b = poisoned((sum(receives), row), torch.float32)
+    dist.all_to_all_single(a, x, receives, sends)
+    dist.all_to_all_single(b, x, receives, sends, group=gloo)
+    same(a, b, "all_to_all_single of several chunks")
+
+
 def test_all_to_all_single_unequal_splits_in_place(gloo):
     # Rank me sends (me + q) % 3 rows to q and receives as many from each rank as it sends it: in place works.
     w, me = dist.get_world_size(), dist.get_rank()
@@ -715,10 +728,12 @@ def test_torch_coalescing_manager_sync(gloo, explicit_group):
     xs = coalesced_cases("cm sync")
     want = gloo_reference(xs, gloo)
     reqs = []
+    held = len(symcomm_torch._PENDING)  # noqa: SLF001
     with _coalescing_manager(pg, reqs):
         _, g, ag, ag_list = coalesced_block(xs, "cm sync", False, pg)
     assert reqs == []
     check_coalesced(xs, want, g, ag, ag_list, gloo, "_coalescing_manager, synchronous calls")
+    assert len(symcomm_torch._PENDING) == held, "the block's Works are held after it ended"  # noqa: SLF001
 
 
 def test_torch_coalescing_manager_async(gloo):
