@@ -36,6 +36,8 @@ torch.distributed gives the backend. All ranks must be on one node.
 """
 
 import contextlib
+import functools
+import math
 import os
 import secrets
 import sys
@@ -76,6 +78,23 @@ _OP_PAIRS = ((_TorchReduceOp.SUM, _core.ReduceOp.SUM), (_TorchReduceOp.PRODUCT, 
              (_TorchReduceOp.AVG, _core.ReduceOp.AVG))
 
 
+#: torch's bitwise reduce ops, with the torch function of each. symcomm's kernels have none: the process group gathers
+#: every rank's tensor and reduces the blocks with the function, on the tensor's device (_bitwise_all_reduce).
+_BITWISE = tuple((getattr(_TorchReduceOp, name), fn) for name, fn in
+                 (("BAND", _torch.bitwise_and), ("BOR", _torch.bitwise_or), ("BXOR", _torch.bitwise_xor))
+                 if hasattr(_TorchReduceOp, name))
+
+
+def _bitwise(op, t):
+    """The torch function of a bitwise reduce op (BAND, BOR, BXOR; op may be an options object) for tensor t of
+    an integer or bool dtype; None for every other op."""
+    op = getattr(op, "reduceOp", op)
+    fn = next((f for theirs, f in _BITWISE if op == theirs), None)
+    if fn is not None and isinstance(t, _torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+        raise TypeError(f"symcomm: bitwise reduce ops need integer or bool tensors, got {t.dtype}")
+    return fn
+
+
 def _op_by_hash():
     """symcomm's ReduceOp for the hash of each of torch's ReduceOps that symcomm runs (torch hashes a ReduceOp as
     its operator's number); None where torch's ops do not hash to distinct values."""
@@ -103,7 +122,8 @@ def _reduce_op(op, t):
     if ours is None:
         ours = next((o for theirs, o in _OP_PAIRS if op == theirs), None)
     if ours is None:
-        raise ValueError(f"symcomm: reduce op {op} is not supported (SUM, PRODUCT, MIN, MAX, AVG)")
+        raise ValueError(f"symcomm: reduce op {op} is not supported here (SUM, PRODUCT, MIN, MAX, AVG; BAND, BOR "
+                         "and BXOR in all_reduce and reduce)")
     return _op_for_dtype(ours, t)
 
 
@@ -129,9 +149,8 @@ _DTYPE_NAMES = {_torch.float16: "float16", _torch.bfloat16: "bfloat16", _torch.f
                 _torch.int64: "int64", **{d: "uint8" for d in _BYTE_DTYPES}}
 
 
-def _array(t, what):
-    """The argument of symcomm._core for tensor t (CPU: its NumPy view; CUDA: (data pointer, element count));
-    checks device, dtype and layout."""
+def _checked(t, what):
+    """Tensor t, checked for symcomm: a strided CPU or CUDA tensor of one of DTYPES (any strides)."""
     if not isinstance(t, _torch.Tensor):
         raise TypeError(f"symcomm: {what}: expected a torch.Tensor, got {type(t).__name__}")
     if not t.is_cuda and t.device.type != "cpu":
@@ -141,9 +160,44 @@ def _array(t, what):
     if t.dtype not in DTYPES:
         raise TypeError(f"symcomm: {what}: dtype {t.dtype} is not supported "
                         f"({', '.join(str(d).replace('torch.', '') for d in DTYPES)})")
-    if not t.is_contiguous():
-        raise ValueError(f"symcomm: {what}: the tensor is not contiguous")
-    return _numpy(t)
+    return t
+
+
+# NOTE [strided tensors]
+# symcomm's collectives take contiguous buffers. A tensor of any other strides (a transposed or sliced view,
+# channels_last) is staged: the collective runs on a contiguous copy of its elements, and where it writes the tensor
+# the Work copies the result back (_copy_back) when the collective completes: on CUDA on the current stream right
+# after it, as NCCL's process group copies the outputs of a list all_gather; on CPU when the Work is waited for, as
+# every CPU output is valid only then. So every view gets the result its elements would get if it were contiguous
+# (gloo reads and writes a non-dense view's storage as if it were contiguous, and torch's NCCL refuses it).
+
+
+def _dense(t, what, backs=None):
+    """Tensor t, checked, as the contiguous tensor a collective takes (NOTE [strided tensors]): t itself if it is
+    contiguous, else a contiguous copy of its elements; if the collective writes t (`backs` a list), (t, copy) is
+    appended to `backs` for the Work to copy the result into t."""
+    _checked(t, what)
+    if t.is_contiguous():
+        return t
+    c = t.detach().contiguous()
+    if backs is not None:
+        backs.append((t, c))
+    return c
+
+
+def _copy_back(backs, finish=None):
+    """The `finish` of a Work that writes the tensors of `backs` (from _dense): `finish`, then each staged
+    result copied into the caller's tensor; just `finish` if nothing was staged."""
+    if not backs:
+        return finish
+
+    def run():
+        if finish is not None:
+            finish()
+        for t, c in backs:
+            t.data.copy_(c)
+
+    return run
 
 
 def _numpy(t):
@@ -180,7 +234,7 @@ _RAW_STREAM = getattr(_torch._C, "_cuda_getCurrentRawStream", None)  # noqa: SLF
 # dtype and op, torch's raw stream query) and builds an _EnqueuedWork; every other call takes the general path,
 # which raises the errors. Host time per piece, 1 x H200 with torch 2.11 (bench/torch_backend_bench.py
 # --breakdown): the _core call 5.7 us; allreduce() + Work.wait() 10.1 us on this path, 1.9 us more on the general
-# one; reading opts.reduceOp 1.0 us, Work() 1.0 us, _array() 0.7 us.
+# one; reading opts.reduceOp 1.0 us, Work() 1.0 us, checking the tensor 0.7 us.
 
 #: The dtypes the hot path takes, with symcomm's names (the byte-carried dtypes take the general path).
 _NATIVE_NAMES = {d: n for d, n in _DTYPE_NAMES.items() if d not in _BYTE_DTYPES}
@@ -199,14 +253,6 @@ def _stream(t):
     if _RAW_STREAM is not None:
         return _RAW_STREAM(t.get_device())
     return _torch.cuda.current_stream(t.device).cuda_stream
-
-
-def _prod(shape):
-    """The number of elements of a tensor of this shape."""
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _overlap(a, b):
@@ -230,13 +276,13 @@ def _single(tensors, what):
     return tensors[0]
 
 
-def _same(t, ref, what, numel):
-    """Checks that `t` has ref's dtype and `numel` elements."""
+def _same(t, ref, what, numel=None):
+    """Checks that `t` is a tensor of ref's dtype, with `numel` elements unless that is None."""
     if not isinstance(t, _torch.Tensor):
         raise TypeError(f"symcomm: {what}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype != ref.dtype:
         raise TypeError(f"symcomm: {what}: dtype {t.dtype} differs from the input's {ref.dtype}")
-    if t.numel() != numel:
+    if numel is not None and t.numel() != numel:
         raise ValueError(f"symcomm: {what}: {t.numel()} elements, expected {numel}")
 
 
@@ -270,7 +316,7 @@ def _hold(work):
 
 class Work(_TorchWork):
     """The Work of a symcomm collective: wait() blocks until it completes (raising its error), then runs the
-    copies into the caller's tensors that the collective needs (allgather and reduce_scatter with lists).
+    copies into the caller's tensors that the collective needs (lists of tensors, NOTE [strided tensors]).
 
     A collective issued inside a coalescing block runs when the block ends: until then its Work's wait()
     returns True at once without waiting (torch.distributed's synchronous calls wait() inside the block) and
@@ -711,13 +757,17 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def _submit(self, call, outputs, like, finish=None):
         """Runs `call(comm, async_op, stream)` on the communicator of tensor `like` (None: the host one) and
         returns its Work (recorded in the innermost coalescing block, if any). CPU: the call runs asynchronously
-        and wait() waits for it. CUDA: the call is enqueued on the current stream of the tensor's device, like
-        NCCL's on its stream, and wait() only raises the communicator's error, if any."""
+        and wait() waits for it, then runs `finish`. CUDA: the call is enqueued on the current stream of the
+        tensor's device, like NCCL's on its stream, and `finish` right after it on that stream (at the end of the
+        coalescing block inside one); wait() only raises the communicator's error, if any."""
         if self._p2p_held:
             self._flush_p2p()
         if like is not None and like.is_cuda:
             comm = self._cuda_comm(like.get_device())
             call(comm, False, _stream(like))
+            if finish is not None and not self._coalescing:
+                finish()
+                finish = None
             work = Work(None, outputs, finish, in_group=bool(self._coalescing), device_comm=comm)
         else:
             work = Work(call(self._comm, True, None), outputs, finish, in_group=bool(self._coalescing))
@@ -804,10 +854,10 @@ class ProcessGroupSymcomm(_ProcessGroup):
     # group. Inside a coalescing block CPU sends and receives join its group. Tags are ignored (as NCCL does); the
     # k-th send from A to B matches the k-th receive on B from A, with the same element count and dtype.
 
-    def _p2p(self, call, outputs, t, peer, is_send):
+    def _p2p(self, call, outputs, t, peer, is_send, finish=None):
         if self._coalescing and not t.is_cuda:
-            return self._submit(call, outputs, t)
-        work = Work(None, outputs)
+            return self._submit(call, outputs, t, finish)
+        work = Work(None, outputs, finish)
         work._held_by = self  # noqa: SLF001
         self._p2p_held.append((work, call, t, peer, is_send))
         return work
@@ -866,14 +916,17 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def send(self, tensors, dstRank, tag=0):  # noqa: N803 - torch's names
         del tag
         t = _single(tensors, "send")
-        x, peer = _array(t, "send"), self._peer(dstRank, "send")
-        return self._p2p(lambda c, a, s: c.send(x, peer, a, _dtype(t)), [t], t, peer, True)
+        c, peer = _dense(t, "send"), self._peer(dstRank, "send")
+        x = _numpy(c)
+        return self._p2p(lambda c, a, s: c.send(x, peer, a, _dtype(t)), [t], c, peer, True)
 
     def recv(self, tensors, srcRank, tag=0):  # noqa: N803
         del tag
         t = _single(tensors, "recv")
-        x, peer = _array(t, "recv"), self._peer(srcRank, "recv")
-        return self._p2p(lambda c, a, s: c.recv(x, peer, a, _dtype(t)), [t], t, peer, False)
+        backs = []
+        c, peer = _dense(t, "recv", backs), self._peer(srcRank, "recv")
+        y = _numpy(c)
+        return self._p2p(lambda c, a, s: c.recv(y, peer, a, _dtype(t)), [t], c, peer, False, _copy_back(backs))
 
     def _peer(self, rank, what):
         rank = int(rank)
@@ -906,9 +959,13 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if isinstance(tensors, _torch.Tensor):
             tensors = [tensors]
         t = _single(tensors, "allreduce")
+        bitwise = _bitwise(opts, t)
+        if bitwise is not None:
+            return self._bitwise_all_reduce(t, bitwise, None, "allreduce")
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, t)
-        x = _array(t, "allreduce")
-        return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(t), s), [t], t)
+        backs = []
+        x = _numpy(_dense(t, "allreduce", backs))
+        return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(t), s), [t], t, _copy_back(backs))
 
     def allgather(self, output_lists, input_tensors, opts=None):
         if isinstance(input_tensors, _torch.Tensor):
@@ -919,22 +976,23 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise ValueError(f"symcomm: allgather: expected a list of {self._size} output tensors")
         for i, o in enumerate(outs):
             _same(o, t, f"allgather output {i}", t.numel())
-        x = _array(t, "allgather input")
+        x = _numpy(_dense(t, "allgather input"))
         flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
 
         def finish():
             for i, o in enumerate(outs):
-                o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
+                o.data.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
 
         return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [list(outs)], t,
                             finish)
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
         _same(output, input, "_allgather_base output", self._size * input.numel())
-        x = _array(input, "_allgather_base input")
-        out = _array(output, "_allgather_base output")
+        backs = []
+        x = _numpy(_dense(input, "_allgather_base input"))
+        out = _numpy(_dense(output, "_allgather_base output", backs))
         return self._submit(lambda c, a, s: c.all_gather(x, out, a, _dtype(input), s), [output],
-                            input)
+                            input, _copy_back(backs))
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         t = _single(output_tensors, "reduce_scatter output")
@@ -944,10 +1002,12 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise ValueError(f"symcomm: reduce_scatter: expected a list of {self._size} input tensors")
         for i, x in enumerate(ins):
             _same(x, t, f"reduce_scatter input {i}", t.numel())
-            _array(x, f"reduce_scatter input {i}")
-        out = _array(t, "reduce_scatter output")
+            _checked(x, f"reduce_scatter input {i}")
+        backs = []
+        out = _numpy(_dense(t, "reduce_scatter output", backs))
         flat = _torch.cat([x.reshape(-1) for x in ins]) if t.numel() else t.new_empty(0)
-        return self._submit(lambda c, a, s: c.reduce_scatter(_numpy(flat), out, op, a, _dtype(t), s), [t], t)
+        return self._submit(lambda c, a, s: c.reduce_scatter(_numpy(flat), out, op, a, _dtype(t), s), [t], t,
+                            _copy_back(backs))
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, input)
@@ -955,10 +1015,11 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if input.numel() % self._size:
             raise ValueError(f"symcomm: _reduce_scatter_base: {input.numel()} input elements are not divisible "
                              f"by the world size {self._size}")
-        x = _array(input, "_reduce_scatter_base input")
-        out = _array(output, "_reduce_scatter_base output")
+        backs = []
+        x = _numpy(_dense(input, "_reduce_scatter_base input"))
+        out = _numpy(_dense(output, "_reduce_scatter_base output", backs))
         return self._submit(lambda c, a, s: c.reduce_scatter(x, out, op, a, _dtype(input), s),
-                            [output], input)
+                            [output], input, _copy_back(backs))
 
     def broadcast(self, tensors, opts=None):
         if isinstance(tensors, _torch.Tensor):  # broadcast(tensor, root)
@@ -968,8 +1029,9 @@ class ProcessGroupSymcomm(_ProcessGroup):
             if opts is not None and opts.rootTensor != 0:
                 raise ValueError("symcomm: broadcast: rootTensor must be 0")
         t = _single(tensors, "broadcast")
-        x = _array(t, "broadcast")
-        return self._submit(lambda c, a, s: c.broadcast(x, x, root, a, _dtype(t), s), [t], t)
+        backs = []
+        x = _numpy(_dense(t, "broadcast", backs))
+        return self._submit(lambda c, a, s: c.broadcast(x, x, root, a, _dtype(t), s), [t], t, _copy_back(backs))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
         rows = input.shape[0] if input.dim() else 1
@@ -985,29 +1047,31 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if even is None:
             raise ValueError(f"symcomm: alltoall_base: the leading dimension {rows} is not divisible by the "
                              f"world size {self._size}")
-        x = _array(input, "alltoall_base input")
-        out = _array(output, "alltoall_base output")
+        backs = []
+        x = _numpy(_dense(input, "alltoall_base input"))
+        out = _numpy(_dense(output, "alltoall_base output", backs))
         return self._submit(lambda c, a, s: c.all_to_all(x, out, a, _dtype(input), s), [output],
-                            input)
+                            input, _copy_back(backs))
 
     def _alltoall_uneven(self, output, input, output_split_sizes, input_split_sizes):  # noqa: A002
         """alltoall_base of CPU tensors with unequal splits: rows [in_off[q], in_off[q] + input_split_sizes[q]) of
         the input go to rank q, rows [out_off[r], ...) of the output come from rank r (an absent list: equal
         splits of that tensor's rows)."""
-        _array(input, "alltoall_base input")  # checks; the pieces are views of the tensors
-        _array(output, "alltoall_base output")
+        backs = []
+        staged_in = _dense(input, "alltoall_base input")  # the pieces are views of these
+        staged_out = _dense(output, "alltoall_base output", backs)
         if input.dtype != output.dtype:
             raise TypeError(f"symcomm: alltoall_base: output dtype {output.dtype} differs from the input's "
                             f"{input.dtype}")
         if input.dim() == 0 or output.dim() == 0:
             raise ValueError("symcomm: alltoall_base: split sizes need tensors of at least one dimension")
-        row = _prod(input.shape[1:])
-        if _prod(output.shape[1:]) != row:
-            raise ValueError(f"symcomm: alltoall_base: rows of {_prod(output.shape[1:])} output elements and "
+        row = math.prod(input.shape[1:])
+        if math.prod(output.shape[1:]) != row:
+            raise ValueError(f"symcomm: alltoall_base: rows of {math.prod(output.shape[1:])} output elements and "
                              f"{row} input elements differ")
-        ins = self._split_rows(input, input_split_sizes, "input_split_sizes")
-        outs = self._split_rows(output, output_split_sizes, "output_split_sizes")
-        return self._exchange(outs, ins, input, "alltoall_base")
+        ins = self._split_rows(staged_in, input_split_sizes, "input_split_sizes")
+        outs = self._split_rows(staged_out, output_split_sizes, "output_split_sizes")
+        return self._exchange(outs, ins, input, "alltoall_base", _copy_back(backs))
 
     def _split_rows(self, t, split_sizes, name):
         """The world-size pieces of t (1-D views) that `split_sizes` (rows per rank; absent: equal) makes."""
@@ -1021,17 +1085,17 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if len(split_sizes) != self._size or min(split_sizes) < 0 or sum(split_sizes) != rows:
             raise ValueError(f"symcomm: alltoall_base: {name} {split_sizes} must be {self._size} sizes, none "
                              f"negative, that add up to the leading dimension {rows}")
-        flat, row, pieces, at = t.reshape(-1), _prod(t.shape[1:]), [], 0
+        flat, row, pieces, at = t.reshape(-1), math.prod(t.shape[1:]), [], 0
         for n in split_sizes:
             pieces.append(flat[at * row:(at + n) * row])
             at += n
         return pieces
 
-    def _exchange(self, outs, ins, like, what):
+    def _exchange(self, outs, ins, like, what, finish=None):
         """An all-to-all of pieces of any sizes: ins[q] to rank q, into outs[r] from rank r, as sends and receives
         in one coalescing block (the k-th send from A to B matches the k-th receive on B from A, with the same
         element count and dtype: a rank that disagrees gets an error); this rank's own piece is copied when the
-        block runs. Returns the block's Work. An input that overlaps an output is read at the call."""
+        block runs, then `finish`. Returns the block's Work. An input that overlaps an output is read at the call."""
         me = self._rank
         if ins[me].numel() != outs[me].numel():
             raise ValueError(f"symcomm: {what}: this rank sends itself {ins[me].numel()} elements and receives "
@@ -1050,7 +1114,12 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 if q != me and outs[q].numel():
                     y = _numpy(outs[q])
                     self._submit(lambda c, a, s, y=y, q=q: c.recv(y, q, a, dtype), [outs[q]], like)
-            own = Work(None, [own_out], finish=lambda: own_out.copy_(own_in), in_group=True)
+            def own_then_finish():
+                own_out.data.copy_(own_in)
+                if finish is not None:
+                    finish()
+
+            own = Work(None, [own_out], finish=own_then_finish, in_group=True)
             self._coalescing[-1][0].append(own)
         except BaseException:
             self._cancel_coalescing()
@@ -1100,7 +1169,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise ValueError("symcomm: allreduce_coalesced: expected a non-empty list of tensors")
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, tensors[0])
         for i, t in enumerate(tensors):
-            _array(t, f"allreduce_coalesced tensor {i}")
+            _checked(t, f"allreduce_coalesced tensor {i}")
             if t.dtype != tensors[0].dtype:
                 raise TypeError(f"symcomm: allreduce_coalesced: tensor {i} is {t.dtype}, tensor 0 {tensors[0].dtype}")
         flat = _torch.cat([t.reshape(-1) for t in tensors])
@@ -1108,7 +1177,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         def finish():
             off = 0
             for t in tensors:
-                t.copy_(flat[off:off + t.numel()].view(t.shape))
+                t.data.copy_(flat[off:off + t.numel()].view(t.shape))
                 off += t.numel()
 
         x = _numpy(flat)
@@ -1124,22 +1193,23 @@ class ProcessGroupSymcomm(_ProcessGroup):
         ref = input_tensors[0]
         for name, ts in (("input", input_tensors), ("output", output_tensors)):
             for i, t in enumerate(ts):
-                if not isinstance(t, _torch.Tensor) or t.dtype != ref.dtype:
-                    _same(t, ref, f"alltoall {name} {i}", t.numel() if isinstance(t, _torch.Tensor) else 0)
-                _array(t, f"alltoall {name} {i}")
+                _same(t, ref, f"alltoall {name} {i}")
+                _checked(t, f"alltoall {name} {i}")
         if any(t.numel() != ref.numel() for ts in (input_tensors, output_tensors) for t in ts):
             if ref.is_cuda:  # NCCL's all-to-all takes any sizes
                 self._flush_p2p()
                 return self._nccl().alltoall(list(output_tensors), list(input_tensors), _dist.AllToAllOptions())
-            return self._exchange([t.reshape(-1) for t in output_tensors], [t.reshape(-1) for t in input_tensors],
-                                  ref, "alltoall")
+            backs = []
+            outs = [_dense(t, "alltoall output", backs).view(-1) for t in output_tensors]
+            ins = [_dense(t, "alltoall input").view(-1) for t in input_tensors]
+            return self._exchange(outs, ins, ref, "alltoall", _copy_back(backs))
         flat_in = _torch.cat([t.reshape(-1) for t in input_tensors])
         flat_out = _torch.empty_like(flat_in)
         n = ref.numel()
 
         def finish():
             for i, o in enumerate(output_tensors):
-                o.copy_(flat_out[i * n:(i + 1) * n].view(o.shape))
+                o.data.copy_(flat_out[i * n:(i + 1) * n].view(o.shape))
 
         return self._submit(lambda c, a, s: c.all_to_all(_numpy(flat_in), _numpy(flat_out), a, _dtype(ref),
                                                           s), [list(output_tensors)], ref, finish)
@@ -1165,24 +1235,40 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise ValueError(f"symcomm: {what}: expected a list of {self._size} tensors on the root")
         for i, x in enumerate(ts):
             _same(x, ref, f"{what} {i}", ref.numel())
-            _array(x, f"{what} {i}")
+            _checked(x, f"{what} {i}")
         return ts
 
     def reduce(self, tensors, opts=None):
         """The reduction of every rank's tensor into the root's: an all-reduce of a copy, which the root copies
         into its tensor when the Work is waited for; the other ranks' tensors are left as they were."""
         t = _single(tensors, "reduce")
-        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, t)
         root = self._root(opts, "reduce")
-        _array(t, "reduce")
-        tmp = t.detach().clone()
+        bitwise = _bitwise(opts, t)
+        if bitwise is not None:
+            return self._bitwise_all_reduce(t, bitwise, root, "reduce")
+        op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, t)
+        _checked(t, "reduce")
+        tmp = t.detach().clone(memory_format=_torch.contiguous_format)
 
         def finish():
             if self._rank == root:
-                t.copy_(tmp)
+                t.data.copy_(tmp)
 
         return self._submit(lambda c, a, s: c.all_reduce(_numpy(tmp), _numpy(tmp), op, a, _dtype(t), s), [t],
                             t, finish)
+
+    def _bitwise_all_reduce(self, t, fn, root, what):
+        """All-reduce (root None) or reduce into the root of t by a bitwise op, whose torch function is fn: every
+        rank's t is gathered, and the blocks reduced with fn on t's device into t (the root's only, for a reduce)
+        when the Work completes."""
+        x = _numpy(_dense(t, what))
+        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
+
+        def finish():
+            if root is None or self._rank == root:
+                t.data.copy_(functools.reduce(fn, flat.view(self._size, -1).unbind(0)).view(t.shape))
+
+        return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [t], t, finish)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         """Every rank's tensor into the root's list (output_tensors: [list of world-size tensors] on the root,
@@ -1190,13 +1276,13 @@ class ProcessGroupSymcomm(_ProcessGroup):
         waited for."""
         t = _single(input_tensors, "gather input")
         root = self._root(opts, "gather")
-        x = _array(t, "gather input")
+        x = _numpy(_dense(t, "gather input"))
         outs = self._root_list(output_tensors, root, t, "gather output")
         flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
 
         def finish():
             for i, o in enumerate(outs):
-                o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
+                o.data.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
 
         return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [list(outs)], t,
                             finish)
@@ -1207,13 +1293,13 @@ class ProcessGroupSymcomm(_ProcessGroup):
         is waited for."""
         t = _single(output_tensors, "scatter output")
         root = self._root(opts, "scatter")
-        _array(t, "scatter output")
+        _checked(t, "scatter output")
         ins = self._root_list(input_tensors, root, t, "scatter input")
         flat = _torch.cat([x.reshape(-1) for x in ins]) if ins else t.new_empty(self._size * t.numel())
         n, me = t.numel(), self._rank
 
         def finish():
-            t.copy_(flat[me * n:(me + 1) * n].view(t.shape))
+            t.data.copy_(flat[me * n:(me + 1) * n].view(t.shape))
 
         return self._submit(lambda c, a, s: c.broadcast(_numpy(flat), _numpy(flat), root, a, _dtype(t), s),
                             [t], t, finish)
@@ -1432,9 +1518,7 @@ def _fused_input(t, what, first=None):
         raise TypeError(f"symcomm: {what}: dtype {t.dtype} differs from the first input's {first.dtype}")
     if first is not None and t.device != first.device:
         raise ValueError(f"symcomm: {what}: on {t.device}, the first input on {first.device}")
-    t = t.detach().contiguous()
-    _array(t, what)  # device and layout
-    return t
+    return _checked(t.detach().contiguous(), what)
 
 
 def _dim(dim, ndim, what):
@@ -1601,8 +1685,7 @@ def _op_by_name(reduce_op, what, t):
 def _symm_input(t, group_name, what):
     """The group, its communicator for t, and t as a contiguous tensor checked for symcomm."""
     pg = _group_by_name(group_name, what)
-    t = t.detach().contiguous()
-    _array(t, what)
+    t = _checked(t.detach().contiguous(), what)
     return pg, pg._fused_comm(t), t  # noqa: SLF001 - the process group of this module
 
 

@@ -475,15 +475,15 @@ def test_async(gloo):
 
 def test_errors(gloo):
     w = dist.get_world_size()
-    with pytest.raises(ValueError, match="contiguous"):
-        dist.all_reduce(torch.zeros(4, 6).t())
-    check_usable(gloo)
     with pytest.raises(TypeError, match="int16"):
         dist.all_reduce(torch.zeros(4, dtype=torch.int16))
     with pytest.raises(ValueError, match="meta"):
         dist.all_reduce(torch.zeros(4, device="meta"))
+    with pytest.raises(TypeError, match="bitwise"):
+        dist.all_reduce(torch.zeros(4), op=R.BAND)
     with pytest.raises(ValueError, match="not supported"):
-        dist.all_reduce(torch.zeros(4, dtype=torch.int32), op=R.BAND)
+        dist.reduce_scatter_tensor(torch.zeros(4, dtype=torch.int32), torch.zeros(4 * w, dtype=torch.int32),
+                                   op=R.BOR)
     with pytest.raises(ValueError, match="elements"):
         dist.all_gather_into_tensor(torch.zeros(w * 4 + 1), torch.zeros(4))
     with pytest.raises(TypeError, match="dtype"):
@@ -498,8 +498,6 @@ def test_errors(gloo):
         dist.reduce_scatter_tensor(torch.zeros(4), torch.zeros(3 * w))
     with pytest.raises(ValueError, match="elements"):
         dist.reduce_scatter(torch.zeros(3), [torch.zeros(3)] * (w - 1) + [torch.zeros(2)])
-    with pytest.raises(ValueError, match="contiguous"):
-        dist.broadcast(torch.zeros(4, 6).t(), src=0)
     with pytest.raises(ValueError, match="itself"):  # every rank sends itself other than it receives
         dist.all_to_all_single(torch.zeros(2 * w), torch.zeros(2 * w), input_split_sizes=[2 * w] + [0] * (w - 1))
     with pytest.raises(ValueError, match="add up"):
@@ -536,6 +534,205 @@ def test_complex_and_views(gloo):
     dist.all_reduce(want, group=gloo)
     same(base[5:15], want, "all_reduce of a slice")
     assert bool((base[:5] == -111).all()) and bool((base[15:] == -111).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64], ids=dname)
+def test_bitwise_ops(gloo, dtype):
+    # BAND, BOR and BXOR in all_reduce and reduce, against gloo's, on inputs with every bit pattern of a byte.
+    w, me = dist.get_world_size(), dist.get_rank()
+    for op in (R.BAND, R.BOR, R.BXOR):
+        for n in (1, 300):
+            raw = torch.from_numpy(values(seed_of("bitwise", str(op), n), me, n, np.uint8, "max").copy())
+            x = raw.to(dtype) if dtype != torch.bool else raw % 3 != 0
+            a, b = x.clone(), x.to(torch.uint8 if dtype == torch.bool else dtype, copy=True)  # gloo has no bool
+            dist.all_reduce(a, op=op)
+            dist.all_reduce(b, op=op, group=gloo)
+            same(a, b.to(dtype), f"all_reduce {op} n={n}")
+            for root in (0, w - 1):
+                a, b = x.clone(), x.to(torch.uint8 if dtype == torch.bool else dtype, copy=True)
+                dist.reduce(a, dst=root, op=op)
+                dist.reduce(b, dst=root, op=op, group=gloo)
+                same(a, b.to(dtype) if me == root else x, f"reduce {op} to {root} n={n}")
+
+
+def spaced(t):
+    """t's values in a view that is not contiguous (every other element of a poisoned tensor), and that tensor."""
+    base = poisoned((2 * t.numel(),), t.dtype)
+    view = base[::2].view(t.shape)
+    view.copy_(t)
+    return view, base
+
+
+def gaps_poisoned(base, what):
+    """Whether a collective left the elements between spaced()'s view alone."""
+    torch.testing.assert_close(base[1::2], poisoned((base.numel() // 2,), base.dtype), rtol=0, atol=0,
+                               equal_nan=True, msg=f"{what}: the gaps of the view were written")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=dname)
+def test_strided_tensors(gloo, dtype):
+    # Views with gaps, transposed views and channels_last tensors give every collective their elements' results
+    # (NOTE [strided tensors]); the references run on contiguous copies (gloo's, or from every rank's inputs).
+    w, me, n = dist.get_world_size(), dist.get_rank(), 6
+
+    def x_of(tag, count=n, rank=None, op=None):
+        return inp(seed_of("strided", tag, dname(dtype)), count, dtype, op, rank)
+
+    for async_op in (False, True):
+        x = x_of("ar", op="sum")
+        v, base = spaced(x)
+        want = x.clone()
+        dist.all_reduce(want, group=gloo)
+        work = dist.all_reduce(v, async_op=async_op)
+        if async_op:
+            work.wait()
+        same(v.clone(), want, f"all_reduce of a view with gaps, async_op={async_op}")
+        gaps_poisoned(base, "all_reduce")
+    x = x_of("ar t", 12, op="sum").reshape(3, 4)
+    t = x.t().contiguous().t()  # x's values, transposed in memory
+    want = x.clone()
+    dist.all_reduce(want, op=R.MAX, group=gloo)
+    dist.all_reduce(t, op=R.MAX)
+    same(t.contiguous(), want, "all_reduce of a transposed view")
+    x = x_of("ar cl", 24, op="sum").reshape(2, 3, 2, 2)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    want = x.clone()
+    dist.all_reduce(want, group=gloo)
+    dist.all_reduce(cl)
+    assert cl.is_contiguous(memory_format=torch.channels_last)
+    same(cl.contiguous(), want, "all_reduce of a channels_last tensor")
+
+    v, base = spaced(x_of("bc") if me == 1 % w else poisoned((n,), dtype))
+    dist.broadcast(v, src=1 % w)
+    same(v.clone(), x_of("bc", rank=1 % w), "broadcast of a view with gaps")
+    gaps_poisoned(base, "broadcast")
+
+    gathered = torch.cat([x_of("ag", rank=r) for r in range(w)])
+    v, _ = spaced(x_of("ag"))
+    outs = [spaced(poisoned((n,), dtype)) for _ in range(w)]
+    dist.all_gather([o for o, _ in outs], v)
+    for r, (o, b) in enumerate(outs):
+        same(o.clone(), gathered[r * n:(r + 1) * n], f"all_gather into views, block {r}")
+        gaps_poisoned(b, "all_gather")
+    o, b = spaced(poisoned((w * n,), dtype))
+    dist.all_gather_into_tensor(o, v)
+    same(o.clone(), gathered, "all_gather_into_tensor of views")
+    gaps_poisoned(b, "all_gather_into_tensor")
+
+    x = x_of("rs", w * n, op="sum")
+    total = x.clone()
+    dist.all_reduce(total, group=gloo)
+    o, b = spaced(poisoned((n,), dtype))
+    dist.reduce_scatter_tensor(o, spaced(x)[0])
+    same(o.clone(), total[me * n:(me + 1) * n], "reduce_scatter_tensor of views")
+    gaps_poisoned(b, "reduce_scatter_tensor")
+    o, b = spaced(poisoned((n,), dtype))
+    dist.reduce_scatter(o, [spaced(x[q * n:(q + 1) * n])[0] for q in range(w)])
+    same(o.clone(), total[me * n:(me + 1) * n], "reduce_scatter of views")
+    gaps_poisoned(b, "reduce_scatter")
+
+    x = x_of("a2a", w * 2 * 3).reshape(w * 2, 3)
+    want = poisoned((w * 2, 3), dtype)
+    dist.all_to_all_single(want, x, group=gloo)
+    o, b = spaced(poisoned((w * 2, 3), dtype))
+    dist.all_to_all_single(o, spaced(x)[0])
+    same(o.clone(), want, "all_to_all_single of views")
+    gaps_poisoned(b, "all_to_all_single")
+    sends = [_rows_between(me, q) for q in range(w)]
+    receives = [_rows_between(r, me) for r in range(w)]
+    x = x_of("a2a uneven", sum(sends) * 3).reshape(-1, 3)
+    want = poisoned((sum(receives), 3), dtype)
+    dist.all_to_all_single(want, x, receives, sends, group=gloo)
+    o, b = spaced(poisoned((sum(receives), 3), dtype))
+    dist.all_to_all_single(o, spaced(x)[0], receives, sends)
+    same(o.clone(), want, "all_to_all_single of views with unequal splits")
+    gaps_poisoned(b, "all_to_all_single with unequal splits")
+    for sizes in ((lambda src, dst: n), _rows_between):
+        outs = [spaced(poisoned((sizes(r, me),), dtype)) for r in range(w)]
+        dist.all_to_all([o for o, _ in outs], [spaced(x_of(f"a2a list {q}", sizes(me, q)))[0] for q in range(w)])
+        for r, (o, b) in enumerate(outs):
+            same(o.clone(), x_of(f"a2a list {me}", sizes(r, me), rank=r), f"all_to_all into views, from {r}")
+            gaps_poisoned(b, "all_to_all")
+
+    root = w - 1
+    x = x_of("reduce", op="sum")
+    want = x.clone()
+    dist.reduce(want, dst=root, group=gloo)
+    v, base = spaced(x)
+    dist.reduce(v, dst=root)
+    same(v.clone(), want if me == root else x, "reduce of a view with gaps")
+    gaps_poisoned(base, "reduce")
+    outs = [spaced(poisoned((n,), dtype)) for _ in range(w)] if me == root else []
+    dist.gather(spaced(x_of("gather"))[0], [o for o, _ in outs] if outs else None, dst=root)
+    for r, (o, b) in enumerate(outs):
+        same(o.clone(), x_of("gather", rank=r), f"gather into views, block {r}")
+        gaps_poisoned(b, "gather")
+    o, b = spaced(poisoned((n,), dtype))
+    blocks = [spaced(x_of(f"scatter {r}", rank=root))[0] for r in range(w)]
+    dist.scatter(o, blocks if me == root else None, src=root)
+    same(o.clone(), x_of(f"scatter {me}", rank=root), "scatter into a view")
+    gaps_poisoned(b, "scatter")
+
+    o, b = spaced(poisoned((n,), dtype))
+    ops = [dist.P2POp(dist.isend, spaced(x_of("p2p"))[0], (me + 1) % w),
+           dist.P2POp(dist.irecv, o, (me - 1) % w)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    same(o.clone(), x_of("p2p", rank=(me - 1) % w), "irecv into a view")
+    gaps_poisoned(b, "irecv")
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed.all_reduce_coalesced will be deprecated")
+def test_parameters_as_outputs(gloo):
+    # Tensors that require grad (parameters, their views) are written as gloo writes them: their data, without an
+    # autograd error and without bumping their version (a collective is not an autograd operation).
+    w, me, n = dist.get_world_size(), dist.get_rank(), 6
+
+    def param(tag, count=n, rank=None):
+        return torch.nn.Parameter(inp(seed_of("param", tag), count, torch.float32, "sum", rank))
+
+    def check(p, want, what, version):
+        same(p.detach().clone(), want, what)
+        assert p._version == version, f"{what}: the version went from {version} to {p._version}"
+
+    for root in (0, w - 1):
+        p = param(f"reduce {root}")
+        want = p.detach().clone()
+        dist.reduce(want, dst=root, group=gloo)
+        v0 = p._version
+        dist.reduce(p, dst=root)
+        check(p, want if me == root else param(f"reduce {root}").detach(), f"reduce to {root}", v0)
+    p = param("bc")
+    t = p.view(2, 3).t()  # a view of the parameter, not contiguous
+    v0 = p._version
+    dist.broadcast(t, src=1 % w)
+    check(p, param("bc", rank=1 % w).detach(), "broadcast into a transposed view of a parameter", v0)
+    outs = [param(f"ag {r}") for r in range(w)]
+    versions = [o._version for o in outs]
+    dist.all_gather(outs, param("ag"))
+    for r, o in enumerate(outs):
+        check(o, param("ag", rank=r).detach(), f"all_gather into parameter {r}", versions[r])
+    p = param("scatter")
+    v0 = p._version
+    blocks = [param(f"scatter {r}", rank=0).detach() for r in range(w)]
+    dist.scatter(p, blocks if me == 0 else None, src=0)
+    check(p, blocks[me], "scatter into a parameter", v0)
+    ps = [param("arc 0"), param("arc 1", 3)]
+    want = [x.detach().clone() for x in ps]
+    dist.all_reduce_coalesced(want, group=gloo)
+    versions = [x._version for x in ps]
+    dist.all_reduce_coalesced(ps)
+    for k, x in enumerate(ps):
+        check(x, want[k], f"all_reduce_coalesced parameter {k}", versions[k])
+    sends = [_rows_between(me, q) for q in range(w)]
+    receives = [_rows_between(r, me) for r in range(w)]
+    x = param("a2a", sum(sends))
+    p = torch.nn.Parameter(poisoned((sum(receives),), torch.float32))
+    want = poisoned((sum(receives),), torch.float32)
+    dist.all_to_all_single(want, x.detach(), receives, sends, group=gloo)
+    v0 = p._version
+    dist.all_to_all_single(p, x, receives, sends)
+    check(p, want, "all_to_all_single with splits into a parameter", v0)
 
 
 def test_more_symcomm_groups(gloo):
@@ -1186,6 +1383,4 @@ def test_send_recv_errors(gloo):
         pg.recv([t], -1, 0)
     with pytest.raises(RuntimeError, match="any source"):
         dist.recv(t)
-    with pytest.raises(ValueError, match="not contiguous"):
-        pg.send([torch.zeros(4, 2).t()], 0, 0)
     check_usable(gloo)

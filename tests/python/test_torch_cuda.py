@@ -352,13 +352,110 @@ def test_fused_ops_against_float64(nccl, dtype):
     torch.testing.assert_close(part, want, rtol=2 * eps, atol=2 * WORLD * eps * scale)
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64], ids=dname)
+def test_bitwise_ops(nccl, dtype):
+    # BAND, BOR and BXOR (NCCL has none) against the bitwise reduction of every rank's input, computed here.
+    me, n = dist.get_rank(), 1001
+    for op, fn in ((R.BAND, torch.bitwise_and), (R.BOR, torch.bitwise_or), (R.BXOR, torch.bitwise_xor)):
+        def x_of(rank):
+            raw = torch.from_numpy(values(seed_of("bitwise", dname(dtype)), rank, n, np.uint8, "max").copy())
+            return (raw.to(dtype) if dtype != torch.bool else raw % 3 != 0).to(dev())
+
+        want = x_of(0)
+        for r in range(1, WORLD):
+            want = fn(want, x_of(r))
+        a = x_of(me)
+        dist.all_reduce(a, op=op)
+        same(a, want, f"all_reduce {op}")
+        a = x_of(me)
+        dist.reduce(a, dst=WORLD - 1, op=op)
+        same(a, want if me == WORLD - 1 else x_of(me), f"reduce {op}")
+
+
+def spaced(t):
+    """t's values in a view that is not contiguous (every other element of a poisoned tensor), and that tensor."""
+    base = poisoned(2 * t.numel(), t.dtype)
+    view = base[::2].view(t.shape)
+    view.copy_(t)
+    return view, base
+
+
+def gaps_poisoned(base, what):
+    """Whether a collective left the elements between spaced()'s view alone."""
+    same(base[1::2], poisoned(base.numel() // 2, base.dtype), f"{what}: the gaps of the view")
+
+
+@pytest.mark.parametrize("n", [1001, 1 << 20])
+def test_strided_tensors(nccl, n):
+    # Views with gaps and channels_last tensors: their elements' results (NOTE [strided tensors]), in stream order
+    # without wait() and inside a CUDA graph; the references are NCCL's on contiguous copies.
+    me, dtype = dist.get_rank(), torch.bfloat16
+    x = inp(seed_of("strided ar", n), n, dtype, "sum")
+    ref = x.clone()
+    dist.all_reduce(ref, group=nccl)
+    v, base = spaced(x)
+    dist.all_reduce(v, async_op=True)  # no wait(): the copy back follows on the stream
+    same(v.contiguous(), ref, "all_reduce of a view with gaps")
+    gaps_poisoned(base, "all_reduce")
+    cl = x[:n - n % 12].reshape(-1, 3, 2, 2).contiguous(memory_format=torch.channels_last)
+    dist.all_reduce(cl)
+    assert cl.is_contiguous(memory_format=torch.channels_last)
+    same(cl.contiguous().reshape(-1), ref[:n - n % 12], "all_reduce of a channels_last tensor")
+    v, base = spaced(torch.zeros_like(x))
+    graph = torch.cuda.CUDAGraph()
+    src = torch.zeros_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        v.copy_(src)
+        dist.all_reduce(v)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        v.copy_(src)
+        dist.all_reduce(v)
+    src.copy_(x)
+    graph.replay()
+    same(v.contiguous(), ref, "all_reduce of a view with gaps in a CUDA graph")
+    gaps_poisoned(base, "all_reduce in a CUDA graph")
+
+    gathered = poisoned(WORLD * n, dtype)
+    dist.all_gather_into_tensor(gathered, x, group=nccl)
+    o, base = spaced(poisoned(WORLD * n, dtype))
+    dist.all_gather_into_tensor(o, spaced(x)[0])
+    same(o.contiguous(), gathered, "all_gather_into_tensor of views")
+    gaps_poisoned(base, "all_gather_into_tensor")
+    xs = inp(seed_of("strided rs", n), WORLD * n, dtype, "sum")
+    ref = poisoned(n, dtype)
+    dist.reduce_scatter_tensor(ref, xs, group=nccl)
+    o, base = spaced(poisoned(n, dtype))
+    dist.reduce_scatter_tensor(o, spaced(xs)[0])
+    same(o.contiguous(), ref, "reduce_scatter_tensor of views")
+    gaps_poisoned(base, "reduce_scatter_tensor")
+    v, base = spaced(x if me == 0 else poisoned(n, dtype))
+    dist.broadcast(v, src=0)
+    same(v.contiguous(), inp(seed_of("strided ar", n), n, dtype, "sum", rank=0), "broadcast of a view with gaps")
+    gaps_poisoned(base, "broadcast")
+    rows = WORLD * 2
+    xa = inp(seed_of("strided a2a", n), rows * 5, dtype).reshape(rows, 5)
+    ref = poisoned((rows, 5), dtype)
+    dist.all_to_all_single(ref, xa, group=nccl)
+    o, base = spaced(poisoned((rows, 5), dtype))
+    dist.all_to_all_single(o, spaced(xa)[0])
+    same(o.contiguous(), ref, "all_to_all_single of views")
+    gaps_poisoned(base, "all_to_all_single")
+    to, frm = (me + 1) % WORLD, (me - 1) % WORLD
+    o, base = spaced(poisoned(n, dtype))
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, spaced(x)[0], to), dist.P2POp(dist.irecv, o, frm)]):
+        w.wait()
+    same(o.contiguous(), inp(seed_of("strided ar", n), n, dtype, "sum", rank=frm), "irecv into a view")
+    gaps_poisoned(base, "irecv")
+
+
 def test_argument_errors(nccl):
     with pytest.raises(TypeError):
         dist.all_reduce(torch.ones(4, dtype=torch.int16, device=dev()))
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="bitwise"):
         dist.all_reduce(torch.ones(4, device=dev()), op=dist.ReduceOp.BAND)
-    with pytest.raises(ValueError):
-        dist.all_reduce(torch.ones(8, device=dev())[::2])
     if torch.cuda.device_count() > WORLD:
         other = (dev().index + 1) % torch.cuda.device_count()
         with pytest.raises(ValueError):
