@@ -975,7 +975,11 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if not isinstance(outs, (list, tuple)) or len(outs) != self._size:
             raise ValueError(f"symcomm: allgather: expected a list of {self._size} output tensors")
         for i, o in enumerate(outs):
-            _same(o, t, f"allgather output {i}", t.numel())
+            _same(o, t, f"allgather output {i}")
+            _checked(o, f"allgather output {i}")
+        if any(o.numel() != outs[0].numel() for o in outs):
+            return self._allgather_uneven(outs, t)
+        _same(outs[0], t, "allgather output 0", t.numel())
         x = _numpy(_dense(t, "allgather input"))
         flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
 
@@ -985,6 +989,21 @@ class ProcessGroupSymcomm(_ProcessGroup):
 
         return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [list(outs)], t,
                             finish)
+
+    def _allgather_uneven(self, outs, t):
+        """allgather into outputs of different sizes, as torch's NCCL process group runs it: rank r's input
+        (outs[r].numel() elements) into outs[r] of every rank. CPU: sends and receives in one coalescing block
+        (_exchange); CUDA: NCCL's."""
+        if outs[self._rank].numel() != t.numel():
+            raise ValueError(f"symcomm: allgather: output {self._rank} has {outs[self._rank].numel()} elements, this "
+                             f"rank's input {t.numel()}")
+        if t.is_cuda:
+            self._flush_p2p()
+            return self._nccl().allgather([list(outs)], [t], _dist.AllgatherOptions())
+        backs = []
+        flat_outs = [_dense(o, f"allgather output {i}", backs).view(-1) for i, o in enumerate(outs)]
+        x = _dense(t, "allgather input").view(-1)
+        return self._exchange(flat_outs, [x] * self._size, t, "allgather", _copy_back(backs))
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
         _same(output, input, "_allgather_base output", self._size * input.numel())

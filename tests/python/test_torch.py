@@ -135,6 +135,29 @@ def test_all_gather(gloo, dtype, n):
         same(a[r], inp(seed_of("ag", dname(dtype), n), n, dtype, rank=r), f"all_gather block {r} vs input")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8], ids=dname)
+def test_all_gather_unequal_sizes(gloo, dtype):
+    # Rank r's input has (2 r) % 5 elements (rank 0's none) plus a 1 MB-chunk-crossing one at the last rank; every
+    # rank's output list holds tensors of those sizes (torch's NCCL process group takes such lists; gloo does not).
+    w, me = dist.get_world_size(), dist.get_rank()
+
+    def size(r):
+        return (2 * r) % 5 + (3 << 18 if r == w - 1 else 0)
+
+    def piece(r):
+        return inp(seed_of("ag uneven", dname(dtype)), size(r), dtype, rank=r)
+
+    for in_place in (False, True):
+        outs = [poisoned((size(r),), dtype) for r in range(w)]
+        x = piece(me)
+        if in_place:  # the input is this rank's output tensor
+            outs[me] = x
+        dist.all_gather(outs, x)
+        for r in range(w):
+            same(outs[r], piece(r), f"all_gather of unequal sizes, block {r}, in_place={in_place}")
+    check_usable(gloo)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 @pytest.mark.parametrize("n", SIZES)
 def test_all_gather_into_tensor(gloo, dtype, n):
@@ -488,8 +511,9 @@ def test_errors(gloo):
         dist.all_gather_into_tensor(torch.zeros(w * 4 + 1), torch.zeros(4))
     with pytest.raises(TypeError, match="dtype"):
         dist.all_gather_into_tensor(torch.zeros(w * 4, dtype=torch.float64), torch.zeros(4))
-    with pytest.raises(ValueError, match="elements"):
-        dist.all_gather([torch.zeros(4)] * (w - 1) + [torch.zeros(5)], torch.zeros(4))
+    with pytest.raises(ValueError, match="elements"):  # this rank's output differs from its input, on every rank
+        dist.all_gather([torch.zeros(5) if r == dist.get_rank() else torch.zeros(4) for r in range(w)],
+                        torch.zeros(4))
     with pytest.raises(ValueError, match="list of"):
         dist.all_gather([torch.zeros(4)] * (w + 1), torch.zeros(4))
     with pytest.raises(ValueError):

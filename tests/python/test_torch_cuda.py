@@ -171,6 +171,19 @@ def test_uneven_all_to_all_goes_to_nccl(nccl):
     same(out, ref, "all_to_all_single with uneven splits")
 
 
+def test_uneven_all_gather_goes_to_nccl(nccl):
+    me = dist.get_rank()
+    sizes = [(2 * r) % 5 + 1000 * r for r in range(WORLD)]  # rank 0's input is empty
+    x = inp(seed_of("agv"), sizes[me], torch.bfloat16)
+    outs = [poisoned(n, torch.bfloat16) for n in sizes]
+    refs = [poisoned(n, torch.bfloat16) for n in sizes]
+    dist.all_gather(outs, x)
+    dist.all_gather(refs, x, group=nccl)
+    for r in range(WORLD):
+        same(outs[r], refs[r], f"all_gather of unequal sizes, block {r}")
+        same(outs[r], inp(seed_of("agv"), sizes[r], torch.bfloat16, rank=r), f"all_gather block {r}")
+
+
 def test_reduce_gather_scatter(nccl):
     n, dtype = 4099, torch.float32
     for root in range(WORLD):
