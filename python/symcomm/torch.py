@@ -1020,13 +1020,33 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if not isinstance(ins, (list, tuple)) or len(ins) != self._size:
             raise ValueError(f"symcomm: reduce_scatter: expected a list of {self._size} input tensors")
         for i, x in enumerate(ins):
-            _same(x, t, f"reduce_scatter input {i}", t.numel())
+            _same(x, t, f"reduce_scatter input {i}")
             _checked(x, f"reduce_scatter input {i}")
+        _same(ins[self._rank], t, f"reduce_scatter input {self._rank} (this rank's block)", t.numel())
+        if any(x.numel() != t.numel() for x in ins):
+            return self._reduce_scatter_uneven(t, ins, op, opts)
         backs = []
         out = _numpy(_dense(t, "reduce_scatter output", backs))
         flat = _torch.cat([x.reshape(-1) for x in ins]) if t.numel() else t.new_empty(0)
         return self._submit(lambda c, a, s: c.reduce_scatter(_numpy(flat), out, op, a, _dtype(t), s), [t], t,
                             _copy_back(backs))
+
+    def _reduce_scatter_uneven(self, t, ins, op, opts):
+        """reduce_scatter of input blocks of different sizes, as torch's NCCL process group runs it: block r of
+        every rank reduced into rank r's output (ins[r].numel() elements). CPU: one all-reduce of the concatenated
+        blocks, of which each rank copies its own when the Work completes; CUDA: NCCL's."""
+        if t.is_cuda:
+            self._flush_p2p()
+            return self._nccl().reduce_scatter([t], [list(ins)],
+                                               opts if opts is not None else _dist.ReduceScatterOptions())
+        flat = _torch.cat([x.reshape(-1) for x in ins])
+        start = sum(x.numel() for x in ins[:self._rank])
+
+        def finish():
+            t.data.copy_(flat[start:start + t.numel()].view(t.shape))
+
+        return self._submit(lambda c, a, s: c.all_reduce(_numpy(flat), _numpy(flat), op, a, _dtype(t), s), [t], t,
+                            finish)
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, input)

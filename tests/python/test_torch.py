@@ -204,6 +204,22 @@ def test_reduce_scatter(gloo, dtype, op, n):
     same(inplace[me * n:(me + 1) * n], want, "reduce_scatter_tensor in place")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=dname)
+@pytest.mark.parametrize("op", list(OPS))
+def test_reduce_scatter_unequal_sizes(gloo, dtype, op):
+    # Block r has (3 r) % 4 elements (rank 0's none): rank r gets the reduction of every rank's block r, against
+    # gloo's all_reduce of the concatenated blocks (gloo has no reduce_scatter).
+    w, me = dist.get_world_size(), dist.get_rank()
+    sizes = [(3 * r) % 4 for r in range(w)]
+    blocks = [inp(seed_of("rs uneven", dname(dtype), op, r), sizes[r], dtype, op) for r in range(w)]
+    want = wide(torch.cat(blocks))
+    dist.all_reduce(want, op=OPS[op], group=gloo)
+    start = sum(sizes[:me])
+    out = poisoned((sizes[me],), dtype)
+    dist.reduce_scatter(out, blocks, op=OPS[op])
+    same(out, want[start:start + sizes[me]].to(dtype), "reduce_scatter of unequal sizes")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 @pytest.mark.parametrize("n", SIZES)
 def test_broadcast(gloo, dtype, n):
@@ -520,8 +536,9 @@ def test_errors(gloo):
         dist.reduce_scatter_tensor(torch.zeros(3), torch.zeros(3 * w + 1))
     with pytest.raises(ValueError, match="elements"):
         dist.reduce_scatter_tensor(torch.zeros(4), torch.zeros(3 * w))
-    with pytest.raises(ValueError, match="elements"):
-        dist.reduce_scatter(torch.zeros(3), [torch.zeros(3)] * (w - 1) + [torch.zeros(2)])
+    with pytest.raises(ValueError, match="elements"):  # this rank's block differs from its output, on every rank
+        dist.reduce_scatter(torch.zeros(3), [torch.zeros(2) if r == dist.get_rank() else torch.zeros(3)
+                                             for r in range(w)])
     with pytest.raises(ValueError, match="itself"):  # every rank sends itself other than it receives
         dist.all_to_all_single(torch.zeros(2 * w), torch.zeros(2 * w), input_split_sizes=[2 * w] + [0] * (w - 1))
     with pytest.raises(ValueError, match="add up"):

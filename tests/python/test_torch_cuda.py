@@ -184,6 +184,16 @@ def test_uneven_all_gather_goes_to_nccl(nccl):
         same(outs[r], inp(seed_of("agv"), sizes[r], torch.bfloat16, rank=r), f"all_gather block {r}")
 
 
+def test_uneven_reduce_scatter_goes_to_nccl(nccl):
+    me = dist.get_rank()
+    sizes = [(3 * r) % 4 + 1000 * r for r in range(WORLD)]  # rank 0's block is empty
+    blocks = [inp(seed_of("rsv", r), sizes[r], torch.float32, "sum") for r in range(WORLD)]
+    out, ref = poisoned(sizes[me], torch.float32), poisoned(sizes[me], torch.float32)
+    dist.reduce_scatter(out, blocks)
+    dist.reduce_scatter(ref, blocks, group=nccl)
+    same(out, ref, "reduce_scatter of unequal sizes")
+
+
 def test_reduce_gather_scatter(nccl):
     n, dtype = 4099, torch.float32
     for root in range(WORLD):
