@@ -916,17 +916,18 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def send(self, tensors, dstRank, tag=0):  # noqa: N803 - torch's names
         del tag
         t = _single(tensors, "send")
-        c, peer = _dense(t, "send"), self._peer(dstRank, "send")
-        x = _numpy(c)
-        return self._p2p(lambda c, a, s: c.send(x, peer, a, _dtype(t)), [t], c, peer, True)
+        staged, peer = _dense(t, "send"), self._peer(dstRank, "send")
+        x = _numpy(staged)
+        return self._p2p(lambda c, a, s: c.send(x, peer, a, _dtype(t)), [t], staged, peer, True)
 
     def recv(self, tensors, srcRank, tag=0):  # noqa: N803
         del tag
         t = _single(tensors, "recv")
         backs = []
-        c, peer = _dense(t, "recv", backs), self._peer(srcRank, "recv")
-        y = _numpy(c)
-        return self._p2p(lambda c, a, s: c.recv(y, peer, a, _dtype(t)), [t], c, peer, False, _copy_back(backs))
+        staged, peer = _dense(t, "recv", backs), self._peer(srcRank, "recv")
+        y = _numpy(staged)
+        return self._p2p(lambda c, a, s: c.recv(y, peer, a, _dtype(t)), [t], staged, peer, False,
+                         _copy_back(backs))
 
     def _peer(self, rank, what):
         rank = int(rank)

@@ -88,10 +88,18 @@ void validate_request(const Request& r, int world_size) {
   SYMCOMM_CHECK_ARG(r.count <= kMaxBytes / per_elem / scale, "count {} of {} overflows the byte size", r.count,
                     to_string(r.dtype));
   if (r.count == 0) return;
-  bool needs_in =
-      r.kind != Collective::kBroadcast;  // broadcast reads `in` on the root only (CommCore::check_arguments)
+  bool needs_in = r.kind != Collective::kBroadcast;  // broadcast reads `in` on the root only (check_request)
   SYMCOMM_CHECK_ARG(!needs_in || r.in != nullptr, "{}: input pointer is null", to_string(r.kind));
   SYMCOMM_CHECK_ARG(r.out != nullptr, "{}: output pointer is null", to_string(r.kind));
+}
+
+void check_request(const Request& r, int rank, int world_size) {
+  validate_request(r, world_size);
+  if (r.is_p2p()) return;
+  // What only this rank's place decides: a broadcast reads its input on the root alone.
+  SYMCOMM_CHECK_ARG(r.kind != Collective::kBroadcast || r.root != rank || r.count == 0 || r.in != nullptr,
+                    "broadcast: the root's input pointer is null");
+  check_in_place(r, rank, world_size);
 }
 
 void check_in_place(const Request& r, int rank, int world_size) {

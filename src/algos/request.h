@@ -61,4 +61,8 @@ void validate_request(const Request& r, int world_size);
 /// size (the host backend's all-gather of an input inside the output, other than its own block, wrote wrong blocks).
 void check_in_place(const Request& r, int rank, int world_size);
 
+/// Every check of a request that needs no backend, as each entry point runs them before anything is issued:
+/// validate_request(), a broadcast root's non-null input, and check_in_place() for this rank.
+void check_request(const Request& r, int rank, int world_size);
+
 }  // namespace symcomm::detail

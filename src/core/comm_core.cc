@@ -76,7 +76,7 @@ Algorithm CommCore::select(const Request& r) const {
 }
 
 void CommCore::check_arguments(const Request& r) {
-  validate_request(r, ctx_->ranks.world_size);
+  check_request(r, ctx_->ranks.rank, ctx_->ranks.world_size);
   if (r.is_p2p()) {
     SYMCOMM_CHECK_ARG(r.peer != ctx_->ranks.rank || in_group(),
                       "rank {}: {} with this rank as its peer outside a group: its match can only come from the same "
@@ -84,10 +84,6 @@ void CommCore::check_arguments(const Request& r) {
                       ctx_->ranks.rank, r.describe());
     return backend_->check_p2p(r);
   }
-  // What only this rank's place decides: a broadcast reads its input on the root alone.
-  SYMCOMM_CHECK_ARG(r.kind != Collective::kBroadcast || r.root != ctx_->ranks.rank || r.count == 0 || r.in != nullptr,
-                    "broadcast: the root's input pointer is null");
-  check_in_place(r, ctx_->ranks.rank, ctx_->ranks.world_size);
   backend_->check_buffers(r);
 }
 

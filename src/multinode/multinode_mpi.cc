@@ -274,8 +274,7 @@ void MultiNodeCommunicator::Impl::run_node(Issue&& issue, const char* what) {
 
 template <class F>
 void MultiNodeCommunicator::Impl::guarded(const detail::Request& r, F&& body) {
-  detail::validate_request(r, layout_.world_size);
-  detail::check_in_place(r, rank_, layout_.world_size);
+  detail::check_request(r, rank_, layout_.world_size);
   check();
   try {
     body();

@@ -516,8 +516,7 @@ NodePath CudaMultiNodeCommunicator::Impl::path_of(const detail::Request& r, Hier
 }
 
 void CudaMultiNodeCommunicator::Impl::issue(const detail::Request& r, Hierarchy h) {
-  detail::validate_request(r, layout_.world_size);
-  detail::check_in_place(r, rank_, layout_.world_size);
+  detail::check_request(r, rank_, layout_.world_size);
   if (r.is_p2p()) {
     SYMCOMM_CHECK_ARG(group_depth_ > 0 || r.peer != rank_,
                       "rank {}: a send or receive to this rank itself must be in a group", rank_);

@@ -100,8 +100,7 @@ using detail::NodeCall;
 using detail::NodeWork;
 
 void MultiNodeCommunicator::Impl::precheck(const detail::Request& r, Hierarchy h, bool in_group) const {
-  detail::validate_request(r, layout_.world_size);
-  detail::check_in_place(r, rank_, layout_.world_size);
+  detail::check_request(r, rank_, layout_.world_size);
   if (r.is_p2p()) {
     SYMCOMM_CHECK_ARG(in_group || r.peer != rank_, "{} to itself outside a group",
                       r.p2p == detail::P2pDir::kSend ? "send" : "recv");
