@@ -95,6 +95,18 @@ def _bitwise(op, t):
     return fn
 
 
+#: torch's PREMUL_SUM (None where torch has none): the sum of every rank's tensor times a factor that
+#: torch._make_nccl_premul_sum(factor) binds into the op, where Python cannot read it. CUDA tensors go to NCCL, which
+#: can; CPU tensors are refused, as gloo refuses them.
+_PREMUL_SUM = getattr(_TorchReduceOp, "PREMUL_SUM", None)
+
+
+def _is_premul(op):
+    """Whether op (a ReduceOp or an options object holding one) is a PREMUL_SUM."""
+    op = getattr(op, "reduceOp", op)
+    return _PREMUL_SUM is not None and isinstance(op, _OP_TYPES) and op == _PREMUL_SUM
+
+
 def _op_by_hash():
     """symcomm's ReduceOp for the hash of each of torch's ReduceOps that symcomm runs (torch hashes a ReduceOp as
     its operator's number); None where torch's ops do not hash to distinct values."""
@@ -198,6 +210,12 @@ def _copy_back(backs, finish=None):
             t.data.copy_(c)
 
     return run
+
+
+def _copy_blocks(outs, blocks):
+    """Copies each block (a flat tensor) into the tensor of `outs` at its index, shaped as that tensor."""
+    for o, b in zip(outs, blocks):
+        o.data.copy_(b.view(o.shape))
 
 
 def _numpy(t):
@@ -731,6 +749,16 @@ class ProcessGroupSymcomm(_ProcessGroup):
             self._nccl_pg = pg
         return self._nccl_pg
 
+    def _forward_premul(self, opts, t, what, call):
+        """call(NCCL's process group) where opts holds a PREMUL_SUM and t is a CUDA tensor (the op's factor is
+        visible to NCCL alone); ValueError for a PREMUL_SUM of CPU tensors; None for every other op."""
+        if opts is None or not _is_premul(opts):
+            return None
+        if not t.is_cuda:
+            raise ValueError(f"symcomm: {what}: PREMUL_SUM reduces CUDA tensors only (through NCCL; gloo has none)")
+        self._flush_p2p()
+        return call(self._nccl())
+
     def _fused_comm(self, t):
         """The communicator of a fused operation on tensor t (coalescing blocks do not take fused operations)."""
         if self._coalescing:
@@ -960,6 +988,9 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if isinstance(tensors, _torch.Tensor):
             tensors = [tensors]
         t = _single(tensors, "allreduce")
+        forwarded = self._forward_premul(opts, t, "allreduce", lambda pg: pg.allreduce([t], opts))
+        if forwarded is not None:
+            return forwarded
         bitwise = _bitwise(opts, t)
         if bitwise is not None:
             return self._bitwise_all_reduce(t, bitwise, None, "allreduce")
@@ -981,15 +1012,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if any(o.numel() != outs[0].numel() for o in outs):
             return self._allgather_uneven(outs, t)
         _same(outs[0], t, "allgather output 0", t.numel())
-        x = _numpy(_dense(t, "allgather input"))
-        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
-
-        def finish():
-            for i, o in enumerate(outs):
-                o.data.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
-
-        return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [list(outs)], t,
-                            finish)
+        return self._gathered(t, "allgather input", [list(outs)], functools.partial(_copy_blocks, outs))
 
     def _allgather_uneven(self, outs, t):
         """allgather into outputs of different sizes, as torch's NCCL process group runs it: rank r's input
@@ -1017,6 +1040,10 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         t = _single(output_tensors, "reduce_scatter output")
         ins = _single(input_lists, "reduce_scatter input")
+        forwarded = self._forward_premul(opts, t, "reduce_scatter",
+                                         lambda pg: pg.reduce_scatter([t], [list(ins)], opts))
+        if forwarded is not None:
+            return forwarded
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, t)
         if not isinstance(ins, (list, tuple)) or len(ins) != self._size:
             raise ValueError(f"symcomm: reduce_scatter: expected a list of {self._size} input tensors")
@@ -1046,10 +1073,13 @@ class ProcessGroupSymcomm(_ProcessGroup):
         def finish():
             t.data.copy_(flat[start:start + t.numel()].view(t.shape))
 
-        return self._submit(lambda c, a, s: c.all_reduce(_numpy(flat), _numpy(flat), op, a, _dtype(t), s), [t], t,
-                            finish)
+        return self._reduced(flat, op, t, [t], finish)
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
+        forwarded = self._forward_premul(opts, input, "_reduce_scatter_base",
+                                         lambda pg: pg._reduce_scatter_base(output, input, opts))  # noqa: SLF001
+        if forwarded is not None:
+            return forwarded
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, input)
         _same(output, input, "_reduce_scatter_base output", input.numel() // self._size)
         if input.numel() % self._size:
@@ -1207,6 +1237,10 @@ class ProcessGroupSymcomm(_ProcessGroup):
         reduced, and copied back when the Work is waited for."""
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise ValueError("symcomm: allreduce_coalesced: expected a non-empty list of tensors")
+        forwarded = self._forward_premul(opts, tensors[0], "allreduce_coalesced",
+                                         lambda pg: pg.allreduce_coalesced(list(tensors), opts))
+        if forwarded is not None:
+            return forwarded
         op = _reduce_op(opts if opts is not None else _TorchReduceOp.SUM, tensors[0])
         for i, t in enumerate(tensors):
             _checked(t, f"allreduce_coalesced tensor {i}")
@@ -1220,9 +1254,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 t.data.copy_(flat[off:off + t.numel()].view(t.shape))
                 off += t.numel()
 
-        x = _numpy(flat)
-        return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(tensors[0]), s),
-                            [list(tensors)], tensors[0], finish)
+        return self._reduced(flat, op, tensors[0], [list(tensors)], finish)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         """all_to_all with tensor lists: input tensor q goes to rank q, whose output tensor r receives it from
@@ -1283,6 +1315,9 @@ class ProcessGroupSymcomm(_ProcessGroup):
         into its tensor when the Work is waited for; the other ranks' tensors are left as they were."""
         t = _single(tensors, "reduce")
         root = self._root(opts, "reduce")
+        forwarded = self._forward_premul(opts, t, "reduce", lambda pg: pg.reduce([t], opts))
+        if forwarded is not None:
+            return forwarded
         bitwise = _bitwise(opts, t)
         if bitwise is not None:
             return self._bitwise_all_reduce(t, bitwise, root, "reduce")
@@ -1294,21 +1329,31 @@ class ProcessGroupSymcomm(_ProcessGroup):
             if self._rank == root:
                 t.data.copy_(tmp)
 
-        return self._submit(lambda c, a, s: c.all_reduce(_numpy(tmp), _numpy(tmp), op, a, _dtype(t), s), [t],
-                            t, finish)
+        return self._reduced(tmp, op, t, [t], finish)
 
     def _bitwise_all_reduce(self, t, fn, root, what):
         """All-reduce (root None) or reduce into the root of t by a bitwise op, whose torch function is fn: every
         rank's t is gathered, and the blocks reduced with fn on t's device into t (the root's only, for a reduce)
         when the Work completes."""
+        def finish(blocks):
+            if root is None or self._rank == root:
+                t.data.copy_(functools.reduce(fn, blocks).view(t.shape))
+
+        return self._gathered(t, what, [t], finish)
+
+    def _gathered(self, t, what, outputs, finish):
+        """The Work of an all-gather of every rank's t into a temporary tensor, whose blocks (rank r's t flat at
+        index r) go to finish(blocks) when it completes; `outputs`: the tensors it writes, as _submit takes them."""
         x = _numpy(_dense(t, what))
         flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
+        return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), outputs, t,
+                            lambda: finish(flat.view(self._size, t.numel()).unbind(0)))
 
-        def finish():
-            if root is None or self._rank == root:
-                t.data.copy_(functools.reduce(fn, flat.view(self._size, -1).unbind(0)).view(t.shape))
-
-        return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [t], t, finish)
+    def _reduced(self, flat, op, t, outputs, finish):
+        """The Work of an in-place all-reduce of `flat` (a contiguous temporary of t's dtype) by `op`, which calls
+        finish() when it completes to copy results out; `outputs` as _submit takes them."""
+        x = _numpy(flat)
+        return self._submit(lambda c, a, s: c.all_reduce(x, x, op, a, _dtype(t), s), outputs, t, finish)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         """Every rank's tensor into the root's list (output_tensors: [list of world-size tensors] on the root,
@@ -1316,16 +1361,9 @@ class ProcessGroupSymcomm(_ProcessGroup):
         waited for."""
         t = _single(input_tensors, "gather input")
         root = self._root(opts, "gather")
-        x = _numpy(_dense(t, "gather input"))
+        _checked(t, "gather input")
         outs = self._root_list(output_tensors, root, t, "gather output")
-        flat = _torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
-
-        def finish():
-            for i, o in enumerate(outs):
-                o.data.copy_(flat[i * t.numel():(i + 1) * t.numel()].view(o.shape))
-
-        return self._submit(lambda c, a, s: c.all_gather(x, _numpy(flat), a, _dtype(t), s), [list(outs)], t,
-                            finish)
+        return self._gathered(t, "gather input", [list(outs)], functools.partial(_copy_blocks, outs))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         """Block r of the root's list into rank r's tensor (input_tensors: [list of world-size tensors] on the

@@ -899,6 +899,17 @@ def test_unsupported_collectives(gloo):
     pg = dist.distributed_c10d._get_default_group()
     with pytest.raises(RuntimeError, match="does not support monitoredBarrier"):
         pg.monitored_barrier(datetime.timedelta(seconds=5), False)
+    # PREMUL_SUM's factor is bound into the op where only NCCL reads it: CUDA tensors go there, CPU ones are
+    # refused, as gloo refuses them.
+    premul = dist._make_nccl_premul_sum(2.0)
+    x = torch.ones(4)
+    with pytest.raises(ValueError, match="PREMUL_SUM reduces CUDA tensors only"):
+        dist.all_reduce(x, op=premul)
+    with pytest.raises(ValueError, match="PREMUL_SUM"):
+        dist.reduce_scatter_tensor(torch.empty(1), torch.ones(dist.get_world_size()), op=premul)
+    with pytest.raises(ValueError, match="PREMUL_SUM"):
+        dist.reduce(x, dst=0, op=premul)
+    same(x, torch.ones(4), "the refused PREMUL_SUM's tensor")
     check_usable(gloo)
 
 

@@ -194,6 +194,29 @@ def test_uneven_reduce_scatter_goes_to_nccl(nccl):
     same(out, ref, "reduce_scatter of unequal sizes")
 
 
+def test_premul_sum_goes_to_nccl(nccl):
+    # PREMUL_SUM (the factor is bound into the op, where NCCL alone reads it): sum of every rank's input times the
+    # factor, computed here. Small integers and a factor of 0.5 make every result exact in bfloat16 and float32.
+    me, n = dist.get_rank(), 4096 * WORLD + 1024 * WORLD
+
+    def x_of(rank, dtype):
+        return ((torch.arange(n, device=dev()) * 7 + 3 * rank) % 19 - 9).to(dtype)
+
+    for dtype in (torch.float32, torch.bfloat16):
+        want = sum(x_of(r, torch.float64) for r in range(WORLD)) * 0.5
+        premul = dist._make_nccl_premul_sum(0.5)
+        a = x_of(me, dtype)
+        dist.all_reduce(a, op=premul)
+        same(a, want.to(dtype), f"all_reduce PREMUL_SUM {dname(dtype)}")
+        out = poisoned(n // WORLD, dtype)
+        dist.reduce_scatter_tensor(out, x_of(me, dtype), op=premul)
+        same(out, want.to(dtype)[me * (n // WORLD):(me + 1) * (n // WORLD)], "reduce_scatter_tensor PREMUL_SUM")
+        a = x_of(me, dtype)
+        dist.reduce(a, dst=WORLD - 1, op=premul)
+        if me == WORLD - 1:
+            same(a, want.to(dtype), "reduce PREMUL_SUM")
+
+
 def test_reduce_gather_scatter(nccl):
     n, dtype = 4099, torch.float32
     for root in range(WORLD):
