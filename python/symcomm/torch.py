@@ -475,7 +475,7 @@ class _EnqueuedWork(Work):
 
 
 class _ForwardedWork:
-    """The symcomm._core.Work interface over a torch Work of the NCCL process group (CUDA sends and receives):
+    """The symcomm._core.Work interface over a torch Work of the NCCL process group (the CUDA calls NCCL runs):
     wait() orders the current stream after it, as NCCL's Work does."""
 
     def __init__(self, work):
@@ -749,15 +749,24 @@ class ProcessGroupSymcomm(_ProcessGroup):
             self._nccl_pg = pg
         return self._nccl_pg
 
-    def _forward_premul(self, opts, t, what, call):
-        """call(NCCL's process group) where opts holds a PREMUL_SUM and t is a CUDA tensor (the op's factor is
+    def _forward(self, outputs, issue):
+        """The Work of a CUDA call that NCCL runs: issue(NCCL's process group) runs it now, and its Work is
+        wrapped as this module's: wait() orders the current stream after it, and inside a coalescing block the
+        block's Work waits for it too."""
+        self._flush_p2p()
+        work = Work(_ForwardedWork(issue(self._nccl())), outputs, in_group=bool(self._coalescing))
+        if self._coalescing:
+            self._coalescing[-1][0].append(work)
+        return work
+
+    def _forward_premul(self, opts, t, what, outputs, issue):
+        """_forward(outputs, issue) where opts holds a PREMUL_SUM and t is a CUDA tensor (the op's factor is
         visible to NCCL alone); ValueError for a PREMUL_SUM of CPU tensors; None for every other op."""
         if opts is None or not _is_premul(opts):
             return None
         if not t.is_cuda:
             raise ValueError(f"symcomm: {what}: PREMUL_SUM reduces CUDA tensors only (through NCCL; gloo has none)")
-        self._flush_p2p()
-        return call(self._nccl())
+        return self._forward(outputs, issue)
 
     def _fused_comm(self, t):
         """The communicator of a fused operation on tensor t (coalescing blocks do not take fused operations)."""
@@ -988,7 +997,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if isinstance(tensors, _torch.Tensor):
             tensors = [tensors]
         t = _single(tensors, "allreduce")
-        forwarded = self._forward_premul(opts, t, "allreduce", lambda pg: pg.allreduce([t], opts))
+        forwarded = self._forward_premul(opts, t, "allreduce", [t], lambda pg: pg.allreduce([t], opts))
         if forwarded is not None:
             return forwarded
         bitwise = _bitwise(opts, t)
@@ -1022,8 +1031,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
             raise ValueError(f"symcomm: allgather: output {self._rank} has {outs[self._rank].numel()} elements, this "
                              f"rank's input {t.numel()}")
         if t.is_cuda:
-            self._flush_p2p()
-            return self._nccl().allgather([list(outs)], [t], _dist.AllgatherOptions())
+            return self._forward([list(outs)], lambda pg: pg.allgather([list(outs)], [t], _dist.AllgatherOptions()))
         backs = []
         flat_outs = [_dense(o, f"allgather output {i}", backs).view(-1) for i, o in enumerate(outs)]
         x = _dense(t, "allgather input").view(-1)
@@ -1040,7 +1048,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         t = _single(output_tensors, "reduce_scatter output")
         ins = _single(input_lists, "reduce_scatter input")
-        forwarded = self._forward_premul(opts, t, "reduce_scatter",
+        forwarded = self._forward_premul(opts, t, "reduce_scatter", [t],
                                          lambda pg: pg.reduce_scatter([t], [list(ins)], opts))
         if forwarded is not None:
             return forwarded
@@ -1064,9 +1072,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
         every rank reduced into rank r's output (ins[r].numel() elements). CPU: one all-reduce of the concatenated
         blocks, of which each rank copies its own when the Work completes; CUDA: NCCL's."""
         if t.is_cuda:
-            self._flush_p2p()
-            return self._nccl().reduce_scatter([t], [list(ins)],
-                                               opts if opts is not None else _dist.ReduceScatterOptions())
+            return self._forward([t], lambda pg: pg.reduce_scatter(
+                [t], [list(ins)], opts if opts is not None else _dist.ReduceScatterOptions()))
         flat = _torch.cat([x.reshape(-1) for x in ins])
         start = sum(x.numel() for x in ins[:self._rank])
 
@@ -1076,7 +1083,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         return self._reduced(flat, op, t, [t], finish)
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
-        forwarded = self._forward_premul(opts, input, "_reduce_scatter_base",
+        forwarded = self._forward_premul(opts, input, "_reduce_scatter_base", [output],
                                          lambda pg: pg._reduce_scatter_base(output, input, opts))  # noqa: SLF001
         if forwarded is not None:
             return forwarded
@@ -1108,9 +1115,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
         even = [rows // self._size] * self._size if rows % self._size == 0 else None
         splits = (("output_split_sizes", output_split_sizes), ("input_split_sizes", input_split_sizes))
         if input.is_cuda and any(s and list(s) != even for _, s in splits):  # NCCL's all-to-all takes any splits
-            self._flush_p2p()
-            return self._nccl().alltoall_base(output, input, output_split_sizes, input_split_sizes,
-                                              _dist.AllToAllOptions())
+            return self._forward([output], lambda pg: pg.alltoall_base(
+                output, input, output_split_sizes, input_split_sizes, _dist.AllToAllOptions()))
         if any(s for _, s in splits) and (even is None or any(s and list(s) != even for _, s in splits)):
             return self._alltoall_uneven(output, input, output_split_sizes, input_split_sizes)
         _same(output, input, "alltoall_base output", input.numel())
@@ -1237,7 +1243,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         reduced, and copied back when the Work is waited for."""
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise ValueError("symcomm: allreduce_coalesced: expected a non-empty list of tensors")
-        forwarded = self._forward_premul(opts, tensors[0], "allreduce_coalesced",
+        forwarded = self._forward_premul(opts, tensors[0], "allreduce_coalesced", [list(tensors)],
                                          lambda pg: pg.allreduce_coalesced(list(tensors), opts))
         if forwarded is not None:
             return forwarded
@@ -1269,8 +1275,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 _checked(t, f"alltoall {name} {i}")
         if any(t.numel() != ref.numel() for ts in (input_tensors, output_tensors) for t in ts):
             if ref.is_cuda:  # NCCL's all-to-all takes any sizes
-                self._flush_p2p()
-                return self._nccl().alltoall(list(output_tensors), list(input_tensors), _dist.AllToAllOptions())
+                return self._forward([list(output_tensors)], lambda pg: pg.alltoall(
+                    list(output_tensors), list(input_tensors), _dist.AllToAllOptions()))
             backs = []
             outs = [_dense(t, "alltoall output", backs).view(-1) for t in output_tensors]
             ins = [_dense(t, "alltoall input").view(-1) for t in input_tensors]
@@ -1315,7 +1321,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         into its tensor when the Work is waited for; the other ranks' tensors are left as they were."""
         t = _single(tensors, "reduce")
         root = self._root(opts, "reduce")
-        forwarded = self._forward_premul(opts, t, "reduce", lambda pg: pg.reduce([t], opts))
+        forwarded = self._forward_premul(opts, t, "reduce", [t], lambda pg: pg.reduce([t], opts))
         if forwarded is not None:
             return forwarded
         bitwise = _bitwise(opts, t)

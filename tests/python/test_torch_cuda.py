@@ -217,6 +217,33 @@ def test_premul_sum_goes_to_nccl(nccl):
             same(a, want.to(dtype), "reduce PREMUL_SUM")
 
 
+@pytest.mark.parametrize("async_ops", [False, True], ids=["sync", "async"])
+def test_nccl_calls_in_a_coalescing_block(nccl, async_ops):
+    # Calls that go to NCCL (PREMUL_SUM all-reduces, which torch passes as one allreduce_coalesced, and an
+    # all_gather of unequal sizes) inside a coalescing block: the block's Work orders the stream after them.
+    me = dist.get_rank()
+    sizes = [(2 * r) % 5 + 100000 * r + 1 for r in range(WORLD)]
+    x = inp(seed_of("cm nccl"), sizes[me], torch.float32)
+    outs = [poisoned(n, torch.float32) for n in sizes]
+
+    def y_of(rank, n, dtype):
+        return ((torch.arange(n, device=dev()) * 5 + rank) % 13 - 6).to(dtype)
+
+    ys = [y_of(me, n, torch.float32) for n in (7, 300001)]
+    premul = dist._make_nccl_premul_sum(0.5)
+    with dist._coalescing_manager(group=dist.group.WORLD, device=dev(), async_ops=async_ops) as cm:  # noqa: SLF001
+        for y in ys:
+            dist.all_reduce(y, op=premul)
+        dist.all_gather(outs, x)
+    if async_ops:
+        cm.wait()
+    for y in ys:
+        want = sum(y_of(r, y.numel(), torch.float64) for r in range(WORLD)) * 0.5
+        same(y, want.to(torch.float32), "PREMUL_SUM all_reduce in a coalescing block")
+    for r in range(WORLD):
+        same(outs[r], inp(seed_of("cm nccl"), sizes[r], torch.float32, rank=r), f"all_gather block {r}")
+
+
 def test_reduce_gather_scatter(nccl):
     n, dtype = 4099, torch.float32
     for root in range(WORLD):
