@@ -94,7 +94,8 @@ def breakdown(x, nccl, iters):
         "AllreduceOptions()": dist.AllreduceOptions,
         "opts.reduceOp = SUM": lambda: setattr(opts, "reduceOp", dist.ReduceOp.SUM),
         "_reduce_op": lambda: symcomm_torch._reduce_op(opts, x),  # noqa: SLF001
-        "_array": lambda: symcomm_torch._array(x, ""),  # noqa: SLF001
+        "_checked": lambda: symcomm_torch._checked(x, ""),  # noqa: SLF001
+        "_numpy": lambda: symcomm_torch._numpy(x),  # noqa: SLF001
         "_stream": lambda: symcomm_torch._stream(x),  # noqa: SLF001
         "raw stream query": lambda: raw(index),
         "Work()": lambda: symcomm_torch.Work(None, [x], None, False, core),

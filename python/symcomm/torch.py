@@ -218,11 +218,22 @@ def _copy_blocks(outs, blocks):
         o.data.copy_(b.view(o.shape))
 
 
+class _Pointer(tuple):
+    """The (data pointer, element count) argument of symcomm._core for a contiguous CUDA tensor, holding the
+    tensor: a staged copy (_dense) has no other owner, and its memory must outlive the argument (a freed block goes
+    to the next allocation, an output's staged copy say, before the collective reads it)."""
+
+    def __new__(cls, t):
+        p = super().__new__(cls, (t.data_ptr(), t.numel()))
+        p.tensor = t
+        return p
+
+
 def _numpy(t):
     """The argument of symcomm._core for a contiguous tensor: the NumPy view of a CPU tensor (bfloat16 as
-    int16), the (data pointer, element count) of a CUDA tensor."""
+    int16; it holds the tensor), the _Pointer of a CUDA tensor."""
     if t.is_cuda:
-        return (t.data_ptr(), t.numel())
+        return _Pointer(t)
     t = t.detach()
     if t.dtype == _torch.bfloat16:
         return t.view(_torch.int16).numpy()
@@ -344,6 +355,7 @@ class Work(_TorchWork):
     _error = None
     _future = None
     _held_by = None  # the process group holding this send or receive until it issues them (_flush_p2p)
+    _call = None  # a CUDA call recorded in a coalescing block, held until the block ends (_submit)
 
     def __init__(self, core_work, outputs, finish=None, in_group=False, device_comm=None, held=True):
         super().__init__()
@@ -367,7 +379,7 @@ class Work(_TorchWork):
     def _group_ended(self, error=None):
         """Called by the process group when the outermost coalescing block ends: completes the Work, or fails
         it with `error` (the block was cancelled or its group failed)."""
-        self._in_group = False
+        self._in_group, self._call = False, None
         if error is not None:
             self._core, self._finish, self._error = None, None, error
             _PENDING.pop(id(self), None)
@@ -754,7 +766,11 @@ class ProcessGroupSymcomm(_ProcessGroup):
         wrapped as this module's: wait() orders the current stream after it, and inside a coalescing block the
         block's Work waits for it too."""
         self._flush_p2p()
-        work = Work(_ForwardedWork(issue(self._nccl())), outputs, in_group=bool(self._coalescing))
+        forwarded = issue(self._nccl())
+        # torch 2.x's NCCL process group returns no Work for a call whose options say it is synchronous
+        # (asyncOp False): it ran on the current stream, and there is nothing to wait for.
+        core = _ForwardedWork(forwarded) if forwarded is not None else None
+        work = Work(core, outputs, in_group=bool(self._coalescing))
         if self._coalescing:
             self._coalescing[-1][0].append(work)
         return work
@@ -806,6 +822,10 @@ class ProcessGroupSymcomm(_ProcessGroup):
                 finish()
                 finish = None
             work = Work(None, outputs, finish, in_group=bool(self._coalescing), device_comm=comm)
+            if self._coalescing:
+                # The group records the call's pointers and launches at the block's end: the call holds the
+                # staged tensors (_Pointer), and the Work holds the call until then.
+                work._call = call
         else:
             work = Work(call(self._comm, True, None), outputs, finish, in_group=bool(self._coalescing))
         if self._coalescing:
