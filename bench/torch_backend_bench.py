@@ -81,6 +81,9 @@ def breakdown(x, nccl, iters):
     core = pg._cuda  # noqa: SLF001 - symcomm.torch's CUDA communicator
     opts = dist.AllreduceOptions()
     opts.reduceOp = dist.ReduceOp.SUM
+    sync = dist.AllreduceOptions()  # dist.all_reduce's options for async_op=False (torch 2.x: no Work comes back)
+    if hasattr(opts, "asyncOp"):
+        opts.asyncOp, sync.asyncOp = True, False
     ptr, index = (x.data_ptr(), x.numel()), x.get_device()
     raw = torch._C._cuda_getCurrentRawStream  # noqa: SLF001
     work = pg.allreduce([x], opts)
@@ -89,6 +92,7 @@ def breakdown(x, nccl, iters):
         "dist.all_reduce (nccl)": lambda: dist.all_reduce(x, group=nccl),
         "pg.allreduce + wait": lambda: pg.allreduce([x], opts).wait(),
         "pg.allreduce": lambda: pg.allreduce([x], opts),
+        "pg.allreduce, synchronous": lambda: pg.allreduce([x], sync),
         "pg.allreduce, general path": lambda: pg.allreduce([x]),
         "_core all_reduce": lambda: core.all_reduce(ptr, ptr, SUM, False, "bfloat16", raw(index)),
         "AllreduceOptions()": dist.AllreduceOptions,

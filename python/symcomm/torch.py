@@ -261,9 +261,12 @@ _RAW_STREAM = getattr(_torch._C, "_cuda_getCurrentRawStream", None)  # noqa: SLF
 # itself, AllreduceOptions, an op torch hashes to a known value, the group's device, no coalescing block or held
 # send open. It runs the checks of the general path in their cheapest form (type() identity, one dict lookup per
 # dtype and op, torch's raw stream query) and builds an _EnqueuedWork; every other call takes the general path,
-# which raises the errors. Host time per piece, 1 x H200 with torch 2.11 (bench/torch_backend_bench.py
-# --breakdown): the _core call 5.7 us; allreduce() + Work.wait() 10.1 us on this path, 1.9 us more on the general
-# one; reading opts.reduceOp 1.0 us, Work() 1.0 us, checking the tensor 0.7 us.
+# which raises the errors. A synchronous call (torch 2.x's AllreduceOptions.asyncOp False, which dist.all_reduce
+# sets for async_op=False) gets no Work, as from torch's NCCL process group: the collective is on the current
+# stream, and the check its wait() would make (the communicator's errors) is the next call's first step
+# (CudaBackend::run). Host time per piece, 1 x H100 with torch 2.11 (bench/torch_backend_bench.py --breakdown):
+# the _core call 4.7 us; allreduce() + Work.wait() 9.0 us on this path, 4.1 us more on the general one; reading
+# opts.reduceOp 1.0 us, Work() 1.8 us, Work.wait() 0.5 us.
 
 #: The dtypes the hot path takes, with symcomm's names (the byte-carried dtypes take the general path).
 _NATIVE_NAMES = {d: n for d, n in _DTYPE_NAMES.items() if d not in _BYTE_DTYPES}
@@ -273,6 +276,9 @@ _NATIVE_NAMES = {d: n for d, n in _DTYPE_NAMES.items() if d not in _BYTE_DTYPES}
 _FAST_OPS = (_OP_BY_HASH or {}) if _RAW_STREAM is not None else {}
 
 _AllreduceOptions = _dist.AllreduceOptions
+
+#: Whether torch's options say whether the caller waits (torch 2.x: asyncOp).
+_HAS_ASYNC_OP = hasattr(_AllreduceOptions(), "asyncOp")
 
 
 def _stream(t):
@@ -1013,6 +1019,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
                     x = (t.data_ptr(), t.numel())
                     comm = self._cuda
                     comm.all_reduce(x, x, op, False, name, _RAW_STREAM(self._cuda_device))
+                    if _HAS_ASYNC_OP and not opts.asyncOp:
+                        return None
                     return _EnqueuedWork([t], comm)
         if isinstance(tensors, _torch.Tensor):
             tensors = [tensors]
