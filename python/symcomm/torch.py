@@ -41,6 +41,7 @@ import math
 import os
 import secrets
 import sys
+import warnings
 
 import torch as _torch
 import torch.distributed as _dist
@@ -303,6 +304,20 @@ def _tensors(outputs):
             yield o
         elif isinstance(o, (list, tuple)):
             yield from _tensors(o)
+
+
+#: Whether _ignored_tag has warned in this process.
+_TAG_WARNED = False
+
+
+def _ignored_tag(tag, t):
+    """Warns, once per process, where a send or receive of a CPU tensor carries a tag: gloo matches messages by
+    tag, symcomm (as NCCL, which CUDA tensors go to) by their order on each pair of ranks."""
+    global _TAG_WARNED  # noqa: PLW0603 - one warning per process
+    if tag and not _TAG_WARNED and isinstance(t, _torch.Tensor) and not t.is_cuda:
+        _TAG_WARNED = True
+        warnings.warn("symcomm: tags of sends and receives are ignored: the k-th send from rank A to rank B "
+                      "matches the k-th receive on B from A, as in NCCL", RuntimeWarning, stacklevel=3)
 
 
 def _single(tensors, what):
@@ -977,15 +992,15 @@ class ProcessGroupSymcomm(_ProcessGroup):
             w._group_ended()  # noqa: SLF001
 
     def send(self, tensors, dstRank, tag=0):  # noqa: N803 - torch's names
-        del tag
         t = _single(tensors, "send")
+        _ignored_tag(tag, t)
         staged, peer = _dense(t, "send"), self._peer(dstRank, "send")
         x = _numpy(staged)
         return self._p2p(lambda c, a, s: c.send(x, peer, a, _dtype(t)), [t], staged, peer, True)
 
     def recv(self, tensors, srcRank, tag=0):  # noqa: N803
-        del tag
         t = _single(tensors, "recv")
+        _ignored_tag(tag, t)
         backs = []
         staged, peer = _dense(t, "recv", backs), self._peer(srcRank, "recv")
         y = _numpy(staged)

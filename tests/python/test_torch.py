@@ -1395,17 +1395,21 @@ def test_batch_isend_irecv_every_pair(gloo):
         same(got, inp(seed_of("batch", p, me), n, torch.float32, rank=p), f"from rank {p}")
 
 
-def test_send_recv_between_two_ranks(gloo):
-    """Blocking send and recv between ranks 0 and 1, two messages in order; every rank then runs a collective."""
+def test_send_recv_between_two_ranks(gloo, monkeypatch):
+    """Blocking send and recv between ranks 0 and 1, two messages in order (the second with a tag, which matching
+    ignores, with one warning per process); every rank then runs a collective."""
     me = dist.get_rank()
+    monkeypatch.setattr(symcomm_torch, "_TAG_WARNED", False)
     a, b = inp(seed_of("pair-a"), 1031, torch.int32, rank=0), inp(seed_of("pair-b"), 17, torch.float64, rank=0)
     if me == 0:
         dist.send(a, 1)
-        dist.send(b, 1)
+        with pytest.warns(RuntimeWarning, match="tags of sends and receives are ignored"):
+            dist.send(b, 1, tag=7)
     elif me == 1:
         ra, rb = poisoned((1031,), torch.int32), poisoned((17,), torch.float64)
         assert dist.recv(ra, 0) == 0
-        dist.recv(rb, 0)
+        with pytest.warns(RuntimeWarning, match="tags of sends and receives are ignored"):
+            dist.recv(rb, 0, tag=7)
         same(ra, a, "first message")
         same(rb, b, "second message")
     check_usable(gloo)
