@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "base/check.h"
 #include "base/hash.h"
@@ -293,6 +295,29 @@ void wait_peer_key(Store& store, const std::string& prefix, const std::string& k
   }
 }
 
+class PeerMeshImpl;
+
+// NOTE [goodbye at exit]
+// A process that exits normally (exit(), a return from main, the end of a Python program) while a mesh is still
+// open -- a leaked communicator, or one held by an object nobody frees before exit, such as a torch autograd graph
+// holding its process group -- never runs the mesh's destructor. Its peers would see its sockets close without
+// goodbye and count it as dead: a warning on every survivor, and every collective still running there fails, also
+// one whose data from it has already arrived. An exit handler therefore says goodbye on every mesh still open, so
+// the peers count the rank as left and only their waits for it fail. It never blocks: the goodbye is sent with
+// MSG_DONTWAIT (a peer whose socket buffer is full is not reading and sees a death, as before), a socket another
+// thread is sending on is skipped, and so is the whole list if another thread holds it for long. A forked child
+// says nothing on its parent's meshes. _exit(), a signal or a crash send nothing: those are deaths.
+struct OpenMeshes {
+  std::mutex mu;
+  std::vector<PeerMeshImpl*> meshes;
+};
+// Never destroyed: the exit handler may run after the static destructors.
+OpenMeshes& open_meshes() {
+  static auto* open = new OpenMeshes;
+  return *open;
+}
+void say_goodbye_at_exit();
+
 class PeerMeshImpl final : public PeerMesh {
  public:
   PeerMeshImpl(const RankInfo& ranks) : ranks_(ranks), socks_(ranks.world_size, -1), pids_(ranks.world_size, 0) {
@@ -356,6 +381,7 @@ class PeerMeshImpl final : public PeerMesh {
 
   void close() override {
     if (closed_.exchange(true)) return;
+    delist();  // before the sockets close: the exit handler holds the list while it writes on them
     for (int p = 0; p < ranks_.world_size; ++p) {
       if (socks_[p] < 0) continue;
       std::lock_guard lock(*send_mu_[p]);
@@ -388,7 +414,34 @@ class PeerMeshImpl final : public PeerMesh {
     watchdog_ = std::thread([this] { watch(); });
   }
 
+  /// Puts the mesh on the list the exit handler says goodbye on (NOTE [goodbye at exit]).
+  void enlist() {
+    static std::once_flag registered;
+    std::call_once(registered, [] { std::atexit(say_goodbye_at_exit); });
+    OpenMeshes& open = open_meshes();
+    std::lock_guard lock(open.mu);
+    open.meshes.push_back(this);
+  }
+
+  /// The exit handler's goodbye: one frame header per peer, never blocking.
+  void goodbye_at_exit() {
+    if (::getpid() != pids_[ranks_.rank]) return;  // a forked child: the mesh is its parent's
+    const FrameHeader bye{kMagic, kTagBye, 0, 0};
+    for (int p = 0; p < ranks_.world_size; ++p) {
+      if (socks_[p] < 0) continue;
+      std::unique_lock lock(*send_mu_[p], std::try_to_lock);
+      if (!lock.owns_lock()) continue;
+      ssize_t ignored = ::send(socks_[p], &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)ignored;
+    }
+  }
+
  private:
+  void delist() {
+    OpenMeshes& open = open_meshes();
+    std::lock_guard lock(open.mu);
+    std::erase(open.meshes, this);
+  }
   void watch();
   void lost(int peer, bool died);
   void connect_lower(Store& store, const std::string& prefix, const std::string& token, Deadline deadline);
@@ -412,6 +465,14 @@ class PeerMeshImpl final : public PeerMesh {
   std::thread watchdog_;
   std::atomic<bool> closed_{false};
 };
+
+void say_goodbye_at_exit() {
+  OpenMeshes& open = open_meshes();
+  std::unique_lock lock(open.mu, std::defer_lock);
+  for (int i = 0; i < 100 && !lock.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!lock.owns_lock()) return;
+  for (PeerMeshImpl* mesh : open.meshes) mesh->goodbye_at_exit();
+}
 
 void PeerMeshImpl::lost(int peer, bool died) {
   uint64_t bit = uint64_t{1} << peer;
@@ -707,6 +768,7 @@ std::unique_ptr<PeerMesh> PeerMesh::create(Store& store, const std::string& pref
     throw;
   }
   mesh->start_watchdog();
+  mesh->enlist();
   return mesh;
 }
 

@@ -10,11 +10,13 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +176,46 @@ TEST(Faults, PeerMeshNamesTheDeadRankInSendAndReceive) {
         e = expect_error(ErrorCode::kPeerDead, [&] { mesh->send(victim, 77, {1, 2, 3}); });
         EXPECT_EQ(e.ranks(), std::vector<int>{victim}) << e.what();
         mesh->send(1 - env.info.rank, 78, {4});  // the survivors still talk
+        EXPECT_EQ(mesh->receive(1 - env.info.rank, 78, detail::Deadline(20s), nullptr).payload,
+                  std::vector<uint8_t>{4});
+      },
+      opts);
+}
+
+// NOTE [goodbye at exit] in src/bootstrap/peer_mesh.cc: a rank that exits normally with its mesh still open is seen
+// by its peers as having left, not died (a receive that waits for it still fails naming it), and a forked child of a
+// rank that exits normally says nothing on its parent's mesh.
+TEST(Faults, PeerMeshSeesARankThatExitsWithItOpenLeave) {
+  const int n = 3, leaver = 2;
+  HarnessOptions opts;
+  opts.may_fail = {leaver};  // it leaves by exit(), not through the harness
+  expect_success(
+      n,
+      [&](RankEnv& env) {
+        auto mesh = detail::PeerMesh::create(*env.store, "meshexit", env.info, env.job_id, detail::Deadline(20s));
+        if (env.info.rank == 1) {
+          std::fflush(nullptr);
+          const pid_t child = ::fork();
+          if (child == 0) std::exit(0);  // runs the exit handlers with the parent's mesh open
+          int status = 0;
+          ASSERT_EQ(::waitpid(child, &status, 0), child);
+        }
+        store_barrier(*env.store, "meshexit/up", n);
+        if (env.info.rank == leaver) {
+          (void)mesh.release();  // never closed
+          std::fflush(nullptr);
+          std::exit(0);
+        }
+        const auto until = SteadyClock::now() + 10s;
+        while (((mesh->left_mask() | mesh->dead_mask()) >> leaver & 1) == 0 && SteadyClock::now() < until) {
+          std::this_thread::sleep_for(1ms);
+        }
+        EXPECT_EQ(mesh->left_mask(), uint64_t{1} << leaver);
+        EXPECT_EQ(mesh->dead_mask(), 0u);
+        Error e =
+            expect_error(ErrorCode::kPeerDead, [&] { mesh->receive(leaver, 77, detail::Deadline(20s), nullptr); });
+        EXPECT_EQ(e.ranks(), std::vector<int>{leaver}) << e.what();
+        mesh->send(1 - env.info.rank, 78, {4});  // rank 1's child left its mesh alone
         EXPECT_EQ(mesh->receive(1 - env.info.rank, 78, detail::Deadline(20s), nullptr).payload,
                   std::vector<uint8_t>{4});
       },
