@@ -1088,6 +1088,35 @@ class ProcessGroupSymcomm(_ProcessGroup):
         return self._submit(lambda c, a, s: c.all_gather(x, out, a, _dtype(input), s), [output],
                             input, _copy_back(backs))
 
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        """all_gather_coalesced: output_lists[r][j] gets rank r's input_list[j] (tensors of one dtype, of any
+        shapes, each output the size of its input). The inputs go into one temporary tensor, all-gathered once,
+        and the blocks are copied out when the Work completes."""
+        if not isinstance(input_list, (list, tuple)) or not input_list:
+            raise ValueError("symcomm: allgather_coalesced: expected a non-empty list of input tensors")
+        if not isinstance(output_lists, (list, tuple)) or len(output_lists) != self._size:
+            raise ValueError(f"symcomm: allgather_coalesced: expected {self._size} output lists, one per rank")
+        for j, x in enumerate(input_list):
+            _checked(x, f"allgather_coalesced input {j}")
+            _same(x, input_list[0], f"allgather_coalesced input {j}")
+        for r, outs in enumerate(output_lists):
+            if not isinstance(outs, (list, tuple)) or len(outs) != len(input_list):
+                raise ValueError(f"symcomm: allgather_coalesced: output list {r} must hold {len(input_list)} "
+                                 "tensors, one per input")
+            for j, (o, x) in enumerate(zip(outs, input_list)):
+                _same(o, x, f"allgather_coalesced output [{r}][{j}]", x.numel())
+                _checked(o, f"allgather_coalesced output [{r}][{j}]")
+        flat = _torch.cat([x.reshape(-1) for x in input_list])
+
+        def finish(blocks):
+            for block, outs in zip(blocks, output_lists):
+                off = 0
+                for o in outs:
+                    o.data.copy_(block[off:off + o.numel()].view(o.shape))
+                    off += o.numel()
+
+        return self._gathered(flat, "allgather_coalesced input", [list(o) for o in output_lists], finish)
+
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         t = _single(output_tensors, "reduce_scatter output")
         ins = _single(input_lists, "reduce_scatter input")

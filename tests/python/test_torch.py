@@ -7,6 +7,7 @@ store and symcomm's Communicator.from_env() both serve on MASTER_PORT). Skipped 
 
 import datetime
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -376,6 +377,39 @@ def test_all_reduce_coalesced(gloo, dtype, op):
     dist.all_reduce_coalesced(b, op=OPS[op], group=gloo)
     for k in range(len(xs)):
         same(a[k], b[k].to(dtype), f"all_reduce_coalesced tensor {k}")
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed.all_gather_coalesced will be deprecated")
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("async_op", [False, True])
+def test_all_gather_coalesced(gloo, dtype, async_op):
+    # output_lists[r][j] gets rank r's input j; inputs of several shapes, one of them empty.
+    w = dist.get_world_size()
+    shapes = [(1,), (2, 3), (0,), (1000,)]
+    xs = [inp(seed_of("agc", dname(dtype), j), max(1, math.prod(s)), dtype)[:math.prod(s)].reshape(s)
+          for j, s in enumerate(shapes)]
+    outs = [[poisoned(s, dtype) for s in shapes] for _ in range(w)]
+    work = dist.all_gather_coalesced(outs, xs, async_op=async_op)
+    if async_op:
+        work.wait()
+    for r in range(w):
+        for j, s in enumerate(shapes):
+            want = inp(seed_of("agc", dname(dtype), j), max(1, math.prod(s)), dtype, rank=r)[:math.prod(s)]
+            same(outs[r][j], want.reshape(s), f"all_gather_coalesced output [{r}][{j}]")
+    if dtype != torch.bfloat16:
+        ref = [[poisoned(s, dtype) for s in shapes] for _ in range(w)]
+        dist.all_gather_coalesced(ref, xs, group=gloo)
+        for r in range(w):
+            for j in range(len(shapes)):
+                same(outs[r][j], ref[r][j], f"all_gather_coalesced output [{r}][{j}] against gloo")
+    other = torch.int32 if dtype != torch.int32 else torch.int64
+    pg = dist.distributed_c10d._get_default_group()  # noqa: SLF001 - torch checks the inputs' dtypes itself
+    with pytest.raises(TypeError, match="dtype"):
+        pg.allgather_coalesced([[poisoned((1,), dtype), poisoned((2,), other)] for _ in range(w)],
+                               [xs[0], torch.zeros(2, dtype=other)])
+    with pytest.raises(ValueError, match="elements"):
+        dist.all_gather_coalesced([[poisoned((2,), dtype)] for _ in range(w)], [xs[0]])
+    check_usable(gloo)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)

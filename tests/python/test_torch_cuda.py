@@ -13,6 +13,7 @@ NCCL, without symcomm's CUDA backend, or with fewer GPUs than ranks.
 
 import inspect
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -154,6 +155,16 @@ def test_gathers_and_scatters(nccl, dtype, n):
         dist.broadcast(b, src=root)
         dist.broadcast(b_ref, src=root, group=nccl)
         same(b, b_ref, f"broadcast root {root}")
+    # all_gather_coalesced (NCCL has none): each input against NCCL's all_gather of it alone.
+    ins = [x, inp(seed + 3, 2 * n, dtype).view(2, n)]
+    agc = [[poisoned(t.shape, dtype) for t in ins] for _ in range(WORLD)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: "all_gather_coalesced will be deprecated"
+        dist.all_gather_coalesced(agc, ins)
+    for j, t in enumerate(ins):
+        refs = [poisoned(t.shape, dtype) for _ in range(WORLD)]
+        dist.all_gather(refs, t, group=nccl)
+        same(torch.stack([agc[r][j] for r in range(WORLD)]), torch.stack(refs), f"all_gather_coalesced input {j}")
     a2a, a2a_ref = poisoned(WORLD * n, dtype), poisoned(WORLD * n, dtype)
     dist.all_to_all_single(a2a, big)
     dist.all_to_all_single(a2a_ref, big, group=nccl)
