@@ -94,9 +94,10 @@ configure() {
 }
 
 if has pack; then
-  if configure "$OUT/pack.log" &&
+  # The stamp is taken before the build: sources edited while it runs make the archive stale, not mislabelled.
+  if stamp=$(source_stamp) && configure "$OUT/pack.log" &&
     ninja -C "$BUILD" -j"$JOBS" "${PREBUILT_BINS[@]}" >>"$OUT/pack.log" 2>&1 &&
-    source_stamp >"$BUILD/prebuilt.stamp" &&
+    echo "$stamp" >"$BUILD/prebuilt.stamp" &&
     tar -czf "$PREBUILT" -C "$BUILD" "${PREBUILT_BINS[@]}" prebuilt.stamp; then
     note "pack: $PREBUILT ($(du -h "$PREBUILT" | cut -f1), stamp $(cat "$BUILD/prebuilt.stamp"))"
   else
