@@ -185,6 +185,11 @@ case_def gpu ce-mismatch src/backends/cuda/cuda_copy_engine_cuda.cc \
   "stall.kind == CeStall::kMismatch    ? DeviceError::kMismatch" "stall.kind == CeStall::kMismatch    ? DeviceError::kTimeout" \
   symcomm_gpu_tests "GpuFailure.CopyEngineMismatchIsReported:Cases/GpuMismatch.*/*copy_engine*" 200 \
   "$SHARED2"
+# Calls on two streams that the caller does not order (NOTE [one operation at a time]): unordered, the held stream's
+# call runs second on half of the ranks and first on the others.
+case_def gpu op-order src/backends/cuda/op_order_cuda.cc \
+  "  if (!any_ || s == last_) return;" "  return;" \
+  symcomm_gpu_tests "GpuStreams.*" 120 "$SHARED2"
 case_def gpu gpu-rendezvous-liveness src/bootstrap/peer_mesh.cc \
   "  if (pid > 0 && !pid_alive(pid)) {" "  if (false) {" \
   symcomm_gpu_tests GpuFailure.PeerDiesDuringRendezvous 120 "SYMCOMM_SHARED_GPU=1 SYMCOMM_TEST_WORLD=2 SYMCOMM_TEST_TIMEOUT_SCALE=2"

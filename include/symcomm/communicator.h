@@ -62,9 +62,10 @@ struct Rendezvous {
 /// Per-call options of a collective.
 struct CollOptions {
   /// CUDA backend: the stream the collective is ordered on. Ignored by the host backend.
-  /// Like NCCL, one communicator runs one collective at a time in issue order: a caller who issues
-  /// consecutive collectives of one communicator on different streams must order those streams (e.g. with
-  /// an event); two communicators over the same ranks have separate signal pads and may run concurrently, as
+  /// Like NCCL, one communicator runs one collective at a time in issue order, whatever streams they name: a
+  /// collective on another stream than the previous one of the communicator first makes its stream wait for
+  /// that one (also inside one CUDA-graph capture; not between a capture and eager calls, which the graph's
+  /// launches order); two communicators over the same ranks have separate signal pads and may run concurrently, as
   /// long as their kernels fit on the GPU side by side: the large all-reduces run one block per SM, so two of
   /// them on two communicators, issued in different orders on different ranks, can wait for each other until
   /// the deadline (kTimeout; the same hazard makes NCCL's kernels hang). Issue such collectives in the same order

@@ -535,6 +535,13 @@ void CudaBackend::run(const Request& r, Algorithm algo) {
   if (r.count == 0 && r.kind != Collective::kBarrier) return;  // every rank has count 0: nothing to move
   DeviceScope on_device(device_);
   cudaStream_t s = reinterpret_cast<cudaStream_t>(r.options.stream);
+  order_.enter(s);  // NOTE [one operation at a time]
+  enqueue(r, algo, s);
+  order_.leave(s);
+}
+
+void CudaBackend::enqueue(const Request& r, Algorithm algo, cudaStream_t s) {
+  if (r.count == 0 && r.kind != Collective::kBarrier) return;
   if (algo == Algorithm::kNccl) {
     launch_nccl(r, s);
   } else {

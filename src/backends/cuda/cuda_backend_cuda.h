@@ -2,11 +2,10 @@
 // CudaBackend: symmetric memory over cuMem + NVLink kernels, with NCCL as the fallback path.
 //
 // NOTE [cuda backend ordering] Collectives are enqueued on CollOptions::stream and return (NCCL-like). One
-// communicator runs one operation at a time in stream order: its kernels share one signal pad, one staging
-// buffer and one set of device counters. As with NCCL, a caller that switches streams between operations of
-// one communicator must order them (an event); the backend does not keep handles to user streams (they may
-// be destroyed between calls). Different communicators have separate pads, staging and counters, so they
-// may run concurrently on different streams.
+// communicator runs one operation at a time, in issue order, whatever streams they name: its kernels share one
+// signal pad, one staging buffer and one set of device counters (NOTE [one operation at a time] in
+// op_order_cuda.h). Different communicators have separate pads, staging and counters, so they may run
+// concurrently on different streams.
 //
 // NOTE [cuda backend errors] Kernels never trap. A wait that hits the deadline, sees abort() or a dead peer,
 // or finds a mismatched op header records the first error in DeviceState::error and copies it into
@@ -25,6 +24,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_copy_engine_cuda.h"
 #include "backends/cuda/cuda_heap_cuda.h"
+#include "backends/cuda/op_order_cuda.h"
 #include "symcomm/device/handle.h"
 
 /// An NCCL call on CudaBackend::nccl_ (inside a member of CudaBackend): settled, and thrown if it failed.
@@ -95,6 +95,9 @@ class CudaBackend final : public Backend {
   /// capabilities that send the collectives to them, the work area and the parity counter (setup()).
   void setup_schedules(size_t half);
   void launch_nccl(const Request& r, cudaStream_t s);
+  /// One operation on `s` (NCCL or symcomm's kernels), without the ordering against the previous one: run()
+  /// adds it, a group orders its runs itself.
+  void enqueue(const Request& r, Algorithm algo, cudaStream_t s);
   Error device_error(uint64_t e) const;
   /// Whether [p, p+bytes) lies in the symmetric heap; `place` as CudaHeap::find's.
   bool symmetric(const void* p, size_t bytes, uint64_t* place = nullptr) const;
@@ -133,6 +136,7 @@ class CudaBackend final : public Backend {
   std::mutex nccl_mu_;
   std::mutex ptr_mu_;
   std::vector<std::pair<const void*, bool>> ptr_cache_;  ///< recently checked pointers
+  OpOrder order_;                                        ///< NOTE [one operation at a time]
 
   // ---- multi-tensor group execution (src/backends/cuda/cuda_group_cuda.cc) ----
  public:

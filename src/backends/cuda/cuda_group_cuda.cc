@@ -79,6 +79,8 @@ class StreamChain {
   void join() {
     if (streams_.size() > 1) wait_for_last(streams_.data(), streams_.size() - 1);
   }
+  // The stream of the group's latest run (after a first enter()).
+  cudaStream_t last() const { return streams_.back(); }
 
  private:
   // One event recorded after the latest run; each of the n streams waits for it.
@@ -97,19 +99,23 @@ class StreamChain {
 
 void CudaBackend::run_group(const Ops& ops) {
   poll_errors();
+  if (ops.empty()) return;
   DeviceScope on_device(device_);
   StreamChain chain;
+  order_.enter(reinterpret_cast<cudaStream_t>(ops[0].first.options.stream));  // NOTE [one operation at a time]
   for (size_t i = 0; i < ops.size();) {
     const size_t end = group_run_end(ops, i);
-    chain.enter(reinterpret_cast<cudaStream_t>(ops[i].first.options.stream));
+    const auto s = reinterpret_cast<cudaStream_t>(ops[i].first.options.stream);
+    chain.enter(s);
     if (end - i >= 2) {
       launch_fused(ops, i, end);
     } else {
-      run(ops[i].first, ops[i].second);
+      enqueue(ops[i].first, ops[i].second, s);
     }
     i = end;
   }
   chain.join();
+  order_.leave(chain.last());
 }
 
 std::shared_ptr<Work> CudaBackend::run_group_async(const Ops& ops) {
@@ -134,9 +140,12 @@ std::shared_ptr<Work> CudaBackend::run_group_async(const Ops& ops) {
 void CudaBackend::reduce_scatter_gathered(const GatheredReduceScatter& g) {
   poll_errors();
   DeviceScope on_device(device_);
+  const auto s = reinterpret_cast<cudaStream_t>(g.options.stream);
+  order_.enter(s);  // NOTE [one operation at a time]
   cuda::launch_gathered_reduce_scatter(
       {.comm = comm_, .out = static_cast<char*>(g.out), .count = g.count, .dtype = g.dtype, .op = g.op}, g.segs, g.nseg,
-      reinterpret_cast<cudaStream_t>(g.options.stream));
+      s);
+  order_.leave(s);
 }
 
 void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
@@ -169,7 +178,7 @@ void CudaBackend::launch_fused(const Ops& ops, size_t begin, size_t end) {
   // One by one also where a topology restricts the links: each runs its schedule (the multi-tensor kernels reach
   // every peer).
   if (algo == Algorithm::kCopyEngine || !caps_.full_nvlink || caps_.restricted_links) {
-    for (size_t k = begin; k < end; ++k) run(ops[k].first, ops[k].second);
+    for (size_t k = begin; k < end; ++k) enqueue(ops[k].first, ops[k].second, s);
     return;
   }
   const bool gather = a.kind == Collective::kAllGather;
