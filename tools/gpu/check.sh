@@ -11,6 +11,7 @@
 #   GPU_CHECK_STEPS="build lifecycle" LIFECYCLE_CYCLES=1000 tools/gpu/check.sh   (the full 1000 cycles)
 #   GPU_CHECK_STEPS="build shared" tools/gpu/check.sh   (the suite at 2 ranks sharing one GPU, where one is lent)
 #   GPU_CHECK_STEPS="build python" tools/gpu/check.sh   (symcomm.torch on CUDA against NCCL, and its benchmark)
+#   GPU_CHECK_STEPS="build python apps" tools/gpu/check.sh   (and torch's FSDP2, DTensor, TP, DCP on both backends)
 #   GPU_CHECK_STEPS="build multinode" tools/gpu/check.sh   (flat against hierarchical CUDA paths on 2 fake nodes)
 #   GPU_CHECK_STEPS="build dropin" tools/gpu/check.sh   (the NCCL drop-in against the real NCCL, also over fake nodes)
 #
@@ -235,6 +236,30 @@ if has python && [ $BUILD_OK = 1 ]; then
   else
     note "python: build of _core FAILED (log: python_build.log)"
     tail -20 "$OUT/python_build.log"
+  fi
+fi
+
+# torch's parallelism libraries (FSDP2, DTensor, tensor parallelism, distributed checkpoints) over symcomm and over
+# NCCL: tests/python/torch_parallel_apps.py once per backend on APPS_WORLD ranks (default 2; ranks share the GPUs
+# where there are fewer), every rank's results compared as text: bit for bit, which holds at 2 ranks (every sum has two
+# terms, in either order the same). Needs the `python` step's _core.
+if has apps && [ -e "$BUILD/tools/symcomm-run" ]; then
+  t0=$(date +%s)
+  aw=${APPS_WORLD:-2}
+  share=0
+  [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt "$aw" ] && share=1
+  export PYTHONPATH=$BUILD/python:$ROOT/python
+  for b in nccl symcomm; do
+    rm -rf "/tmp/symcomm-apps-$b"
+    SYMCOMM_SHARED_GPU=$share timeout 150 "$BUILD/tools/symcomm-run" -n "$aw" --timeout 140 -- \
+      python3 "$ROOT/tests/python/torch_parallel_apps.py" "$b" "/tmp/symcomm-apps-$b" >"$OUT/apps_$b.log" 2>&1
+    grep -o 'RESULT .*' "$OUT/apps_$b.log" | sort >"/tmp/symcomm-apps-$b.txt"
+  done
+  if [ "$(wc -l </tmp/symcomm-apps-symcomm.txt)" = "$aw" ] && cmp -s /tmp/symcomm-apps-nccl.txt /tmp/symcomm-apps-symcomm.txt; then
+    note "apps ($aw ranks): symcomm's results equal NCCL's in $(($(date +%s) - t0)) s"
+  else
+    note "apps ($aw ranks): symcomm's results DIFFER from NCCL's, or a run failed (logs: apps_nccl.log, apps_symcomm.log)"
+    diff /tmp/symcomm-apps-nccl.txt /tmp/symcomm-apps-symcomm.txt | cut -c1-400 | tee -a "$SUMMARY"
   fi
 fi
 
