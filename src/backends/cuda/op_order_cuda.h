@@ -25,7 +25,7 @@ class OpOrder {
   /// Before an operation is enqueued on `s`: where the previous one went to another stream in the same capture
   /// state (both eager, or both in one capture), `s` waits for it.
   void enter(cudaStream_t s);
-  /// After an operation was enqueued on `s`: what the next enter() waits for.
+  /// After an operation was enqueued on `s`: what the next enter() waits for. Never throws.
   void leave(cudaStream_t s);
 
  private:
