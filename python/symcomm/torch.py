@@ -14,7 +14,7 @@ Importing this module registers the backend with torch.distributed.Backend.regis
 group, ProcessGroupSymcomm, is a Python subclass of torch's ProcessGroup; it implements allreduce, allgather,
 _allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, alltoall_base and alltoall (other than equal
 splits: CPU tensors as sends and receives, CUDA tensors on NCCL), reduce, gather, scatter, allreduce_coalesced,
-allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced, barrier, send and recv (isend, irecv,
+allgather_coalesced, allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced, barrier, send and recv (isend, irecv,
 batch_isend_irecv), on contiguous tensors of float16, bfloat16, float32, float64, int8, uint8, int32, int64.
 docs/python.md lists the rest.
 
