@@ -85,16 +85,23 @@ class PyCommunicator {
   }
 
   /// Rendezvous at host:port with `token` (rank 0 serves the store there; port 0: a free port, passed to
-  /// `on_store_started` on rank 0 once the store is up, with the GIL held).
+  /// `on_store_started` on rank 0 once the store is up, with the GIL held). `timeout_ms` > 0 replaces the
+  /// configuration's timeout (SYMCOMM_TIMEOUT_MS) for this communicator.
   static std::unique_ptr<PyCommunicator> create(int rank, int world_size, const std::string& token,
                                                 const std::string& host, int port, py::object on_store_started,
-                                                const std::string& backend, int device) {
+                                                const std::string& backend, int device, int64_t timeout_ms) {
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       throw py::value_error("rank " + std::to_string(rank) + " is outside [0, world_size " +
                             std::to_string(world_size) + ")");
     }
     if (port < 0 || port > 65535) throw py::value_error("port " + std::to_string(port) + " is outside [0, 65535]");
+    if (timeout_ms < 0) throw py::value_error("timeout_ms " + std::to_string(timeout_ms) + " is negative");
     CommOptions options = comm_options(backend, device);
+    if (timeout_ms > 0) {
+      Config config = Config::from_env();
+      config.timeout = std::chrono::milliseconds(timeout_ms);
+      options.config = config;
+    }
     Rendezvous rv;
     rv.ranks = RankInfo{rank, world_size, rank, world_size};
     rv.store_host = host;
@@ -654,7 +661,7 @@ PYBIND11_MODULE(_core, m) {
       .def_static("from_env", &PyCommunicator::from_env, py::arg("backend") = "host", py::arg("device") = -1)
       .def_static("create", &PyCommunicator::create, py::arg("rank"), py::arg("world_size"), py::arg("token"),
                   py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::arg("on_store_started") = py::none(),
-                  py::arg("backend") = "host", py::arg("device") = -1)
+                  py::arg("backend") = "host", py::arg("device") = -1, py::arg("timeout_ms") = 0)
       .def_property_readonly("rank", &PyCommunicator::rank)
       .def_property_readonly("world_size", &PyCommunicator::world_size)
       .def_property_readonly("backend", &PyCommunicator::backend)

@@ -36,6 +36,7 @@ torch.distributed gives the backend. All ranks must be on one node.
 """
 
 import contextlib
+import datetime
 import functools
 import math
 import os
@@ -667,6 +668,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._store = store
+        self._timeout_ms = _timeout_ms(timeout)
         self._fake_node_size = _node_layout()  # None: the group's ranks are on one node
         try:
             self._comm = self._make_comm("symcomm", "host", -1)
@@ -711,7 +713,8 @@ class ProcessGroupSymcomm(_ProcessGroup):
             started = None
         if self._fake_node_size is not None:
             return _MultiNodeComm(self._cuda_multi_node_comm(token, port, started, device), cuda=True)
-        return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", port, started, backend, device)
+        return _core.Communicator.create(self._rank, self._size, token, "127.0.0.1", port, started, backend, device,
+                                         self._timeout_ms)
 
     def _cuda_multi_node_comm(self, token, port, started, device):
         """A symcomm._core.CudaMultiNodeCommunicator of this group's ranks on `device`: symcomm inside each node,
@@ -1954,6 +1957,19 @@ def _define_ops():
 
 
 _LIB = _define_ops() if not hasattr(_torch.ops.symcomm, "one_shot_all_reduce") else None
+
+
+#: The timeout torch gives a process group whose creator passed none (other than NCCL's).
+_DEFAULT_TIMEOUT = getattr(_dist, "default_pg_timeout", datetime.timedelta(minutes=30))
+
+
+def _timeout_ms(timeout):
+    """The communicator timeout (ms) for the `timeout` torch gives a process group: init_process_group's or
+    new_group's where the caller passed one other than torch's default; 0 (symcomm's own, SYMCOMM_TIMEOUT_MS) for
+    the default, which torch passes when the caller gave none."""
+    if not isinstance(timeout, datetime.timedelta) or timeout == _DEFAULT_TIMEOUT:
+        return 0
+    return max(1, int(timeout.total_seconds() * 1000))
 
 
 def _create(store, rank, size, timeout):

@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
+import symcomm  # noqa: E402
 import symcomm.torch as symcomm_torch  # noqa: E402
 
 from torch_cases import DTYPES, NP, OPS, R, check_byte_dtypes, dname, seed_of  # noqa: E402
@@ -67,10 +69,11 @@ def gloo():
 
 
 def one_node_only():
-    """Skips a test of what groups on one node only have (fused operations, symmetric tensors) where the job spans
-    nodes (SYMCOMM_FAKE_NODE_SIZE: run_mpi_torch.py)."""
+    """Skips a test of what groups on one node only have (fused operations, symmetric tensors, a timeout of their
+    own) where the job spans nodes (SYMCOMM_FAKE_NODE_SIZE: run_mpi_torch.py)."""
     if dist.distributed_c10d._get_default_group().spans_nodes:  # noqa: SLF001
-        pytest.skip("fused operations and symmetric tensors need a group on one node; this job spans nodes")
+        pytest.skip("this needs a group on one node (fused operations, symmetric tensors, its own timeout); this job "
+                    "spans nodes")
 
 
 def check_usable(gloo):
@@ -544,6 +547,24 @@ def test_async(gloo):
     same(a2a, want, "async all_to_all_single")
     fut = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     assert torch.equal(fut.wait()[0], torch.full((3,), float(w)))
+
+
+def test_group_timeout_is_its_communicators(gloo):
+    # A timeout passed to new_group (other than torch's default) is the group's communicator timeout: a collective
+    # that the last rank never joins fails on the others with symcomm's timeout error naming it, after about that
+    # long, not after symcomm's default of 5 minutes. Groups that span nodes keep symcomm's own.
+    one_node_only()
+    w, me = dist.get_world_size(), dist.get_rank()
+    g = dist.new_group(backend="symcomm", timeout=datetime.timedelta(seconds=2))
+    if me != w - 1:
+        t0 = time.monotonic()
+        with pytest.raises(symcomm.Error) as e:
+            dist.all_reduce(torch.ones(4), group=g)
+        assert e.value.code == "timeout" and w - 1 in e.value.ranks, e.value
+        assert time.monotonic() - t0 < 60
+    dist.barrier(group=gloo)
+    dist.destroy_process_group(g)
+    check_usable(gloo)
 
 
 def test_errors(gloo):
