@@ -332,7 +332,7 @@ case_def gpu signal-refresh include/symcomm/device/signal.h \
   "    for (int b = first_block; b < kMaxBlocks; ++b) {" "    for (int b = kMaxBlocks; b < kMaxBlocks; ++b) {" \
   symcomm_gpu_tests "Modes/GpuSequence.*" 200 "$SHARED2"
 case_def gpu group-streams src/backends/cuda/cuda_group_cuda.cc \
-  "    chain.enter(reinterpret_cast<cudaStream_t>(ops[i].first.options.stream));" "" \
+  "    chain.enter(s);" "" \
   symcomm_gpu_tests "GpuGroup.CollectivesOnSeveralStreamsRunInIssueOrder" 200 "$SHARED2"
 case_def gpu ll-flag-zero src/algos/cuda_all_reduce_ll.cu \
   "return seq != 0 ? seq : 1u;" "return seq;" \
