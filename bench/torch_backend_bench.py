@@ -7,8 +7,9 @@ fused_all_gather_matmul against the matmul alone.
 
 All-reduce of bfloat16 zeros (sum, in place), 4 KiB to 1 MiB:
   host   microseconds of host time per call: `iters` calls issued back to back, the clock read before the first
-         and after the last call returns (no synchronisation inside); symcomm.torch's overhead is this minus
-         _core's
+         and after the last call returns (no synchronisation inside)
+  host least  the same for runs of 1000 calls, the least of 7 on this rank (other load only adds host time; short
+         runs vary by up to 2 x on the GPU machines); symcomm.torch's overhead is this minus _core's
   eager  microseconds per call between two CUDA events around the `iters` calls (host and device together)
   graph  `iters` calls captured in one CUDA graph, replayed between two events; microseconds per call
 Each figure is the median of --trials trials, each the largest over the ranks, each after a barrier.
@@ -65,6 +66,7 @@ def host_us(fn, iters):
     as for any host-time microbenchmark: other load only adds time)."""
     runs = []
     for _ in range(7):
+        torch.cuda.synchronize()  # an empty queue: no run waits for the device
         t0 = time.perf_counter()
         for _ in range(iters):
             fn()
@@ -108,7 +110,14 @@ def breakdown(x, nccl, iters):
         "x.get_device()": x.get_device,
         "x.data_ptr()": x.data_ptr,
     }
-    return [(name, host_us(fn, iters)) for name, fn in pieces.items()]
+    timed = [(name, host_us(fn, iters)) for name, fn in pieces.items()]
+    # torch.distributed.all_reduce's own Python: the call with the group's allreduce a no-op.
+    pg.allreduce = lambda tensors, opts: None
+    try:
+        timed.append(("dist.all_reduce, no-op group", host_us(lambda: dist.all_reduce(x), iters)))
+    finally:
+        del pg.allreduce
+    return timed
 
 
 def profile(fn, iters):
@@ -175,10 +184,11 @@ def main():
             "nccl": lambda: dist.all_reduce(x, group=nccl),
         }
         for name, fn in calls.items():
-            for _ in range(10):
+            for _ in range(1000):  # warm: the first calls of a size pay for caches, allocations and clocks
                 fn()
             results = [trial(fn, args.iters) for _ in range(args.trials)]
             add(name, nbytes, "host", statistics.median(r[0] for r in results))
+            add(name, nbytes, "host least", host_us(fn, 1000))
             add(name, nbytes, "eager", statistics.median(r[1] for r in results))
             graph = capture(fn, args.iters)
             add(name, nbytes, "graph", statistics.median(graph_trial(graph, args.iters) for _ in range(args.trials)))
@@ -218,7 +228,7 @@ def main():
         by = {(r["what"], r["bytes"], r["mode"]): r["us"] for r in records}
         print("\nsymcomm.torch: host overhead over _core (us), and time / NCCL's")
         for nbytes in SIZES:
-            over = by[("symcomm.torch", nbytes, "host")] - by[("symcomm._core", nbytes, "host")]
+            over = by[("symcomm.torch", nbytes, "host least")] - by[("symcomm._core", nbytes, "host least")]
             eager = by[("symcomm.torch", nbytes, "eager")] / by[("nccl", nbytes, "eager")]
             graph = by[("symcomm.torch", nbytes, "graph")] / by[("nccl", nbytes, "graph")]
             print(f"  {nbytes:>8} B: overhead {over:6.2f} us, eager {eager:5.2f}, graph {graph:5.2f}")

@@ -478,6 +478,18 @@ class PyCommunicator {
     in_flight_.clear();
   }
 
+  /// An all-reduce of `count` elements at `p` in place, enqueued on `stream` without the argument checks of
+  /// all_reduce() (TorchAllReduce checked the tensor). False, and nothing done, on the host backend and inside a
+  /// group (whose calls keep their arrays until it ends).
+  bool enqueue_all_reduce(void* p, size_t count, DataType dtype, ReduceOp op, intptr_t stream) {
+    if (!cuda_ || in_flight_.in_group()) return false;
+    in_flight_.prune();
+    CollOptions opts;
+    opts.stream = reinterpret_cast<Stream>(stream);
+    locked([&](Communicator& c) { c.all_reduce(p, p, count, dtype, op, opts); });
+    return true;
+  }
+
  private:
   Buffer input(const py::handle& o, const char* what, const std::string& as_dtype,
                const py::object& stream = py::none()) const {
@@ -587,6 +599,122 @@ struct PyBucketer {
     if (!comm->bucketer_open(state)) throw py::value_error("the bucketer is closed");
     return state;
   }
+};
+
+// NOTE [python torch hot path]
+// symcomm._core._TorchAllReduce is the hot call of symcomm.torch's process group (NOTE [torch hot path] in
+// python/symcomm/torch.py): dist.all_reduce of one contiguous CUDA tensor, in place. Its checks are the process
+// group's general path's in their cheapest form: CPython calls with interned names, type and dtype objects compared
+// by identity (torch's dtypes and layouts are singletons), the op by its hash; the collective is enqueued without
+// Communicator.all_reduce's argument parsing. A call it does not take returns None with nothing done, and the
+// process group's general path runs it (and raises what is wrong with it). It knows torch only through the objects
+// symcomm.torch hands it, so the module builds and loads without torch.
+
+/// A new reference returned by a CPython call, or the pending Python error thrown.
+py::object checked_ref(PyObject* o) {
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
+
+/// The value of a Python int, or the pending Python error thrown.
+template <class T>
+T checked_value(T v) {
+  if (v == static_cast<T>(-1) && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  return v;
+}
+
+class TorchAllReduce {
+ public:
+  /// `dtypes`: {torch dtype: symcomm dtype name}; `ops`: {hash of a torch ReduceOp: symcomm.ReduceOp};
+  /// `raw_stream(device)`: the current stream of a device as an int; `has_async_op`: whether the options carry
+  /// asyncOp (torch 2.x), which says whether the caller wants a Work.
+  TorchAllReduce(py::object comm, int device, py::object tensor_type, py::object options_type, py::object strided,
+                 const py::dict& dtypes, const py::dict& ops, py::object raw_stream, bool has_async_op)
+      : comm_obj_(std::move(comm)),
+        comm_(&comm_obj_.cast<PyCommunicator&>()),
+        device_(device),
+        device_obj_(py::int_(device)),
+        tensor_type_(std::move(tensor_type)),
+        options_type_(std::move(options_type)),
+        strided_(std::move(strided)),
+        raw_stream_(std::move(raw_stream)),
+        has_async_op_(has_async_op) {
+    for (auto [key, name] : dtypes) {
+      std::optional<DataType> dtype = parse_dtype(name.cast<std::string>());
+      if (!dtype) throw py::value_error("unknown dtype name " + name.cast<std::string>());
+      dtypes_.emplace_back(py::reinterpret_borrow<py::object>(key), *dtype);
+    }
+    for (auto [hash, op] : ops) ops_.emplace_back(hash.cast<Py_hash_t>(), op.cast<ReduceOp>());
+  }
+
+  /// Enqueues all_reduce(tensors[0]) when the call is the hot one: None if not (nothing done), else whether the
+  /// caller wants a Work.
+  py::object operator()(const py::handle& tensors, const py::handle& opts) const {
+    PyObject* list = tensors.ptr();
+    if (PyList_CheckExact(list) == 0 || PyList_GET_SIZE(list) != 1 || opts.get_type().ptr() != options_type_.ptr()) {
+      return py::none();
+    }
+    PyObject* t = PyList_GET_ITEM(list, 0);
+    if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != tensor_type_.ptr()) return py::none();
+    const DataType* dtype = dtype_of(attr(t, names().dtype).ptr());
+    if (dtype == nullptr || attr(t, names().is_cuda).ptr() != Py_True ||
+        attr(t, names().layout).ptr() != strided_.ptr() || call(t, names().is_contiguous).ptr() != Py_True ||
+        checked_value(PyLong_AsLong(call(t, names().get_device).ptr())) != device_) {
+      return py::none();
+    }
+    const Py_hash_t hash = checked_value(PyObject_Hash(attr(opts.ptr(), names().reduce_op).ptr()));
+    const auto op = std::find_if(ops_.begin(), ops_.end(), [hash](const auto& e) { return e.first == hash; });
+    if (op == ops_.end()) return py::none();
+    bool wants_work = true;
+    if (has_async_op_) wants_work = checked_value(PyObject_IsTrue(attr(opts.ptr(), names().async_op).ptr())) != 0;
+    void* data = PyLong_AsVoidPtr(call(t, names().data_ptr).ptr());
+    if (data == nullptr && PyErr_Occurred() != nullptr) throw py::error_already_set();
+    const Py_ssize_t count = checked_value(PyLong_AsSsize_t(call(t, names().numel).ptr()));
+    const py::object stream = checked_ref(PyObject_CallOneArg(raw_stream_.ptr(), device_obj_.ptr()));
+    const auto handle = checked_value(PyLong_AsLongLong(stream.ptr()));
+    if (!comm_->enqueue_all_reduce(data, static_cast<size_t>(count), *dtype, op->second,
+                                   static_cast<intptr_t>(handle))) {
+      return py::none();
+    }
+    return py::bool_(wants_work);
+  }
+
+ private:
+  struct Names {
+    PyObject* dtype = PyUnicode_InternFromString("dtype");
+    PyObject* is_cuda = PyUnicode_InternFromString("is_cuda");
+    PyObject* layout = PyUnicode_InternFromString("layout");
+    PyObject* is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    PyObject* get_device = PyUnicode_InternFromString("get_device");
+    PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+    PyObject* numel = PyUnicode_InternFromString("numel");
+    PyObject* reduce_op = PyUnicode_InternFromString("reduceOp");
+    PyObject* async_op = PyUnicode_InternFromString("asyncOp");
+  };
+  /// The attribute names, interned once (made with the GIL held, at the first construction; never freed).
+  static const Names& names() {
+    static const Names* n = new Names();  // NOLINT(cppcoreguidelines-owning-memory) - lives as long as the module
+    return *n;
+  }
+
+  static py::object attr(PyObject* o, PyObject* name) { return checked_ref(PyObject_GetAttr(o, name)); }
+  static py::object call(PyObject* o, PyObject* name) { return checked_ref(PyObject_CallMethodNoArgs(o, name)); }
+
+  const DataType* dtype_of(PyObject* dtype) const {
+    for (const auto& [key, value] : dtypes_) {
+      if (key.ptr() == dtype) return &value;
+    }
+    return nullptr;
+  }
+
+  py::object comm_obj_;  ///< keeps comm_ alive
+  PyCommunicator* comm_;
+  int device_;
+  py::object device_obj_;
+  py::object tensor_type_, options_type_, strided_, raw_stream_;
+  bool has_async_op_;
+  std::vector<std::pair<py::object, DataType>> dtypes_;
+  std::vector<std::pair<Py_hash_t, ReduceOp>> ops_;
 };
 
 }  // namespace
@@ -704,6 +832,13 @@ PYBIND11_MODULE(_core, m) {
             return PyBucketer{&c, c.bucketer_new(bucket_cap_mb)};
           },
           py::arg("bucket_cap_mb") = 25.0, py::keep_alive<0, 1>());
+
+  py::class_<TorchAllReduce>(m, "_TorchAllReduce")
+      .def(py::init<py::object, int, py::object, py::object, py::object, const py::dict&, const py::dict&, py::object,
+                    bool>(),
+           py::arg("comm"), py::arg("device"), py::arg("tensor_type"), py::arg("options_type"), py::arg("strided"),
+           py::arg("dtypes"), py::arg("ops"), py::arg("raw_stream"), py::arg("has_async_op"))
+      .def("__call__", &TorchAllReduce::operator(), py::arg("tensors"), py::arg("opts"));
 
   py::class_<PyBucketer>(m, "ReduceScatterBucketer")
       .def(

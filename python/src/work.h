@@ -105,6 +105,8 @@ class InFlight {
   }
 
   void group_started() { ++depth_; }
+  /// Whether a group is open (its calls keep their arrays until it ends).
+  bool in_group() const { return depth_ > 0; }
 
   /// Ends a group level with `end` (returning the group's Work, or null): an error other than kInvalidArgument
   /// ended the level all the same. Returns the Work of an asynchronous end (`async`), which keeps the group's

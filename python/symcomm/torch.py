@@ -261,26 +261,29 @@ _RAW_STREAM = getattr(_torch._C, "_cuda_getCurrentRawStream", None)  # noqa: SLF
 # dist.all_reduce of a small CUDA tensor is bound by host time (the kernel takes a few microseconds), so
 # ProcessGroupSymcomm.allreduce has a fast path for the common call: one contiguous tensor of a dtype reduced as
 # itself, AllreduceOptions, an op torch hashes to a known value, the group's device, no coalescing block or held
-# send open. It runs the checks of the general path in their cheapest form (type() identity, one dict lookup per
-# dtype and op, torch's raw stream query) and builds an _EnqueuedWork; every other call takes the general path,
-# which raises the errors. A synchronous call (torch 2.x's AllreduceOptions.asyncOp False, which dist.all_reduce
-# sets for async_op=False) gets no Work, as from torch's NCCL process group: the collective is on the current
-# stream, and the check its wait() would make (the communicator's errors) is the next call's first step
-# (CudaBackend::run). Host time per piece, 1 x H100 with torch 2.11 (bench/torch_backend_bench.py --breakdown):
-# the _core call 4.7 us; allreduce() + Work.wait() 9.0 us on this path, 4.1 us more on the general one; reading
-# opts.reduceOp 1.0 us, Work() 1.8 us, Work.wait() 0.5 us.
+# send open, a one-node group. symcomm._core._TorchAllReduce (NOTE [python torch hot path] in python/src/module.cc)
+# makes the general path's checks in C++, in their cheapest form, and enqueues the collective; every other call
+# takes the general path, which raises the errors. A synchronous call (torch 2.x's AllreduceOptions.asyncOp False,
+# which dist.all_reduce sets for async_op=False) gets no Work, as from torch's NCCL process group: the collective is
+# on the current stream, and the check its wait() would make (the communicator's errors) is the next call's first
+# step (CudaBackend::run); an asynchronous one gets an _EnqueuedWork. Host time above the _core call, 1 x H100 with
+# torch 2.11 (bench/torch_backend_bench.py --breakdown): 1.7 us (2.5-2.7 us with the checks written in Python);
+# torch.distributed.all_reduce's own Python, which NCCL's process group pays too, costs 2.5 us more.
 
 #: The dtypes the hot path takes, with symcomm's names (the byte-carried dtypes take the general path).
 _NATIVE_NAMES = {d: n for d, n in _DTYPE_NAMES.items() if d not in _BYTE_DTYPES}
 
-#: symcomm's op for the hash of each torch ReduceOp the hot path takes (empty where torch's ops do not hash to
-#: distinct values or torch has no raw stream query: every call then takes the general path).
-_FAST_OPS = (_OP_BY_HASH or {}) if _RAW_STREAM is not None else {}
-
 _AllreduceOptions = _dist.AllreduceOptions
 
-#: Whether torch's options say whether the caller waits (torch 2.x: asyncOp).
-_HAS_ASYNC_OP = hasattr(_AllreduceOptions(), "asyncOp")
+
+def _hot_all_reduce(comm, device):
+    """The hot path of allreduce on CUDA communicator `comm` of `device` (NOTE [torch hot path]); None where torch
+    has no raw stream query, its ops do not hash to distinct values or the group spans nodes."""
+    if _RAW_STREAM is None or not _OP_BY_HASH or not isinstance(comm, _core.Communicator):
+        return None
+    return _core._TorchAllReduce(  # noqa: SLF001 - symcomm's own
+        comm, device, _torch.Tensor, _AllreduceOptions, _torch.strided, _NATIVE_NAMES, _OP_BY_HASH, _RAW_STREAM,
+        hasattr(_AllreduceOptions(), "asyncOp"))
 
 
 def _stream(t):
@@ -676,6 +679,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
             self._comm = _HostUnavailable(str(e))
         self._cuda = None  # the CUDA communicator, made by the first CUDA collective (_cuda_comm)
         self._cuda_device = -1  # its device
+        self._hot = None  # the hot path of allreduce on it (NOTE [torch hot path])
         self._nccl_pg = None  # the NCCL process group of CUDA sends and receives, made by the first (_nccl)
         # Coalescing blocks open on this group, innermost last: for each, the Works recorded in it and the
         # exception being handled when it started.
@@ -751,6 +755,7 @@ class ProcessGroupSymcomm(_ProcessGroup):
         if self._cuda is None:
             self._cuda = self._make_comm("symcomm/cuda", "cuda", index)
             self._cuda_device = index
+            self._hot = _hot_all_reduce(self._cuda, index)
             for _ in self._coalescing:
                 self._cuda.group_start()
             return self._cuda
@@ -1022,24 +1027,14 @@ class ProcessGroupSymcomm(_ProcessGroup):
     # Collectives, with the signatures torch 1.13's torch.distributed calls them with.
 
     def allreduce(self, tensors, opts=None):
-        # The hot call, dist.all_reduce's of one contiguous CUDA tensor of a dtype reduced as itself, on the
-        # group's CUDA device, outside coalescing blocks and held sends: the general path's checks and its
-        # _submit() in their cheapest form (host time per call is what small CUDA all-reduces cost, NOTE
-        # [torch hot path]). Anything else takes the general path, which checks and reports.
-        if (type(tensors) is list and len(tensors) == 1 and type(opts) is _AllreduceOptions and _FAST_OPS
-                and not self._coalescing and not self._p2p_held):
-            t = tensors[0]
-            if type(t) is _torch.Tensor and t.is_cuda:
-                name = _NATIVE_NAMES.get(t.dtype)
-                op = _FAST_OPS.get(hash(opts.reduceOp))
-                if (name is not None and op is not None and t.layout == _torch.strided and t.is_contiguous()
-                        and t.get_device() == self._cuda_device):
-                    x = (t.data_ptr(), t.numel())
-                    comm = self._cuda
-                    comm.all_reduce(x, x, op, False, name, _RAW_STREAM(self._cuda_device))
-                    if _HAS_ASYNC_OP and not opts.asyncOp:
-                        return None
-                    return _EnqueuedWork([t], comm)
+        # The hot call, dist.all_reduce's of one contiguous CUDA tensor, checked and enqueued by _TorchAllReduce
+        # outside coalescing blocks and held sends (NOTE [torch hot path]); anything else takes the general path,
+        # which checks and reports.
+        hot = self._hot
+        if hot is not None and not self._coalescing and not self._p2p_held:
+            wants_work = hot(tensors, opts)
+            if wants_work is not None:
+                return _EnqueuedWork([tensors[0]], self._cuda) if wants_work else None
         if isinstance(tensors, _torch.Tensor):
             tensors = [tensors]
         t = _single(tensors, "allreduce")

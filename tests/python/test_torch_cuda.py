@@ -13,6 +13,7 @@ NCCL, without symcomm's CUDA backend, or with fewer GPUs than ranks.
 
 import inspect
 import os
+import types
 import warnings
 
 import numpy as np
@@ -116,6 +117,71 @@ def test_all_reduce(nccl, dtype, op, n):
 
 def test_bool_and_float8(nccl):
     check_byte_dtypes(dev(), SIZES[:4])
+
+
+def test_hot_path_takes_the_plain_call_only(nccl):
+    """allreduce's hot path (NOTE [torch hot path]) enqueues dist.all_reduce's call of one contiguous tensor of a
+    native dtype on the group's GPU with an op it knows, outside groups, and leaves every other call to the general
+    path (None, nothing enqueued); both give NCCL's result."""
+    pg = dist.group.WORLD
+    seed = seed_of("hot", 1001)
+    x, ref = inp(seed, 1001, torch.float32), inp(seed, 1001, torch.float32)
+    dist.all_reduce(x)  # makes the CUDA communicator
+    dist.all_reduce(ref, group=nccl)
+    same(x, ref, "all_reduce before")
+    hot = pg._hot  # noqa: SLF001
+    if hot is None:
+        pytest.skip("this group has no hot path (it spans nodes, or torch lacks a raw stream query)")
+
+    def options(op=R.SUM, async_op=None):
+        o = dist.AllreduceOptions()
+        o.reduceOp = op
+        if async_op is not None and hasattr(o, "asyncOp"):
+            o.asyncOp = async_op
+        return o
+
+    has_async = hasattr(dist.AllreduceOptions(), "asyncOp")
+    y = inp(seed, 1001, torch.float32)
+    assert hot([y], options(async_op=True)) is True
+    assert hot([y], options(R.MAX, async_op=False)) is (not has_async)
+    y2 = inp(seed, 1001, torch.float32)
+    dist.all_reduce(y2, group=nccl)
+    dist.all_reduce(y2, op=R.MAX, group=nccl)
+    same(y, y2, "hot path")
+
+    ints = inp(seed, 64, torch.int32)
+    not_hot = {
+        "non-contiguous": ([inp(seed, 64, torch.float32)[::2]], options()),
+        "bool": ([inp(seed, 64, torch.uint8).bool()], options()),
+        "CPU tensor": ([torch.ones(64)], options()),
+        "meta tensor": ([torch.ones(64, device="meta")], options()),
+        "two tensors": ([y, y], options()),
+        "a tuple": ((y,), options()),
+        "a tensor subclass": ([torch.nn.Parameter(y.clone())], options()),
+        "channels-last": ([torch.ones(2, 3, 4, 5, device=dev()).to(memory_format=torch.channels_last)], options()),
+        "sparse": ([torch.ones(4, device=dev()).to_sparse()], options()),
+        "BAND": ([ints], options(R.BAND)),
+        "no options": ([y], None),
+        "options of another type": ([y], types.SimpleNamespace(reduceOp=R.SUM, asyncOp=False)),
+    }
+    for what, (tensors, opts) in not_hot.items():
+        assert hot(tensors, opts) is None, what
+    comm = pg._cuda  # noqa: SLF001
+    comm.group_start()
+    try:
+        assert hot([y], options()) is None, "inside a group"
+    finally:
+        comm.group_cancel()
+    # The calls it leaves run on the general path (NCCL's takes no non-contiguous tensor: its copy is).
+    z, zref = inp(seed, 64, torch.float32), inp(seed, 64, torch.float32)
+    dist.all_reduce(torch.nn.Parameter(z, requires_grad=False))
+    dist.all_reduce(zref, group=nccl)
+    same(z, zref, "all_reduce of a Parameter")
+    half = zref[::2].contiguous()
+    dist.all_reduce(z[::2])
+    dist.all_reduce(half, group=nccl)
+    zref[::2] = half
+    same(z, zref, "all_reduce of a non-contiguous tensor")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=dname)
