@@ -119,6 +119,11 @@ case_def host rendezvous-generation src/core/communicator.cc \
 case_def host rendezvous-name src/core/communicator.cc \
   '  if (opts.name.empty()) opts.name = "rendezvous";' "" \
   symcomm_rank_tests RendezvousRanks.ACommunicatorOfEveryRankAfterASubGroupsOwn 60
+# all_gather_matmul on one rank without a_gathered multiplies the shard in place: every outer index of it.
+case_def host fused-one-rank src/fused/fused_ops.cc \
+  "             RowChunk{.o0 = 0, .o1 = s.outer, .r0 = 0, .r1 = s.m});" \
+  "             RowChunk{.o0 = 0, .o1 = 1, .r0 = 0, .r1 = s.m});" \
+  symcomm_rank_tests "WorldSizes/FusedAllGatherMatmul.*" 60
 case_def host failed-creation-fd src/backends/host/host_heap.cc \
   "      FdCloser peer_closer{peer_fd};" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60

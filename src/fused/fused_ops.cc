@@ -5,7 +5,8 @@
 // all_gather_matmul, pipelined: fork the side lane; the side lane all-gathers the shards chunk by chunk
 // (copying each chunk into a_gathered if asked) and signals each chunk, while the main lane multiplies the
 // local shard (no communication needed); the main lane waits for chunk c and multiplies the other
-// ranks' rows of it; finally the main lane joins the side lane. Unfused: one all-gather, then the GEMMs.
+// ranks' rows of it; finally the main lane joins the side lane. Unfused: one all-gather, then the GEMMs. One rank
+// without a_gathered: the GEMMs of the shard alone.
 // matmul_reduce_scatter, pipelined, two ranks (RsMode::kExchange): the output columns are cut into chunks.
 // The main lane first computes, chunk by chunk, the product of the peer's rows (its block of the result) in
 // the output dtype into a symmetric buffer; after each chunk the side lane swaps that chunk with the peer
@@ -143,6 +144,13 @@ void run_all_gather_matmul(Communicator& comm, Engine& e, const AgPlan& p, const
   const DataType dt = x.a.dtype;
   const size_t es = dtype_size(dt);
   const RowSplit& s = p.rows;
+  if (world == 1 && x.a_gathered == nullptr) {
+    // One rank: the shard is the whole A, and nothing is to be gathered or copied (copying it first cost 8 % of
+    // an 8192^3 bfloat16 matmul on an H100).
+    ag_gemms(e, p, x, world, me, static_cast<const char*>(x.a.data),
+             RowChunk{.o0 = 0, .o1 = s.outer, .r0 = 0, .r1 = s.m});
+    return;
+  }
   char* stage = p.direct ? static_cast<char*>(x.a_gathered->data) : scratch(e, o, p.staging_bytes);
   const bool copy_out = x.a_gathered && !p.direct;
   if (p.path == FusedPath::kUnfused) {

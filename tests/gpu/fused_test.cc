@@ -125,6 +125,7 @@ TEST(GpuFused, AllGatherMatmulMatchesFloat64Reference) {
         {DataType::kBFloat16, {{256, 512}, 0, {384, 136}, true}, 0},  // 2-D, two Bs, automatic chunks
         {DataType::kBFloat16, {{256, 512}, 0, {384}, true}, 3},       // three row chunks
         {DataType::kFloat16, {{2, 64, 256}, 1, {200}, true}, 2},      // batch dim before the gather dim
+        {DataType::kFloat16, {{2, 64, 256}, 1, {200}, false}, 2},     // the same without a_gathered
         {DataType::kFloat32, {{3, 40, 128}, 0, {72}, true}, 0},       // gather along the batch dim
         {DataType::kBFloat16, {{2, 3, 10, 72}, -3, {24}, true}, 2},   // 4-D, odd extents
     };

@@ -28,6 +28,7 @@ std::vector<FusedAgShape> ag_shapes() {
       {{2, 3, 8}, 1, {5}, true},      // batch dim before the gather dim (outer 2)
       {{2, 3, 8}, 0, {4, 6}, false},  // gather along the batch dim
       {{3, 2, 3, 4}, 1, {5}, true},   // 4-D: outer 3, rows 2·3 per rank
+      {{3, 2, 3, 4}, 1, {5}, false},  // the same without a_gathered
       {{1, 6, 16}, 1, {8}, true},     // outer 1 through a unit batch dim
       {{4, 0}, 0, {3}, true},         // K = 0: the products are zeros
   };
