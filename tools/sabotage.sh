@@ -124,6 +124,11 @@ case_def host fused-one-rank src/fused/fused_ops.cc \
   "             RowChunk{.o0 = 0, .o1 = s.outer, .r0 = 0, .r1 = s.m});" \
   "             RowChunk{.o0 = 0, .o1 = 1, .r0 = 0, .r1 = s.m});" \
   symcomm_rank_tests "WorldSizes/FusedAllGatherMatmul.*" 60
+# matmul_reduce_scatter on one rank writes the product into the output in the output's dtype.
+case_def host fused-rs-one-rank src/fused/fused_ops.cc \
+  "    rs_gemms(e, p, a, b, world, out.data, a.dtype, p.chunks[0]);" \
+  "    rs_gemms(e, p, a, b, world, out.data, DataType::kFloat32, p.chunks[0]);" \
+  symcomm_rank_tests "WorldSizes/FusedMatmulReduceScatter.*" 60
 case_def host failed-creation-fd src/backends/host/host_heap.cc \
   "      FdCloser peer_closer{peer_fd};" "" \
   symcomm_rank_tests Lifecycle.FailedCreationsLeakNothing 60

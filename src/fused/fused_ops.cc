@@ -15,9 +15,10 @@
 // (D = scale·(A·B + partial), formed in float32 and rounded once). Each partial is rounded once, as in an
 // unfused GEMM followed by a float32-accumulating reduce-scatter; the own product is not rounded at all.
 // The transfers hide behind the second half of the GEMMs; nothing is reduced by a separate kernel.
-// Unfused: one GEMM of all rows, then one reduce-scatter straight into the output; up to two ranks in the
-// output dtype (float32 accumulation inside the reduce-scatter, each partial rounded once), with more ranks
-// in float32 and rounded once at the end (a ring reduce-scatter in bf16 would round every intermediate sum).
+// Unfused: one GEMM of all rows, then one reduce-scatter straight into the output (on one rank, the GEMM into the
+// output); up to two ranks in the output dtype (float32 accumulation inside the reduce-scatter, each partial
+// rounded once), with more ranks in float32 and rounded once at the end (a ring reduce-scatter in bf16 would
+// round every intermediate sum).
 // More than two ranks have no pipelined path: a float32 pipeline over column chunks was measured at
 // 1.9-8.2 x the matmul alone on 4 x H200 (the reduce-scatter kernels fight the GEMM for SMs).
 // Every collective of an operation is issued on one lane, in the same order on every rank.
@@ -278,6 +279,11 @@ void run_matmul_reduce_scatter(Communicator& comm, Engine& e, const RsPlan& p, c
                                ReduceOp op, const TensorRef& out, const FusedOptions& o) {
   const int world = comm.world_size();
   const int64_t local_rows = p.rows.local_rows();
+  if (world == 1 && p.mode == RsMode::kUnfused) {
+    // One rank: the product is the result (every op of one value is that value), rounded once as ever.
+    rs_gemms(e, p, a, b, world, out.data, a.dtype, p.chunks[0]);
+    return;
+  }
   char* ws = scratch(e, o, p.buffers * p.product_bytes + p.result_bytes);
   if (p.mode == RsMode::kUnfused) {
     // Products in the output dtype, reduced in float32 by the reduce-scatter (the accuracy the fused paths
