@@ -121,8 +121,8 @@ case_def host rendezvous-name src/core/communicator.cc \
   symcomm_rank_tests RendezvousRanks.ACommunicatorOfEveryRankAfterASubGroupsOwn 60
 # all_gather_matmul on one rank without a_gathered multiplies the shard in place: every outer index of it.
 case_def host fused-one-rank src/fused/fused_ops.cc \
-  "             RowChunk{.o0 = 0, .o1 = s.outer, .r0 = 0, .r1 = s.m});" \
-  "             RowChunk{.o0 = 0, .o1 = 1, .r0 = 0, .r1 = s.m});" \
+  "    ag_gemms(e, p, x, world, me, static_cast<const char*>(x.a.data), p.chunks[0]);" \
+  "    ag_gemms(e, p, x, world, me, static_cast<const char*>(x.a.data), RowChunk{.o0 = 0, .o1 = 1, .r0 = 0, .r1 = s.m});" \
   symcomm_rank_tests "WorldSizes/FusedAllGatherMatmul.*" 60
 # matmul_reduce_scatter on one rank writes the product into the output in the output's dtype.
 case_def host fused-rs-one-rank src/fused/fused_ops.cc \

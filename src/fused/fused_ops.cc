@@ -145,11 +145,10 @@ void run_all_gather_matmul(Communicator& comm, Engine& e, const AgPlan& p, const
   const DataType dt = x.a.dtype;
   const size_t es = dtype_size(dt);
   const RowSplit& s = p.rows;
-  if (world == 1 && x.a_gathered == nullptr) {
+  if (world == 1 && p.path == FusedPath::kUnfused && x.a_gathered == nullptr) {
     // One rank: the shard is the whole A, and nothing is to be gathered or copied (copying it first cost 8 % of
     // an 8192^3 bfloat16 matmul on an H100).
-    ag_gemms(e, p, x, world, me, static_cast<const char*>(x.a.data),
-             RowChunk{.o0 = 0, .o1 = s.outer, .r0 = 0, .r1 = s.m});
+    ag_gemms(e, p, x, world, me, static_cast<const char*>(x.a.data), p.chunks[0]);
     return;
   }
   char* stage = p.direct ? static_cast<char*>(x.a_gathered->data) : scratch(e, o, p.staging_bytes);
